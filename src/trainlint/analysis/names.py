@@ -1,0 +1,158 @@
+"""Qualified names through imports and aliases.
+
+`nn.DataParallel`, `DP` (from `from torch.nn import DataParallel as DP`),
+`torch.nn.parallel.DataParallel` and `torch.nn.parallel.data_parallel.DataParallel` all resolve
+to the canonical `torch.nn.DataParallel`. Resolution follows the bindings in effect where the
+expression is evaluated (imports inside functions count; a local `class DataParallel` is not
+torch's), simple alias assignments (`DP = nn.DataParallel`) and star imports.
+
+This is a small import-alias table over the `Scopes` analysis; libcst's QualifiedNameProvider
+would cost more than the parse itself.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Iterable, Optional, Set
+
+import libcst as cst
+
+from . import Analysis
+from .scopes import Scopes
+
+# Public re-exports and defining modules -> the name users see in the docs.
+CANONICAL = {
+    "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": (
+        "torch.nn.parallel.DistributedDataParallel"
+    ),
+    "torch.nn.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+    "torch.nn.modules.Module": "torch.nn.Module",
+    "torch.nn.parameter.Parameter": "torch.nn.Parameter",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.utils.data.distributed.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.utils.data.sampler.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.nn.modules.batchnorm.SyncBatchNorm": "torch.nn.SyncBatchNorm",
+    "torch.distributed.distributed_c10d.init_process_group": (
+        "torch.distributed.init_process_group"
+    ),
+    "torch.cuda.device_count": "torch.cuda.device_count",
+}
+
+LOCAL_PREFIX = "<local>."  # qualified name of something defined in this file
+
+
+def canonical(qualname: str) -> str:
+    found = CANONICAL.get(qualname)
+    if found is not None:
+        return found
+    # Prefix forms: torch.nn.parallel.data_parallel.DataParallel.forward etc.
+    parts = qualname.split(".")
+    for cut in range(len(parts) - 1, 1, -1):
+        head = ".".join(parts[:cut])
+        if head in CANONICAL:
+            return CANONICAL[head] + "." + ".".join(parts[cut:])
+    return qualname
+
+
+def dotted_name(node: cst.CSTNode) -> Optional[str]:
+    """`a.b.c` for Name/Attribute chains, else None (calls, subscripts, ...)."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+class Names(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self._cache = {}
+
+    def qualified(self, node: cst.CSTNode) -> FrozenSet[str]:
+        """Every canonical qualified name `node` may denote (empty when unknown)."""
+        cached = self._cache.get(node)
+        if cached is None:
+            cached = self._cache[node] = frozenset(self._resolve(node, set()))
+        return cached
+
+    def is_(self, node: cst.CSTNode, *qualnames: str) -> bool:
+        found = self.qualified(node)
+        return any(q in found for q in qualnames)
+
+    def matches_suffix(self, node: cst.CSTNode, *suffixes: str) -> bool:
+        """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""
+        return any(q == s or q.endswith("." + s) for q in self.qualified(node) for s in suffixes)
+
+    def call_is(self, call: cst.CSTNode, *qualnames: str) -> bool:
+        return isinstance(call, cst.Call) and self.is_(call.func, *qualnames)
+
+    def imports(self, prefix: str) -> bool:
+        """Does the file import `prefix` or something under it (anywhere)?"""
+        for scope in self.scopes.iter_scopes():
+            for bindings in scope.bindings.values():
+                for b in bindings:
+                    if (
+                        b.kind == "import"
+                        and b.qualname
+                        and (b.qualname == prefix or b.qualname.startswith(prefix + "."))
+                    ):
+                        return True
+            for star in scope.star_imports:
+                if star == prefix or star.startswith(prefix + "."):
+                    return True
+        return False
+
+    def imported_names(self) -> Iterable[str]:
+        for scope in self.scopes.iter_scopes():
+            for bindings in scope.bindings.values():
+                for b in bindings:
+                    if b.kind == "import" and b.qualname:
+                        yield b.qualname
+
+    # -- resolution ---------------------------------------------------------------------------
+
+    def _resolve(self, node: cst.CSTNode, seen: Set[cst.CSTNode]) -> Set[str]:
+        if node in seen:
+            return set()
+        seen.add(node)
+        if isinstance(node, cst.Name):
+            return self._resolve_name(node, seen)
+        if isinstance(node, cst.Attribute):
+            return {
+                canonical(f"{base}.{node.attr.value}") for base in self._resolve(node.value, seen)
+            }
+        return set()
+
+    def _resolve_name(self, node: cst.Name, seen: Set[cst.CSTNode]) -> Set[str]:
+        bindings = self.scopes.lookup(node.value, node)
+        out: Set[str] = set()
+        if not bindings:
+            for star in self._star_imports_for(node):
+                out.add(canonical(f"{star}.{node.value}"))
+            return out
+        for binding in bindings:
+            if binding.kind == "import" and binding.qualname:
+                out.add(canonical(binding.qualname))
+            elif (
+                binding.kind in ("assign", "annassign")
+                and binding.value is not None
+                and isinstance(binding.value, (cst.Name, cst.Attribute))
+            ):
+                # `DP = nn.DataParallel`: an alias, not a new object.
+                resolved = self._resolve(binding.value, seen)
+                out.update(resolved or {LOCAL_PREFIX + node.value})
+            else:
+                out.add(LOCAL_PREFIX + node.value)
+        return out
+
+    def _star_imports_for(self, node: cst.CSTNode):
+        scope = self.scopes.scope_of(node)
+        while scope is not None:
+            yield from scope.star_imports
+            scope = scope.parent

@@ -1,0 +1,307 @@
+"""Scopes and bindings: which assignments, imports and definitions a name can refer to.
+
+Flow-insensitive, like Python's own rule for what is local: a name assigned anywhere in a
+function is local to all of it. Lookups follow LEGB and skip class bodies for nested functions.
+Comprehension variables are treated as bindings of the enclosing scope (close enough for linting:
+they are only ever looked up inside the comprehension).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Union
+
+import libcst as cst
+
+from . import Analysis
+
+ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
+
+
+@dataclass
+class Binding:
+    name: str
+    kind: str  # import, assign, augassign, annassign, for, with, except, def, class, param,
+    #           global, walrus, comprehension, del, unpack
+    node: cst.CSTNode  # the binding site (the Name being bound, or the def/class/import alias)
+    statement: Optional[cst.CSTNode]  # the statement that binds (Assign, For, Import, ...)
+    value: Optional[cst.BaseExpression] = None  # the assigned expression for plain `name = value`
+    qualname: Optional[str] = None  # for imports: "torch.nn.DataParallel", ".models.Head"
+    scope: Optional["Scope"] = None
+
+
+@dataclass
+class Scope:
+    node: ScopeNode
+    kind: str  # module, function, class, lambda
+    parent: Optional["Scope"]
+    bindings: Dict[str, List[Binding]] = field(default_factory=dict)
+    globals_: set = field(default_factory=set)
+    nonlocals: set = field(default_factory=set)
+    star_imports: List[str] = field(default_factory=list)
+
+    def add(self, binding: Binding) -> None:
+        binding.scope = self
+        self.bindings.setdefault(binding.name, []).append(binding)
+
+
+class Scopes(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.tree = ctx.tree
+        self.module_scope = Scope(ctx.module, "module", None)
+        self.by_node: Dict[cst.CSTNode, Scope] = {ctx.module: self.module_scope}
+        self._build()
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        """The scope in which `node` is evaluated."""
+        child = node
+        parent = self.tree.parent(node)
+        while parent is not None:
+            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+                # Defaults, annotations and decorators run in the enclosing scope.
+                if child is parent.body or (
+                    isinstance(child, cst.Param) and child in _params_of(parent)
+                ):
+                    return self.by_node[parent]
+            elif isinstance(parent, cst.ClassDef):
+                if child is parent.body:
+                    return self.by_node[parent]
+            elif isinstance(parent, cst.Module):
+                return self.module_scope
+            child = parent
+            parent = self.tree.parent(parent)
+        return self.module_scope
+
+    def lookup(self, name: str, at: cst.CSTNode) -> List[Binding]:
+        """The bindings `name` may refer to when evaluated at node `at` (LEGB)."""
+        scope: Optional[Scope] = self.scope_of(at)
+        first = True
+        while scope is not None:
+            if name in scope.globals_:
+                scope = self.module_scope
+                first = False
+                continue
+            if scope.kind == "class" and not first:
+                scope = scope.parent
+                continue
+            found = scope.bindings.get(name)
+            if found:
+                return self._reaching(found, at, scope) if first else found
+            first = False
+            scope = scope.parent
+        return []
+
+    def _reaching(self, bindings: List[Binding], at: cst.CSTNode, scope: Scope) -> List[Binding]:
+        """In straight-line code of the same scope, the last binding before `at` wins; bindings
+        inside branches, loops and try blocks may or may not have run, so they all count."""
+        if len(bindings) == 1:
+            return bindings
+        index = self.tree.index
+        use = index.get(at, -1)
+        before = [b for b in bindings if index.get(b.node, -1) < use]
+        if not before:
+            return bindings  # used before any binding here: a loop or a later call
+        reaching: List[Binding] = []
+        for binding in reversed(before):
+            reaching.append(binding)
+            if not self._conditional(binding, scope):
+                break
+        reaching.reverse()
+        # Inside a loop, a binding later in the same loop reaches the next iteration's use.
+        loops = [a for a in self._ancestors_until(at, scope) if isinstance(a, (cst.For, cst.While))]
+        if loops:
+            for binding in bindings:
+                if index.get(binding.node, -1) > use and any(
+                    loop in self._ancestors_until(binding.node, scope) for loop in loops
+                ):
+                    reaching.append(binding)
+        return reaching
+
+    def _ancestors_until(self, node: cst.CSTNode, scope: Scope) -> List[cst.CSTNode]:
+        out = []
+        for ancestor in self.tree.ancestors(node):
+            if ancestor is scope.node:
+                break
+            out.append(ancestor)
+        return out
+
+    def _conditional(self, binding: Binding, scope: Scope) -> bool:
+        node = binding.statement or binding.node
+        for ancestor in self.tree.ancestors(node):
+            if ancestor is scope.node:
+                return False
+            if isinstance(ancestor, _BRANCHES):
+                return True
+        return False
+
+    def bindings_in_function(self, func: cst.CSTNode) -> Dict[str, List[Binding]]:
+        scope = self.by_node.get(func)
+        return scope.bindings if scope else {}
+
+    def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+        scope = self.scope_of(node)
+        while scope is not None and scope.kind not in ("function", "module"):
+            scope = scope.parent
+        if scope is not None and scope.kind == "function":
+            return scope.node  # type: ignore[return-value]
+        return None
+
+    def iter_scopes(self) -> Iterator[Scope]:
+        return iter(self.by_node.values())
+
+    # -- building -----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        tree = self.tree
+        # Create scopes first, in document order, so parents exist before children.
+        for node in tree.order:
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                parent_scope = self.scope_of(node)
+                kind = {cst.FunctionDef: "function", cst.ClassDef: "class"}.get(
+                    type(node), "lambda"
+                )
+                self.by_node[node] = Scope(node, kind, parent_scope)
+        for node in tree.order:
+            handler = _BINDERS.get(type(node))
+            if handler is not None:
+                handler(self, node)
+
+    def _bind_target(self, target: cst.BaseExpression, kind: str, stmt, value=None) -> None:
+        if isinstance(target, cst.Name):
+            self.scope_of(target).add(Binding(target.value, kind, target, stmt, value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                inner = element.value
+                self._bind_target(inner, "unpack" if kind == "assign" else kind, stmt)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_target(target.value, kind, stmt)
+
+    def _on_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind_target(target.target, "assign", node, node.value)
+
+    def _on_annassign(self, node: cst.AnnAssign) -> None:
+        self._bind_target(node.target, "annassign", node, node.value)
+
+    def _on_augassign(self, node: cst.AugAssign) -> None:
+        self._bind_target(node.target, "augassign", node, node.value)
+
+    def _on_for(self, node: cst.For) -> None:
+        self._bind_target(node.target, "for", node)
+
+    def _on_compfor(self, node: cst.CompFor) -> None:
+        self._bind_target(node.target, "comprehension", node)
+
+    def _on_with(self, node: cst.With) -> None:
+        for item in node.items:
+            if item.asname is not None:
+                self._bind_target(item.asname.name, "with", node)
+
+    def _on_except(self, node) -> None:
+        if node.name is not None:
+            self._bind_target(node.name.name, "except", node)
+
+    def _on_walrus(self, node: cst.NamedExpr) -> None:
+        scope = self.scope_of(node)
+        # PEP 572: the target binds in the enclosing function, never in a comprehension.
+        self._add_to(scope, Binding(node.target.value, "walrus", node.target, node, node.value))
+
+    def _add_to(self, scope: Scope, binding: Binding) -> None:
+        scope.add(binding)
+
+    def _on_def(self, node) -> None:
+        scope = self.scope_of(node)
+        kind = "class" if isinstance(node, cst.ClassDef) else "def"
+        scope.add(Binding(node.name.value, kind, node, node))
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)) or kind == "def":
+            own = self.by_node[node]
+            for param in _params_of(node):
+                own.add(Binding(param.name.value, "param", param, node))
+
+    def _on_lambda(self, node: cst.Lambda) -> None:
+        own = self.by_node[node]
+        for param in _params_of(node):
+            own.add(Binding(param.name.value, "param", param, node))
+
+    def _on_import(self, node: cst.Import) -> None:
+        scope = self.scope_of(node)
+        for alias in node.names:
+            dotted = _dotted(alias.name)
+            if alias.asname is not None:
+                name = alias.asname.name.value  # type: ignore[union-attr]
+                scope.add(Binding(name, "import", alias, node, qualname=dotted))
+            else:
+                top = dotted.split(".")[0]
+                scope.add(Binding(top, "import", alias, node, qualname=top))
+
+    def _on_import_from(self, node: cst.ImportFrom) -> None:
+        scope = self.scope_of(node)
+        module = _dotted(node.module) if node.module is not None else ""
+        dots = "." * len(node.relative)
+        base = f"{dots}{module}"
+        if isinstance(node.names, cst.ImportStar):
+            scope.star_imports.append(base)
+            return
+        for alias in node.names:
+            imported = _dotted(alias.name)
+            name = alias.asname.name.value if alias.asname is not None else imported  # type: ignore
+            qual = f"{base}.{imported}" if not base.endswith(".") else f"{base}{imported}"
+            scope.add(Binding(name, "import", alias, node, qualname=qual))
+
+    def _on_global(self, node: cst.Global) -> None:
+        scope = self.scope_of(node)
+        for item in node.names:
+            scope.globals_.add(item.name.value)
+
+    def _on_nonlocal(self, node: cst.Nonlocal) -> None:
+        scope = self.scope_of(node)
+        for item in node.names:
+            scope.nonlocals.add(item.name.value)
+
+
+def _params_of(node) -> List[cst.Param]:
+    params = node.params
+    out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    if isinstance(params.star_arg, cst.Param):
+        out.append(params.star_arg)
+    if params.star_kwarg is not None:
+        out.append(params.star_kwarg)
+    return out
+
+
+def _dotted(node) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return ""
+
+
+_BRANCHES = (cst.If, cst.Try, cst.For, cst.While, cst.With, cst.IfExp, cst.BooleanOperation)
+if hasattr(cst, "TryStar"):
+    _BRANCHES = _BRANCHES + (cst.TryStar,)
+if hasattr(cst, "Match"):
+    _BRANCHES = _BRANCHES + (cst.Match,)
+
+_BINDERS = {
+    cst.Assign: Scopes._on_assign,
+    cst.AnnAssign: Scopes._on_annassign,
+    cst.AugAssign: Scopes._on_augassign,
+    cst.For: Scopes._on_for,
+    cst.CompFor: Scopes._on_compfor,
+    cst.With: Scopes._on_with,
+    cst.ExceptHandler: Scopes._on_except,
+    cst.NamedExpr: Scopes._on_walrus,
+    cst.FunctionDef: Scopes._on_def,
+    cst.ClassDef: Scopes._on_def,
+    cst.Lambda: Scopes._on_lambda,
+    cst.Import: Scopes._on_import,
+    cst.ImportFrom: Scopes._on_import_from,
+    cst.Global: Scopes._on_global,
+    cst.Nonlocal: Scopes._on_nonlocal,
+}
+if hasattr(cst, "ExceptStarHandler"):
+    _BINDERS[cst.ExceptStarHandler] = Scopes._on_except

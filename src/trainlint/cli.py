@@ -1,0 +1,268 @@
+"""The command line: arguments -> Settings -> run -> report -> exit code.
+
+    trainlint [check] [PATH...] [--fix] [--unsafe-fixes] [--diff] [--select ...] ...
+    trainlint rule TRL201
+    trainlint rules
+    trainlint --version
+
+Exit codes: 0 nothing left to report, 1 findings remain (or --diff would change something),
+2 usage, configuration or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from . import __version__
+from .config import ConfigError, Settings, load_settings, validate_codes
+from .report import FORMATS, ReportContext, get_reporter
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+COMMANDS = ("check", "rule", "rules")
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so every error is one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _codes(value: str) -> List[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="trainlint",
+        description="Find the bugs in PyTorch training scripts that waste GPU-hours.",
+        epilog="`check` is the default command: `trainlint --fix .` works.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainlint {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    check = sub.add_parser("check", help="check files and folders (default command)")
+    check.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .)")
+    check.add_argument("--fix", action="store_true", help="apply safe fixes")
+    check.add_argument(
+        "--unsafe-fixes",
+        dest="unsafe_fixes",
+        action="store_true",
+        default=None,
+        help="also apply (with --fix) or show as fixable the fixes that may change behaviour",
+    )
+    check.add_argument(
+        "--no-unsafe-fixes", dest="unsafe_fixes", action="store_false", help=argparse.SUPPRESS
+    )
+    check.add_argument(
+        "--diff", action="store_true", help="print the diff --fix would apply; write nothing"
+    )
+    check.add_argument("--select", type=_codes, action="append", help="codes or prefixes, or ALL")
+    check.add_argument("--extend-select", type=_codes, action="append", help="add to the selection")
+    check.add_argument("--ignore", type=_codes, action="append", help="codes or prefixes to skip")
+    check.add_argument(
+        "--output-format",
+        choices=FORMATS,
+        default="text",
+        help="text (default: findings with code frames), concise, json",
+    )
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
+    check.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 if any file was fixed (for pre-commit), even when nothing remains",
+    )
+    check.add_argument("--config", type=Path, help="a pyproject.toml or trainlint.toml to use")
+    check.add_argument("--isolated", action="store_true", help="ignore every configuration file")
+    check.add_argument(
+        "--force-exclude",
+        action="store_true",
+        default=None,
+        help="apply excludes to paths given on the command line too (pre-commit)",
+    )
+    check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+
+    rule = sub.add_parser("rule", help="explain a rule: trainlint rule TRL201")
+    rule.add_argument("code")
+
+    sub.add_parser("rules", help="list every rule")
+    return parser
+
+
+def _normalise_argv(argv: Sequence[str]) -> List[str]:
+    args = list(argv)
+    if not args:
+        return ["check"]
+    if args[0] in COMMANDS or args[0] in ("-h", "--help", "--version"):
+        return args
+    return ["check", *args]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(_normalise_argv(argv))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0)
+    try:
+        if args.command == "rule":
+            return cmd_rule(args.code)
+        if args.command == "rules":
+            return cmd_rules()
+        return cmd_check(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `trainlint ... | head`
+        return EXIT_FINDINGS
+
+
+def cmd_rule(code: str) -> int:
+    from .rules import all_rules
+
+    rules = all_rules()
+    rule = rules.get(code.upper())
+    if rule is None:
+        print(f"error: unknown rule {code!r} (see `trainlint rules`)", file=sys.stderr)
+        return EXIT_ERROR
+    default = "on" if rule.default_enabled() else "off (select it to enable)"
+    print(f"# {rule.code} {rule.name}\n")
+    print(f"Severity: {rule.severity.value}. Default: {default}. Fix: {rule.fix_label()}.\n")
+    print(rule.explanation())
+    return EXIT_CLEAN
+
+
+def cmd_rules() -> int:
+    from .rules import all_rules
+
+    rows = [("code", "name", "severity", "default", "fix")]
+    for code, rule in all_rules().items():
+        rows.append(
+            (
+                code,
+                rule.name,
+                rule.severity.value,
+                "on" if rule.default_enabled() else "off",
+                rule.fix_label(),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for i, row in enumerate(rows):
+        print("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    return EXIT_CLEAN
+
+
+def _flatten(values: Optional[List[List[str]]]) -> Optional[List[str]]:
+    if values is None:
+        return None
+    return [code for group in values for code in group]
+
+
+def settings_from_args(args: argparse.Namespace, paths: Sequence[Path]) -> Settings:
+    settings = load_settings(paths, args.config, isolated=args.isolated)
+    select = _flatten(args.select)
+    if select is not None:
+        settings.select = validate_codes(select, "--select")
+    extend = _flatten(args.extend_select)
+    if extend:
+        settings.extend_select = settings.extend_select + validate_codes(extend, "--extend-select")
+    ignore = _flatten(args.ignore)
+    if ignore:
+        settings.ignore = settings.ignore + validate_codes(ignore, "--ignore")
+    if args.unsafe_fixes is not None:
+        settings.unsafe_fixes = args.unsafe_fixes
+    if args.force_exclude:
+        settings.force_exclude = True
+    return settings
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .files import discover
+    from .runner import run
+
+    paths = [Path(p) for p in args.paths] or [Path(".")]
+    settings = settings_from_args(args, paths)
+    found = discover(paths, settings)
+    for error in found.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if found.errors and not found.files:
+        return EXIT_ERROR
+
+    result = run(
+        found.files,
+        settings,
+        fix=args.fix,
+        unsafe=settings.unsafe_fixes,
+        diff=args.diff,
+    )
+    for error in result.errors:
+        print(f"error: {error}", file=sys.stderr)
+    for crash in result.crashes:
+        print(f"error: {crash.describe()}", file=sys.stderr)
+
+    internal_error = bool(found.errors or result.errors or result.crashes)
+    if args.diff:
+        text = result.diff()
+        sys.stdout.write(text)
+        if not args.quiet:
+            n = result.fixed
+            print(
+                f"Would fix {n} finding{'s' if n != 1 else ''}"
+                f" ({len(result.diagnostics)} would remain).",
+                file=sys.stderr,
+            )
+        if internal_error:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if text else EXIT_CLEAN
+
+    sources = {
+        display: state.source
+        for display, state in result.states.items()
+        if state.source is not None
+    }
+    ctx = ReportContext(
+        sources=sources,
+        unsafe_fixes=settings.unsafe_fixes,
+        fixed=result.fixed,
+        fix_mode=args.fix,
+    )
+    reporter = get_reporter(args.output_format)
+    if args.quiet and args.output_format in ("text", "full", "concise"):
+        from .report.text import headline
+
+        for d in result.diagnostics:
+            print(headline(d, ctx))
+    else:
+        reporter(result.diagnostics, ctx, sys.stdout)
+    sys.stdout.flush()
+
+    if internal_error:
+        return EXIT_ERROR
+    if args.fix and args.exit_non_zero_on_fix and result.fixed:
+        return EXIT_FINDINGS
+    if result.diagnostics and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

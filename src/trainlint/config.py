@@ -1,0 +1,337 @@
+"""Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
+
+Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
+extend-exclude, force-exclude, unsafe-fixes, plus the options rules declare (`Rule.options`).
+An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+if sys.version_info >= (3, 11):  # pragma: no cover - depends on the interpreter
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
+
+DEFAULT_EXCLUDES: Tuple[str, ...] = (
+    ".bzr",
+    ".direnv",
+    ".eggs",
+    ".git",
+    ".hg",
+    ".ipynb_checkpoints",
+    ".mypy_cache",
+    ".nox",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".svn",
+    ".tox",
+    ".trainlint_cache",
+    ".venv",
+    "__pycache__",
+    "__pypackages__",
+    "_build",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    "venv",
+)
+
+
+class ConfigError(Exception):
+    """A configuration problem, shown as one line; exit code 2."""
+
+
+@dataclass
+class Settings:
+    select: Optional[List[str]] = None  # None: the default set (every rule that is not info)
+    extend_select: List[str] = field(default_factory=list)
+    ignore: List[str] = field(default_factory=list)
+    per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
+    exclude: List[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDES))
+    extend_exclude: List[str] = field(default_factory=list)
+    force_exclude: bool = False
+    unsafe_fixes: bool = False
+    options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
+    root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
+    config_path: Optional[Path] = None
+
+    # -- which rules run ----------------------------------------------------------------------
+
+    def enabled_codes(self) -> FrozenSet[str]:
+        from .rules import all_rules
+
+        rules = all_rules()
+        enabled = set()
+        for code, rule in rules.items():
+            if _selected(
+                code, rule.default_enabled(), self.select, self.extend_select, self.ignore
+            ):
+                enabled.add(code)
+        return frozenset(enabled)
+
+    def codes_for(self, path: str) -> FrozenSet[str]:
+        """Enabled codes for one file, after per-file-ignores."""
+        enabled = self.enabled_codes()
+        if not self.per_file_ignores:
+            return enabled
+        ignored: List[str] = []
+        rel = self.relative(path)
+        for pattern, codes in self.per_file_ignores.items():
+            if path_matches(rel, pattern):
+                ignored.extend(codes)
+        if not ignored:
+            return enabled
+        return frozenset(
+            c for c in enabled if not any(c.startswith(p) or p == "ALL" for p in ignored)
+        )
+
+    def relative(self, path: str) -> str:
+        p = Path(path)
+        try:
+            return p.resolve().relative_to(self.root.resolve()).as_posix()
+        except (ValueError, OSError):
+            return p.as_posix()
+
+    def is_excluded(self, path: Path) -> bool:
+        rel = self.relative(str(path))
+        for pattern in list(self.exclude) + list(self.extend_exclude):
+            if path_matches(rel, pattern):
+                return True
+        return False
+
+    def fingerprint(self) -> str:
+        """Everything that changes the findings for a given file's content (cache key part)."""
+        data = {
+            "enabled": sorted(self.enabled_codes()),
+            "per_file_ignores": self.per_file_ignores,
+            "options": self.options,
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _matches(code: str, selector: str) -> int:
+    """Specificity of `selector` for `code`: 0 = no match, else the matched prefix length."""
+    selector = selector.upper()
+    if selector == "ALL":
+        return 1
+    if code.startswith(selector):
+        return len(selector) + 1
+    return 0
+
+
+def _selected(
+    code: str,
+    default_on: bool,
+    select: Optional[Sequence[str]],
+    extend_select: Sequence[str],
+    ignore: Sequence[str],
+) -> bool:
+    """Most specific selector wins (as in ruff); a tie between select and ignore ignores.
+
+    Info-level rules are never on by default, but any explicit selector that matches them
+    (`ALL`, `TRL`, `TRL5`, `TRL501`) turns them on.
+    """
+    best_on = 0
+    if select is None:
+        best_on = 1 if default_on else 0
+    else:
+        best_on = max((_matches(code, s) for s in select), default=0)
+    best_on = max([best_on] + [_matches(code, s) for s in extend_select])
+    best_off = max((_matches(code, s) for s in ignore), default=0)
+    return best_on > 0 and best_on > best_off
+
+
+def path_matches(rel_posix: str, pattern: str) -> bool:
+    """Glob semantics close to ruff's: a pattern without `/` matches any path component or the
+    file name; with `/` it matches the path from the root; `**` spans directories."""
+    pattern = pattern.strip()
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    pattern = pattern.rstrip("/")
+    if not pattern:
+        return False
+    path = PurePosixPath(rel_posix)
+    if "/" not in pattern:
+        return any(
+            fnmatch.fnmatchcase(part, pattern) for part in path.parts
+        ) or fnmatch.fnmatchcase(rel_posix, pattern)
+    candidates = [pattern]
+    if "**/" in pattern:
+        candidates.append(pattern.replace("**/", ""))
+    for candidate in candidates:
+        if fnmatch.fnmatchcase(rel_posix, candidate):
+            return True
+        # A directory pattern matches everything under it.
+        if fnmatch.fnmatchcase(rel_posix, candidate.rstrip("/") + "/*"):
+            return True
+    return False
+
+
+# -- reading configuration --------------------------------------------------------------------
+
+_CORE_KEYS: Dict[str, Any] = {
+    "select": list,
+    "extend-select": list,
+    "ignore": list,
+    "per-file-ignores": dict,
+    "exclude": list,
+    "extend-exclude": list,
+    "force-exclude": bool,
+    "unsafe-fixes": bool,
+}
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest folder at or above `start` holding pyproject.toml, setup.cfg or .git."""
+    start = start.resolve()
+    if start.is_file():
+        start = start.parent
+    for folder in [start, *start.parents]:
+        if any((folder / marker).exists() for marker in ROOT_MARKERS):
+            return folder
+    return start
+
+
+def find_config(start: Path) -> Optional[Path]:
+    """The nearest pyproject.toml at or above `start` that has a [tool.trainlint] table."""
+    start = start.resolve()
+    if start.is_file():
+        start = start.parent
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                # A broken pyproject.toml that does not belong to us is not our error unless it
+                # is the one we would read: report it when it mentions trainlint.
+                text = candidate.read_text(encoding="utf-8", errors="replace")
+                if "[tool.trainlint" in text:
+                    return candidate
+                continue
+            if "trainlint" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def load_table(path: Path) -> Dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid UTF-8")
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}")
+    if path.name == "pyproject.toml" or "tool" in data:
+        table = data.get("tool", {}).get("trainlint", {})
+    else:
+        table = data  # a dedicated trainlint.toml holds the keys at top level
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.trainlint] must be a table")
+    return table
+
+
+def known_keys() -> Dict[str, Any]:
+    from .rules import all_rules
+
+    keys = dict(_CORE_KEYS)
+    for rule in all_rules().values():
+        keys.update(rule.options)
+    return keys
+
+
+def validate_codes(codes: Iterable[str], where: str) -> List[str]:
+    from .rules import all_rules
+
+    known = list(all_rules())
+    out = []
+    for raw in codes:
+        if not isinstance(raw, str):
+            raise ConfigError(f"{where}: {raw!r} is not a rule code")
+        code = raw.strip().upper()
+        if not code:
+            continue
+        if code != "ALL" and not any(k.startswith(code) for k in known):
+            raise ConfigError(f"{where}: unknown rule selector {raw!r} (see `trainlint rules`)")
+        out.append(code)
+    return out
+
+
+def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settings:
+    keys = known_keys()
+    settings = Settings(root=root)
+    for key, value in table.items():
+        expected = keys.get(key)
+        if expected is None:
+            near = [k for k in keys if k.replace("-", "_") == key.replace("-", "_")]
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{where}: unknown key {key!r} in [tool.trainlint]{hint}")
+        if not isinstance(value, expected):
+            raise ConfigError(
+                f"{where}: {key!r} must be a {expected.__name__}, not {type(value).__name__}"
+            )
+        if expected is list and not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key!r} must be a list of strings")
+    if "select" in table:
+        settings.select = validate_codes(table["select"], f"{where}: select")
+    settings.extend_select = validate_codes(
+        table.get("extend-select", []), f"{where}: extend-select"
+    )
+    settings.ignore = validate_codes(table.get("ignore", []), f"{where}: ignore")
+    pfi = table.get("per-file-ignores", {})
+    for pattern, codes in pfi.items():
+        if isinstance(codes, str):
+            codes = [codes]
+        if not isinstance(codes, list):
+            raise ConfigError(f"{where}: per-file-ignores[{pattern!r}] must be a list of codes")
+        settings.per_file_ignores[pattern] = validate_codes(
+            codes, f"{where}: per-file-ignores[{pattern!r}]"
+        )
+    if "exclude" in table:
+        settings.exclude = list(table["exclude"])
+    settings.extend_exclude = list(table.get("extend-exclude", []))
+    settings.force_exclude = bool(table.get("force-exclude", False))
+    settings.unsafe_fixes = bool(table.get("unsafe-fixes", False))
+    for key in keys:
+        if key not in _CORE_KEYS and key in table:
+            settings.options[key] = table[key]
+    return settings
+
+
+def load_settings(
+    paths: Sequence[Path],
+    config: Optional[Path] = None,
+    *,
+    isolated: bool = False,
+) -> Settings:
+    """Settings from `--config FILE`, or the nearest pyproject.toml above the first path."""
+    first = Path(paths[0]) if paths else Path.cwd()
+    if config is not None:
+        if not config.is_file():
+            raise ConfigError(f"config file {config} does not exist")
+        table = load_table(config)
+        root = find_project_root(config.parent)
+        settings = settings_from_table(table, str(config), root)
+        settings.config_path = config
+        return settings
+    root = find_project_root(first if first.exists() else Path.cwd())
+    if isolated:
+        return Settings(root=root)
+    found = find_config(first if first.exists() else Path.cwd())
+    if found is None:
+        return Settings(root=root)
+    settings = settings_from_table(load_table(found), str(found), found.parent)
+    settings.config_path = found
+    return settings

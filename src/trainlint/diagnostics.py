@@ -1,0 +1,159 @@
+"""What a rule reports: Diagnostic, Fix, Edit, Severity, Applicability.
+
+Everything here is plain data (cacheable, picklable for worker processes). Positions follow the
+engine's convention: rows 1-based, columns 0-based; reporters convert for output.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Tuple
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"  # will crash later, or be silently wrong
+    WARNING = "warning"  # likely a bug
+    INFO = "info"  # performance or style; off by default
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Applicability(str, enum.Enum):
+    SAFE = "safe"  # only the bug changes; applied by --fix
+    UNSAFE = "unsafe"  # may change behaviour; applied only with --unsafe-fixes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace text[start:end] with `content` (offsets into Source.text).
+
+    row/col/end_row/end_col say the same for reports (rows 1-based, inside the notebook cell
+    for notebooks; columns 0-based); 0 when unknown.
+    """
+
+    start: int
+    end: int
+    content: str
+    row: int = 0
+    col: int = 0
+    end_row: int = 0
+    end_col: int = 0
+
+
+@dataclass(frozen=True)
+class Fix:
+    applicability: Applicability
+    message: str
+    edits: Tuple[Edit, ...]
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    message: str
+    path: str
+    row: int
+    col: int
+    end_row: int
+    end_col: int
+    severity: Severity
+    name: str = ""  # the rule's name, e.g. "dataparallel-wrap-then-move"
+    fix: Optional[Fix] = None
+    cell: Optional[int] = None  # notebook cell (1-based) when the source is a notebook
+    # For notebooks the rows above are inside the cell; `text_row` keeps the row in the joined
+    # text that noqa handling and fixes work on.
+    text_row: Optional[int] = None
+    noqa_row: Optional[int] = None
+    related: Tuple[Tuple[str, int, int, str], ...] = ()  # (path, row, col, note): other sites
+
+    def sort_key(self) -> Tuple[Any, ...]:
+        return (self.path, self.cell or 0, self.row, self.col, self.code, self.message)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = {
+            "code": self.code,
+            "message": self.message,
+            "path": self.path,
+            "row": self.row,
+            "col": self.col,
+            "end_row": self.end_row,
+            "end_col": self.end_col,
+            "severity": self.severity.value,
+            "name": self.name,
+            "cell": self.cell,
+            "text_row": self.text_row,
+            "noqa_row": self.noqa_row,
+            "related": [list(item) for item in self.related],
+            "fix": None,
+        }
+        if self.fix is not None:
+            data["fix"] = {
+                "applicability": self.fix.applicability.value,
+                "message": self.fix.message,
+                "edits": [
+                    [e.start, e.end, e.content, e.row, e.col, e.end_row, e.end_col]
+                    for e in self.fix.edits
+                ],
+            }
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Diagnostic":
+        fix = None
+        if data.get("fix"):
+            f = data["fix"]
+            fix = Fix(
+                Applicability(f["applicability"]),
+                f["message"],
+                tuple(Edit(*edit) for edit in f["edits"]),
+            )
+        return cls(
+            code=data["code"],
+            message=data["message"],
+            path=data["path"],
+            row=data["row"],
+            col=data["col"],
+            end_row=data["end_row"],
+            end_col=data["end_col"],
+            severity=Severity(data["severity"]),
+            name=data.get("name", ""),
+            fix=fix,
+            cell=data.get("cell"),
+            text_row=data.get("text_row"),
+            noqa_row=data.get("noqa_row"),
+            related=tuple(tuple(item) for item in data.get("related", ())),  # type: ignore[misc]
+        )
+
+    def with_path(self, path: str) -> "Diagnostic":
+        return replace(self, path=path)
+
+
+@dataclass
+class RuleCrash:
+    """A rule raised while checking a file: reported on stderr, exit code 2."""
+
+    path: str
+    code: str
+    error: str  # "ValueError: ..." plus the innermost frame
+
+    def describe(self) -> str:
+        return f"{self.path}: internal error in rule {self.code}: {self.error}"
+
+
+@dataclass
+class FileResult:
+    """Everything the per-file phase learned about one file (plain data, cacheable)."""
+
+    path: str
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    crashes: List[RuleCrash] = field(default_factory=list)
+    # Small per-file facts that project-phase rules join across files (JSON-compatible).
+    facts: Dict[str, Any] = field(default_factory=dict)
+    # row -> codes named by a `# noqa` comment on that row (None: a bare `# noqa`), so that
+    # project-phase findings can be filtered without reading the file again.
+    noqa: Dict[int, Optional[Tuple[str, ...]]] = field(default_factory=dict)

@@ -1,0 +1,443 @@
+"""check(source, settings) -> FileResult: parse once, one pass, every enabled rule.
+
+Data flows one way: Source -> libcst parse -> Tree (parents, order, nodes by type) -> FileContext
+(analyses built lazily on first use) -> rules -> pending reports -> positions (only for reported
+nodes) -> Diagnostics. `# noqa` filtering happens later (runner for the CLI, flake8 itself for the
+plugin) because project-phase findings and the unused-noqa rule need the same information.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+
+import libcst as cst
+
+from . import noqa
+from .config import Settings
+from .diagnostics import Diagnostic, Edit, FileResult, Fix, RuleCrash, Severity
+from .positions import PositionIndex, Span
+from .rules import all_rules
+from .rules.base import PendingReport, Rule
+from .source import Source
+from .walk import Tree
+
+A = TypeVar("A")
+
+SYNTAX_ERROR = "TRL001"
+
+
+class EditSpec:
+    """An edit that still points at nodes; resolved to offsets once positions are known.
+
+    kinds: replace (node -> content), insert_before / insert_after (at the node's start / end),
+    line_after / line_before (a new line, indented like the statement's first line, after the
+    statement's last line or before its first), body_start (a new line before the first
+    statement of a compound statement's indented body).
+    """
+
+    __slots__ = ("kind", "node", "content")
+
+    def __init__(self, kind: str, node: cst.CSTNode, content: str) -> None:
+        self.kind = kind
+        self.node = node
+        self.content = content
+
+    def anchor_node(self) -> cst.CSTNode:
+        if self.kind == "body_start":
+            return self.node.body.body[0]  # type: ignore[attr-defined]
+        return self.node
+
+
+class FileContext:
+    """What a rule may read about the file under analysis."""
+
+    def __init__(self, source: Source, module: cst.Module, tree: Tree, settings: Settings):
+        self.source = source
+        self.module = module
+        self.tree = tree
+        self.settings = settings
+        self.path = source.path
+        self._analyses: Dict[type, Any] = {}
+        self.positions = PositionIndex(module, source, tree.parent)
+
+    # -- analyses -----------------------------------------------------------------------------
+
+    def analysis(self, cls: Type[A]) -> A:
+        found = self._analyses.get(cls)
+        if found is None:
+            found = self._analyses[cls] = cls(self)  # type: ignore[call-arg]
+        return found
+
+    @property
+    def names(self):
+        from .analysis.names import Names
+
+        return self.analysis(Names)
+
+    @property
+    def scopes(self):
+        from .analysis.scopes import Scopes
+
+        return self.analysis(Scopes)
+
+    # -- tree ---------------------------------------------------------------------------------
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.tree.parent(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        return self.tree.ancestors(node)
+
+    def nodes(self, node_type):
+        return self.tree.nodes(node_type)
+
+    def statement_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The innermost statement containing `node` (small statement or compound)."""
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            if isinstance(current, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                return current
+            current = self.tree.parent(current)
+        return None
+
+    def code(self, node: cst.CSTNode) -> str:
+        """The node's source text (libcst round-trips it exactly)."""
+        return self.module.code_for_node(node)
+
+    def span(self, node: cst.CSTNode) -> Span:
+        return self.positions.span(node)
+
+    # -- edits --------------------------------------------------------------------------------
+
+    def replace(self, node: cst.CSTNode, content: str) -> EditSpec:
+        return EditSpec("replace", node, content)
+
+    def insert_before(self, node: cst.CSTNode, content: str) -> EditSpec:
+        return EditSpec("insert_before", node, content)
+
+    def insert_after(self, node: cst.CSTNode, content: str) -> EditSpec:
+        return EditSpec("insert_after", node, content)
+
+    def line_after(self, statement: cst.CSTNode, code: str) -> EditSpec:
+        return EditSpec("line_after", statement, code)
+
+    def line_before(self, statement: cst.CSTNode, code: str) -> EditSpec:
+        return EditSpec("line_before", statement, code)
+
+    def body_start(self, compound: cst.CSTNode, code: str) -> Optional[EditSpec]:
+        """A line at the start of a compound statement's body; None for one-line bodies."""
+        body = getattr(compound, "body", None)
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            return None
+        return EditSpec("body_start", compound, code)
+
+
+# -- running the rules ------------------------------------------------------------------------
+
+
+def enabled_rules(settings: Settings, path: str) -> List[Type[Rule]]:
+    codes = settings.codes_for(path)
+    return [rule for code, rule in all_rules().items() if code in codes]
+
+
+def might_match(text: str, rules: Sequence[Type[Rule]]) -> bool:
+    """False when no rule's markers occur in the text: the file cannot produce a finding."""
+    for rule in rules:
+        if not rule.markers:
+            return True
+        for marker in rule.markers:
+            if marker in text:
+                return True
+    return False
+
+
+def check(
+    source: Source,
+    settings: Settings,
+    rules: Optional[Sequence[Type[Rule]]] = None,
+) -> FileResult:
+    if rules is None:
+        rules = enabled_rules(settings, source.path)
+    result = FileResult(path=source.path)
+    result.noqa = noqa.scan(source.lines)
+    file_rules = [r for r in rules if r.code != SYNTAX_ERROR]
+    if not file_rules and not any(r.code == SYNTAX_ERROR for r in rules):
+        return result
+    if not might_match(source.text, file_rules):
+        # Cannot match, but a broken file is still worth a TRL001 if the user asked for it
+        # (it is cheap to learn with Python's own compiler).
+        if any(r.code == SYNTAX_ERROR for r in rules):
+            error = _python_syntax_error(source)
+            if error is not None:
+                result.diagnostics.append(error)
+        return result
+    try:
+        module = cst.parse_module(source.text)
+    except cst.ParserSyntaxError as exc:
+        if any(r.code == SYNTAX_ERROR for r in rules):
+            result.diagnostics.append(_syntax_error(source, exc))
+        return result
+    except RecursionError:
+        if any(r.code == SYNTAX_ERROR for r in rules):
+            result.diagnostics.append(
+                syntax_error_diagnostic(
+                    source.path,
+                    "the file is nested too deeply for the parser (RecursionError); not analysed",
+                    1,
+                    0,
+                )
+            )
+        return result
+    tree = Tree(module)
+    ctx = FileContext(source, module, tree, settings)
+    run_rules(ctx, file_rules, result)
+    return result
+
+
+def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: FileResult) -> None:
+    instances: List[Rule] = []
+    for cls in rule_classes:
+        try:
+            instances.append(cls(ctx))
+        except Exception as exc:  # a rule's constructor is rule code too
+            result.crashes.append(_crash(ctx.path, cls.code, exc))
+    handlers: Dict[type, List[Tuple[Rule, Any]]] = {}
+    for rule in instances:
+        for attr in dir(type(rule)):
+            if attr.startswith("visit_"):
+                node_type = getattr(cst, attr[len("visit_") :], None)
+                if isinstance(node_type, type):
+                    handlers.setdefault(node_type, []).append((rule, getattr(rule, attr)))
+    crashed: set = set()
+    if handlers:
+        for node in ctx.tree.order:
+            todo = handlers.get(type(node))
+            if not todo:
+                continue
+            for rule, method in todo:
+                if rule in crashed:
+                    continue
+                try:
+                    method(node)
+                except Exception as exc:
+                    crashed.add(rule)
+                    result.crashes.append(_crash(ctx.path, rule.code, exc))
+    for rule in instances:
+        if rule in crashed:
+            continue
+        try:
+            rule.finish()
+            if rule.project:
+                facts = rule.facts()
+                if facts is not None:
+                    result.facts[rule.code] = facts
+        except Exception as exc:
+            crashed.add(rule)
+            result.crashes.append(_crash(ctx.path, rule.code, exc))
+    pending = [report for rule in instances if rule not in crashed for report in rule.reports]
+    try:
+        result.diagnostics.extend(resolve_reports(ctx, pending))
+    except Exception as exc:  # positions or edits: report against the engine, keep going
+        result.crashes.append(_crash(ctx.path, "engine", exc))
+
+
+def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:
+    if not pending:
+        return []
+    nodes: List[cst.CSTNode] = []
+    for report in pending:
+        nodes.append(report.node)
+        if report.end_node is not None:
+            nodes.append(report.end_node)
+        for node, _ in report.related:
+            nodes.append(node)
+        if report.fix is not None:
+            for spec in report.fix.edits:
+                nodes.append(spec.anchor_node())
+    ctx.positions.prepare(nodes)
+    out = []
+    for report in pending:
+        row, col, end_row, end_col = ctx.span(report.node)
+        if report.end_node is not None:
+            _, _, end_row, end_col = ctx.span(report.end_node)
+        fix = None
+        if report.fix is not None:
+            edits = tuple(_resolve_edit(ctx, spec) for spec in report.fix.edits)
+            fix = Fix(report.fix.applicability, report.fix.message, edits)
+        related = tuple((ctx.path, *ctx.span(node)[:2], note) for node, note in report.related)
+        out.append(
+            make_diagnostic(
+                ctx.source,
+                report.rule.code,
+                report.rule.name,
+                report.message,
+                report.severity,
+                (row, col, end_row, end_col),
+                fix,
+                related,
+            )
+        )
+    return out
+
+
+def make_diagnostic(
+    source: Source,
+    code: str,
+    name: str,
+    message: str,
+    severity: Severity,
+    span: Span,
+    fix: Optional[Fix] = None,
+    related: Tuple[Tuple[str, int, int, str], ...] = (),
+) -> Diagnostic:
+    row, col, end_row, end_col = span
+    diagnostic = Diagnostic(
+        code=code,
+        message=message,
+        path=source.path,
+        row=row,
+        col=col,
+        end_row=end_row,
+        end_col=end_col,
+        severity=severity,
+        name=name,
+        fix=fix,
+        text_row=row,
+        noqa_row=row,
+        related=related,
+    )
+    located = source.cell_of(row)
+    if located is not None:
+        diagnostic.cell, diagnostic.row = located
+        end = source.cell_of(end_row)
+        diagnostic.end_row = end[1] if end is not None else diagnostic.row
+        diagnostic.noqa_row = diagnostic.row
+    if fix is not None:
+        diagnostic.fix = Fix(
+            fix.applicability, fix.message, tuple(locate_edit(source, e) for e in fix.edits)
+        )
+    return diagnostic
+
+
+def locate_edit(source: Source, edit: Edit) -> Edit:
+    """The edit with report positions filled in (cell-relative rows for notebooks)."""
+    row, col = source.position(edit.start)
+    end_row, end_col = source.position(edit.end)
+    located = source.cell_of(row)
+    if located is not None:
+        row = located[1]
+        end = source.cell_of(end_row)
+        end_row = end[1] if end is not None else row
+    return Edit(edit.start, edit.end, edit.content, row, col, end_row, end_col)
+
+
+def _resolve_edit(ctx: FileContext, spec: EditSpec) -> Edit:
+    source = ctx.source
+    if spec.kind in ("replace", "insert_before", "insert_after"):
+        row, col, end_row, end_col = ctx.span(spec.node)
+        start = source.offset(row, col)
+        end = source.offset(end_row, end_col)
+        if spec.kind == "replace":
+            return Edit(start, end, spec.content)
+        at = start if spec.kind == "insert_before" else end
+        return Edit(at, at, spec.content)
+    newline = source.newline
+    anchor = spec.anchor_node()
+    row, _, end_row, _ = ctx.span(anchor)
+    line = source.line(row)
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    text = "".join(indent + part + newline for part in spec.content.split("\n"))
+    if spec.kind in ("line_before", "body_start"):
+        at = source.offset(row, 0)
+        return Edit(at, at, text)
+    # line_after: after the physical line that ends the statement.
+    starts = source.line_starts
+    if end_row < len(starts) - 1:
+        at = starts[end_row]
+        return Edit(at, at, text)
+    at = len(source.text)
+    if source.text and not source.text.endswith(("\n", "\r")):
+        text = newline + text
+    return Edit(at, at, text)
+
+
+# -- syntax errors ----------------------------------------------------------------------------
+
+_LIBCST_AT = re.compile(r"error at (\d+):(\d+)")
+
+
+def syntax_error_diagnostic(path: str, message: str, row: int, col: int) -> Diagnostic:
+    return Diagnostic(
+        code=SYNTAX_ERROR,
+        message=message,
+        path=path,
+        row=row,
+        col=col,
+        end_row=row,
+        end_col=col,
+        severity=Severity.ERROR,
+        name="syntax-error",
+        text_row=row,
+        noqa_row=row,
+    )
+
+
+def _python_syntax_error(source: Source) -> Optional[Diagnostic]:
+    try:
+        ast.parse(source.text)
+    except SyntaxError as exc:
+        row = exc.lineno or 1
+        col = max((exc.offset or 1) - 1, 0)
+        return _locate(
+            source, syntax_error_diagnostic(source.path, f"SyntaxError: {exc.msg}", row, col)
+        )
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return syntax_error_diagnostic(source.path, f"cannot parse: {exc}", 1, 0)
+    return None
+
+
+def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
+    # Python's own message ("'(' was never closed", "Missing parentheses in call to 'print'")
+    # is what users know; libcst's is a list of expected tokens. Prefer Python's when it agrees
+    # that the file is broken.
+    python = _python_syntax_error(source)
+    if python is not None:
+        return python
+    match = _LIBCST_AT.search(exc.message)
+    row, col = (int(match.group(1)), int(match.group(2))) if match else (exc.raw_line, 0)
+    message = exc.message.replace("parser error: ", "")
+    return _locate(
+        source,
+        syntax_error_diagnostic(source.path, f"cannot parse: {message}", max(row, 1), col),
+    )
+
+
+def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:
+    located = source.cell_of(diagnostic.row)
+    if located is not None:
+        diagnostic.cell, diagnostic.row = located
+        diagnostic.end_row = diagnostic.row
+        diagnostic.noqa_row = diagnostic.row
+    return diagnostic
+
+
+def _crash(path: str, code: str, exc: BaseException) -> RuleCrash:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+    return RuleCrash(path=path, code=code, error=f"{type(exc).__name__}: {exc}{where}")
+
+
+__all__ = [
+    "EditSpec",
+    "FileContext",
+    "check",
+    "enabled_rules",
+    "make_diagnostic",
+    "syntax_error_diagnostic",
+]

@@ -1,0 +1,140 @@
+"""Applying fixes: edits -> new text, and writing files back without ever losing a line.
+
+- Edits of one round never overlap: a fix whose edits touch text another fix already claimed
+  waits for the next round (the runner re-checks and repeats until nothing applies).
+- The runner refuses a round whose result does not parse (that file's fixes are rolled back and
+  reported).
+- Writes are atomic (temporary file in the same folder, then rename), keep the file's mode and
+  encoding (the text keeps its newline style because edits are inserted with it), go through
+  symlinks to their target, refuse read-only files, and refuse to overwrite a file that changed on
+  disk since it was read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, List, Sequence, Tuple
+
+from .diagnostics import Applicability, Diagnostic, Edit
+
+
+def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
+    fix = diagnostic.fix
+    if fix is None or not fix.edits:
+        return False
+    return fix.applicability is Applicability.SAFE or unsafe
+
+
+def apply_fixes(
+    text: str, diagnostics: Sequence[Diagnostic], unsafe: bool
+) -> Tuple[str, List[Diagnostic]]:
+    """Apply every non-overlapping fix; returns (new text, diagnostics whose fix was applied)."""
+    chosen: List[Diagnostic] = []
+    claimed: List[Tuple[int, int]] = []
+    candidates = [d for d in diagnostics if fixable(d, unsafe)]
+    candidates.sort(key=lambda d: (min(e.start for e in d.fix.edits), d.code))  # type: ignore
+    seen_edit_sets = set()
+    for diagnostic in candidates:
+        edits = diagnostic.fix.edits  # type: ignore[union-attr]
+        key = tuple((e.start, e.end, e.content) for e in edits)
+        if key in seen_edit_sets:
+            # Two findings with the same fix (one line, two reasons): apply it once.
+            chosen.append(diagnostic)
+            continue
+        if any(_overlaps(e, claimed) for e in edits):
+            continue
+        if any(e.start > e.end or e.end > len(text) for e in edits):
+            continue
+        seen_edit_sets.add(key)
+        chosen.append(diagnostic)
+        claimed.extend((e.start, e.end) for e in edits)
+    all_edits: List[Edit] = []
+    applied_keys = set()
+    for diagnostic in chosen:
+        for e in diagnostic.fix.edits:  # type: ignore[union-attr]
+            key = (e.start, e.end, e.content)
+            if key not in applied_keys:
+                applied_keys.add(key)
+                all_edits.append(e)
+    return apply_edits(text, all_edits), chosen
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    # Insertions at the same offset keep the order they were given in.
+    ordered = sorted(enumerate(edits), key=lambda item: (item[1].start, item[1].end, item[0]))
+    out: List[str] = []
+    cursor = 0
+    for _, edit in ordered:
+        out.append(text[cursor : edit.start])
+        out.append(edit.content)
+        cursor = max(cursor, edit.end)
+    out.append(text[cursor:])
+    return "".join(out)
+
+
+def _overlaps(edit: Edit, claimed: Sequence[Tuple[int, int]]) -> bool:
+    for start, end in claimed:
+        if edit.start < end and start < edit.end:
+            return True
+        # Two insertions at the same point, or an insertion at the edge of a replacement, would
+        # make the order of the results depend on the order of the fixes: next round.
+        if edit.start == edit.end and start <= edit.start <= end:
+            return True
+        if start == end and edit.start <= start <= edit.end:
+            return True
+    return False
+
+
+@dataclass
+class WriteError(Exception):
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: not written: {self.reason}"
+
+
+def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
+    """Replace the file's contents with `data`, atomically; raises WriteError with a reason."""
+    target = Path(os.path.realpath(path))  # write through symlinks to their target
+    try:
+        current = target.read_bytes()
+    except OSError as exc:
+        raise WriteError(str(path), f"cannot read it back ({exc.strerror or exc})")
+    if current != expected_original:
+        raise WriteError(str(path), "the file changed on disk during the run; run trainlint again")
+    try:
+        st = target.stat()
+    except OSError as exc:
+        raise WriteError(str(path), exc.strerror or str(exc))
+    # No write bit at all means "do not touch", even for root (who could write anyway).
+    if not os.access(target, os.W_OK) or not st.st_mode & 0o222:
+        raise WriteError(str(path), "the file is read-only")
+    directory = target.parent
+    try:
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".trainlint", dir=directory
+        )
+    except OSError as exc:
+        raise WriteError(str(path), f"cannot create a temporary file next to it ({exc.strerror})")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, stat.S_IMODE(st.st_mode))
+        try:
+            os.chown(tmp_name, st.st_uid, st.st_gid)
+        except (OSError, AttributeError):
+            pass  # not ours to change; the mode is what matters
+        os.replace(tmp_name, target)
+    except OSError as exc:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise WriteError(str(path), exc.strerror or str(exc))

@@ -1,0 +1,71 @@
+"""flake8 plugin: `flake8 --select TRL`.
+
+A thin adapter over the same engine. flake8 hands over the file's lines; columns go back 0-based
+(flake8 adds 1 itself). Info-level rules are added to flake8's default ignore list, so they run
+only when selected. `# noqa` is flake8's job here. Rules that join several files (the project
+phase) see only the one file flake8 gives them; `trainlint check` is the complete tool.
+
+A file libcst cannot parse yields TRL001; a rule that raises is reported on stderr and skipped,
+so one bad file or rule never stops flake8's run over the others.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Generator, List, Optional, Sequence, Tuple
+
+from . import __version__
+
+Result = Tuple[int, int, str, type]
+
+
+class TrainlintChecker:
+    name = "trainlint"
+    version = __version__
+
+    def __init__(
+        self, tree: Any = None, lines: Optional[Sequence[str]] = None, filename: str = ""
+    ) -> None:
+        self.lines = list(lines or [])
+        self.filename = filename or "stdin"
+
+    @classmethod
+    def add_options(cls, option_manager: Any) -> None:
+        from .rules import all_rules
+
+        off = [code for code, rule in all_rules().items() if not rule.default_enabled()]
+        try:
+            option_manager.extend_default_ignore(off)
+        except AttributeError:  # very old flake8
+            pass
+
+    def run(self) -> Generator[Result, None, None]:
+        try:
+            found = self._check()
+        except Exception as exc:  # never take flake8's run down with us
+            print(
+                f"trainlint: internal error on {self.filename}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return
+        for row, col, message in found:
+            yield row, col, message, type(self)
+
+    def _check(self) -> List[Tuple[int, int, str]]:
+        from pathlib import Path
+
+        from .config import Settings, find_project_root
+        from .engine import check
+        from .rules import all_rules
+        from .source import Source
+
+        # flake8 decides what is selected; run every rule and let it filter.
+        settings = Settings(root=find_project_root(Path(self.filename).parent))
+        source = Source(path=self.filename, text="".join(self.lines))
+        result = check(source, settings, rules=list(all_rules().values()))
+        for crash in result.crashes:
+            print(f"trainlint: {crash.describe()}", file=sys.stderr)
+        out = []
+        for d in sorted(result.diagnostics, key=lambda d: d.sort_key()):
+            out.append((d.row, d.col, f"{d.code} {d.message}"))
+        return out

@@ -1,0 +1,55 @@
+"""The rule registry: every `rules/**/trl*.py` module defines one rule, and nothing else."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from typing import Dict, List, Type
+
+from .base import Rule
+
+
+@lru_cache(maxsize=None)
+def _discover() -> Dict[str, Type[Rule]]:
+    found: Dict[str, Type[Rule]] = {}
+    package_path = __path__  # type: ignore[name-defined]
+    for family in sorted(pkgutil.iter_modules(package_path), key=lambda m: m.name):
+        if not family.ispkg:
+            continue
+        family_pkg = importlib.import_module(f"{__name__}.{family.name}")
+        for mod in sorted(pkgutil.iter_modules(family_pkg.__path__), key=lambda m: m.name):
+            if not mod.name.startswith("trl"):
+                continue
+            module = importlib.import_module(f"{family_pkg.__name__}.{mod.name}")
+            rules = [
+                obj
+                for obj in vars(module).values()
+                if isinstance(obj, type)
+                and issubclass(obj, Rule)
+                and obj is not Rule
+                and obj.__module__ == module.__name__
+            ]
+            if len(rules) != 1:
+                raise RuntimeError(f"{module.__name__} must define exactly one Rule subclass")
+            rule = rules[0]
+            if rule.code in found:
+                raise RuntimeError(f"duplicate rule code {rule.code} in {module.__name__}")
+            expected = f"trl{rule.code[3:]}_"
+            if not mod.name.startswith(expected.lower()):
+                raise RuntimeError(f"{module.__name__} defines {rule.code}; module name must match")
+            found[rule.code] = rule
+    return dict(sorted(found.items()))
+
+
+def all_rules() -> Dict[str, Type[Rule]]:
+    """code -> rule class, sorted by code."""
+    return _discover()
+
+
+def get_rule(code: str) -> Type[Rule]:
+    return all_rules()[code.upper()]
+
+
+def rule_list() -> List[Type[Rule]]:
+    return list(all_rules().values())

@@ -1,0 +1,1 @@
+"""DataParallel rules (TRL2xx)."""

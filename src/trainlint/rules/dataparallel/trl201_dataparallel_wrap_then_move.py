@@ -1,0 +1,300 @@
+"""TRL201 dataparallel-wrap-then-move."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import libcst as cst
+
+from ...analysis.calls import argument, int_list, method_call, needs_parentheses
+from ...analysis.devices import Device, Devices
+from ...analysis.names import dotted_name
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+DATA_PARALLEL = "torch.nn.DataParallel"
+_DTYPE_WORDS = {
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "half",
+    "double",
+    "bfloat16",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+    "long",
+    "bool",
+    "complex64",
+    "complex128",
+    "channels_last",
+}
+
+
+class DataParallelWrapThenMove(Rule):
+    """## What it does
+    Reports `nn.DataParallel(model).to(device)` and `nn.DataParallel(model).cuda(...)`: moving
+    the DataParallel *wrapper* instead of the module before wrapping it. The two-statement form
+    (`model = nn.DataParallel(model)` then `model.to(device)`) is reported when the device is
+    known to differ from `device_ids[0]` (a literal `cuda:1`, `.cuda(2)`) or may differ because
+    it comes from user input (`f"cuda:{args.gpu}"`).
+
+    ## Why is this bad
+    DataParallel keeps the module, and scatters every input batch, on `device_ids[0]`; without
+    `device_ids` that is the first visible GPU, `cuda:0`. Its forward refuses to run when the
+    parameters live anywhere else:
+
+        RuntimeError: module must have its parameters and buffers on device cuda:0
+        (device_ids[0]) but found one of them on device: cuda:1
+
+    Even when the target is `cuda:0` and it works, every replica is gathered back on GPU 0, which
+    is why users of the one-line form report that "only GPU 0 is used" and it runs out of memory
+    first. Move the module before wrapping, so that the placement is explicit and matches
+    `device_ids[0]`; better, use DistributedDataParallel, which PyTorch recommends even on one
+    machine.
+
+    The tutorial form, `model = nn.DataParallel(model)` followed by `model.to("cuda")` (or
+    `cuda:0`, or a `device` that is one of those), works and is not reported.
+
+    ## Example
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.DataParallel(model).to(device)
+
+    model = nn.DataParallel(model, device_ids=[1, 2])
+    model.to("cuda:0")  # error: device_ids[0] is cuda:1
+    ```
+
+    ## Use instead
+    ```python
+    model = nn.DataParallel(model.to(device))
+
+    model = nn.DataParallel(model.to("cuda:1"), device_ids=[1, 2])
+    ```
+
+    ## Fix safety
+    The fix rewrites `DataParallel(m, **kw).to(d)` to `DataParallel(m.to(d), **kw)` (and
+    `.cuda(...)` likewise). It is safe: `Module.to` returns the module itself, so both
+    expressions produce the same wrapper around the same, moved module. It is offered only when
+    the device is not known to differ from `device_ids[0]`, because then moving the module first
+    would still fail; those findings are errors and the message says which device to use.
+    """
+
+    code = "TRL201"
+    name = "dataparallel-wrap-then-move"
+    severity = Severity.WARNING
+    fix = "safe"
+    markers = ("DataParallel",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.names = ctx.names
+        self.devices: Devices = ctx.analysis(Devices)
+        self._sets_device: Optional[bool] = None
+
+    # -- the one-expression form --------------------------------------------------------------
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.names.is_(node.func, DATA_PARALLEL):
+            return
+        parent = self.ctx.parent(node)
+        grand = self.ctx.parent(parent) if parent is not None else None
+        if (
+            isinstance(parent, cst.Attribute)
+            and isinstance(grand, cst.Call)
+            and grand.func is parent
+        ):
+            if parent.attr.value in ("to", "cuda"):
+                self._one_expression(node, grand, parent.attr.value)
+            return
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            self._two_statements(node, parent)
+
+    def _one_expression(self, wrap: cst.Call, move: cst.Call, method: str) -> None:
+        target = self._move_target(move, method)
+        if target is None:
+            return
+        first_id, first_id_text = self._first_device_id(wrap)
+        mismatch = self._known_mismatch(target, first_id, first_id_text)
+        if mismatch:
+            self.report(
+                move,
+                self._mismatch_message(target, first_id, first_id_text),
+                severity=Severity.ERROR,
+            )
+            return
+        wrapper = self.ctx.code(wrap.func)
+        self.report(
+            move,
+            f"`{wrapper}(...).{method}(...)` moves the DataParallel wrapper after wrapping; "
+            'forward fails unless that is device_ids[0] (cuda:0 by default): "module must '
+            'have its parameters and buffers on device cuda:0 (device_ids[0])". Move the '
+            "module first, or use DistributedDataParallel",
+            fix=self._fix(wrap, move, method),
+        )
+
+    def _fix(self, wrap: cst.Call, move: cst.Call, method: str) -> Optional[PendingFix]:
+        args = list(wrap.args)
+        index = None
+        for i, arg in enumerate(args):
+            if arg.star:
+                return None
+            if arg.keyword is None or arg.keyword.value == "module":
+                index = i
+                break
+        if index is None:
+            return None
+        module_expr = args[index].value
+        if needs_parentheses(module_expr):
+            module_expr = module_expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        moved = cst.Call(
+            func=cst.Attribute(value=module_expr, attr=cst.Name(method)),
+            args=move.args,
+            whitespace_before_args=move.whitespace_before_args,
+        )
+        args[index] = args[index].with_changes(value=moved)
+        new_wrap = wrap.with_changes(args=args, lpar=move.lpar, rpar=move.rpar)
+        code = self.ctx.module.code_for_node(new_wrap)
+        module_text = self.ctx.module.code_for_node(args[index].value.func.value)
+        if "\n" in module_text or len(module_text) > 40:
+            module_text = "module"
+        wrapper = self.ctx.code(wrap.func)
+        return self.safe_fix(
+            f"Move the module before wrapping: `{wrapper}({module_text}.{method}(...))`",
+            self.ctx.replace(move, code),
+        )
+
+    # -- the two-statement form ---------------------------------------------------------------
+
+    def _two_statements(self, wrap: cst.Call, assign: cst.Assign) -> None:
+        if len(assign.targets) != 1:
+            return
+        target_expr = assign.targets[0].target
+        target = dotted_name(target_expr)
+        if target is None:
+            return
+        scope = self.ctx.scopes.scope_of(wrap)
+        for call in self._later_calls(wrap):
+            if self.ctx.scopes.scope_of(call) is not scope:
+                continue
+            if self._rebinds(call, target, wrap):
+                return
+            found = method_call(call, "to", "cuda")
+            if found is None or dotted_name(found[0]) != target:
+                continue
+            move_target = self._move_target(call, found[1])
+            if move_target is None:
+                continue
+            first_id, first_id_text = self._first_device_id(wrap)
+            if self._known_mismatch(move_target, first_id, first_id_text):
+                self.report(
+                    call,
+                    self._mismatch_message(move_target, first_id, first_id_text),
+                    severity=Severity.ERROR,
+                    related=[(wrap, "wrapped in DataParallel here")],
+                )
+            elif self._may_differ(move_target, first_id, first_id_text):
+                self.report(
+                    call,
+                    f"`{target}` is a DataParallel wrapper moved to {move_target.describe()}; "
+                    'forward fails unless that is device_ids[0] (cuda:0 by default): "module '
+                    'must have its parameters and buffers on device cuda:0 (device_ids[0])". '
+                    "Move the module first and start device_ids with its device, or use "
+                    "DistributedDataParallel",
+                    related=[(wrap, "wrapped in DataParallel here")],
+                )
+            return  # only the first move after the wrap matters
+
+    def _later_calls(self, wrap: cst.Call):
+        tree = self.ctx.tree
+        start = tree.index[wrap]
+        for call in self.ctx.nodes(cst.Call):
+            if tree.index[call] > start:
+                yield call
+
+    def _rebinds(self, call: cst.Call, target: str, wrap: cst.Call) -> bool:
+        """Is `target` assigned something else between the wrap and this call?"""
+        tree = self.ctx.tree
+        for assign in self.ctx.nodes(cst.Assign):
+            if not (tree.index[wrap] < tree.index[assign] < tree.index[call]):
+                continue
+            for t in assign.targets:
+                if dotted_name(t.target) == target:
+                    value = assign.value
+                    # `model = model.to(device)` is the move itself, not a rebinding.
+                    found = method_call(value, "to", "cuda")
+                    if found is not None and value is call:
+                        return False
+                    return True
+        return False
+
+    # -- devices ------------------------------------------------------------------------------
+
+    def _move_target(self, move: cst.Call, method: str) -> Optional[Device]:
+        if method == "cuda":
+            index = argument(move, 0, "device")
+            if index is None:
+                return Device("cuda", None, "current")
+            return self.devices.cuda_index(index)
+        device_expr = argument(move, 0, "device")
+        if device_expr is None:
+            return None  # .to(dtype=...) or .to(memory_format=...)
+        name = dotted_name(device_expr) or ""
+        if name.split(".")[-1] in _DTYPE_WORDS and name.startswith("torch."):
+            return None  # `.to(torch.float16)` casts, it does not move
+        device = self.devices.device_of(device_expr)
+        if device is not None and device.kind not in ("cuda", "unknown"):
+            return None  # cpu / mps / meta: not DataParallel's business
+        return device or Device("unknown", None, "unknown")
+
+    def _first_device_id(self, wrap: cst.Call) -> Tuple[Optional[int], Optional[str]]:
+        """(literal device_ids[0] or 0 when device_ids is absent, source text of device_ids[0])."""
+        ids = argument(wrap, 1, "device_ids")
+        if ids is None or (isinstance(ids, cst.Name) and ids.value == "None"):
+            return 0, None
+        literal = int_list(ids)
+        if literal:
+            return literal[0], None
+        if isinstance(ids, (cst.List, cst.Tuple)) and ids.elements:
+            return None, self.ctx.code(ids.elements[0].value)
+        return None, self.ctx.code(ids)
+
+    def _known_mismatch(self, target: Device, first_id: Optional[int], first_text) -> bool:
+        if first_id is None or target.kind != "cuda":
+            return False
+        if target.index is not None and target.origin == "literal":
+            return target.index != first_id
+        if target.origin == "current" and target.index is None and first_id != 0:
+            # `.cuda()` / "cuda" is the current device: cuda:0 unless set_device was called.
+            return not self._file_sets_device()
+        return False
+
+    def _may_differ(self, target: Device, first_id: Optional[int], first_text) -> bool:
+        if first_text is not None and target.index_text == first_text:
+            return False  # device_ids=[args.gpu] with .cuda(args.gpu): the same device
+        if target.user_chosen:
+            return True
+        if target.origin == "current" and first_id not in (0, None):
+            return True
+        return False
+
+    def _file_sets_device(self) -> bool:
+        if self._sets_device is None:
+            self._sets_device = any(
+                self.names.is_(c.func, "torch.cuda.set_device") for c in self.ctx.nodes(cst.Call)
+            )
+        return self._sets_device
+
+    def _mismatch_message(self, target: Device, first_id, first_text) -> str:
+        where = target.describe() if target.index is not None else "the current device"
+        found_on = target.describe() if target.index is not None else "cuda:0"
+        return (
+            f"DataParallel wrapper moved to {where} but device_ids[0] is cuda:{first_id}; "
+            'forward will fail: "module must have its parameters and buffers on device '
+            f'cuda:{first_id} (device_ids[0]) but found one of them on device: {found_on}". '
+            f"Move the module to cuda:{first_id} before wrapping, or start device_ids with "
+            f"{found_on}"
+        )

@@ -1,0 +1,227 @@
+"""Many files: read, check, join across files, fix to a fixpoint, write.
+
+The per-file phase is `check_source` (pure: Source + Settings -> FileResult); everything that
+touches the disk happens here. Output order never depends on how files were processed: findings
+are sorted by (path, cell, row, column, code).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from . import engine, noqa
+from .config import Settings
+from .diagnostics import Diagnostic, FileResult, RuleCrash
+from .fixes import WriteError, apply_fixes, fixable, write_atomic
+from .project import Project, run_project_phase
+from .rules import all_rules
+from .source import Source, SourceError
+
+MAX_FIX_ROUNDS = 10
+
+
+@dataclass
+class FileState:
+    path: Path
+    display: str
+    original: Optional[bytes] = None  # bytes as read (None when unreadable)
+    source: Optional[Source] = None  # current text (changes while fixing)
+    result: FileResult = field(default_factory=lambda: FileResult(path=""))
+    fixed: int = 0
+    frozen: bool = False  # a fix round broke this file: no more fixing
+
+
+@dataclass
+class RunResult:
+    diagnostics: List[Diagnostic] = field(default_factory=list)  # remaining, noqa applied, sorted
+    crashes: List[RuleCrash] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)  # unreadable files, refused writes, rollbacks
+    fixed: int = 0
+    changed: List[Tuple[str, str, str]] = field(default_factory=list)  # (display, old, new)
+    files: int = 0
+    states: Dict[str, FileState] = field(default_factory=dict)
+
+    def diff(self) -> str:
+        chunks = []
+        for display, old, new in self.changed:
+            chunks.extend(
+                difflib.unified_diff(
+                    old.splitlines(keepends=True),
+                    new.splitlines(keepends=True),
+                    fromfile=f"a/{display}",
+                    tofile=f"b/{display}",
+                )
+            )
+            if chunks and not chunks[-1].endswith(("\n", "\r")):
+                chunks.append("\n\\ No newline at end of file\n")
+        return "".join(chunks)
+
+
+def read_source(
+    path: Path, display: str
+) -> Tuple[Optional[bytes], Optional[Source], Optional[Diagnostic], Optional[str]]:
+    """(bytes, source, TRL001 diagnostic, io error) for one file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, None, None, f"{display}: cannot read: {exc.strerror or exc}"
+    try:
+        source = Source.from_bytes(display, data)
+    except SourceError as exc:
+        return (
+            data,
+            None,
+            engine.syntax_error_diagnostic(display, exc.message, exc.row, exc.col),
+            None,
+        )
+    return data, source, None, None
+
+
+def check_source(source: Source, settings: Settings) -> FileResult:
+    return engine.check(source, settings)
+
+
+def run(
+    files: Sequence[Tuple[Path, str]],
+    settings: Settings,
+    *,
+    fix: bool = False,
+    unsafe: bool = False,
+    diff: bool = False,
+) -> RunResult:
+    out = RunResult(files=len(files))
+    states: Dict[str, FileState] = {}
+    for path, display in files:
+        state = FileState(path=path, display=display)
+        data, source, broken, error = read_source(path, display)
+        state.original, state.source = data, source
+        state.result = FileResult(path=display)
+        if error is not None:
+            out.errors.append(error)
+            state.frozen = True
+        elif broken is not None:
+            if "TRL001" in settings.codes_for(display):
+                state.result.diagnostics.append(broken)
+            state.frozen = True
+        else:
+            state.result = check_source(source, settings)  # type: ignore[arg-type]
+        states[display] = state
+    out.states = states
+
+    project_diags, project_crashes = _project_phase(states, settings)
+    if fix or diff:
+        for _ in range(MAX_FIX_ROUNDS):
+            changed_any = False
+            by_file = _group(states, project_diags)
+            for display, state in states.items():
+                if state.frozen or state.source is None:
+                    continue
+                candidates = [d for d in by_file.get(display, []) if fixable(d, unsafe)]
+                if not candidates:
+                    continue
+                new_text, applied = apply_fixes(state.source.text, candidates, unsafe)
+                if not applied or new_text == state.source.text:
+                    continue
+                try:
+                    cst.parse_module(new_text)
+                except Exception:
+                    codes = ", ".join(sorted({d.code for d in applied}))
+                    out.errors.append(
+                        f"{display}: the fix for {codes} produced code that does not parse; "
+                        "it was rolled back (please report this as a trainlint bug)"
+                    )
+                    state.frozen = True
+                    continue
+                new_source = Source(
+                    path=display,
+                    text=new_text,
+                    encoding=state.source.encoding,
+                    kind=state.source.kind,
+                )
+                state.source = new_source
+                state.fixed += len(applied)
+                state.result = check_source(new_source, settings)
+                changed_any = True
+            if not changed_any:
+                break
+            project_diags, project_crashes = _project_phase(states, settings)
+
+    # Report what changed; write it unless only a diff was asked for.
+    reverted = False
+    for display, state in states.items():
+        if state.source is None or state.original is None:
+            continue
+        new_bytes = state.source.to_bytes()
+        if new_bytes == state.original:
+            continue
+        old_text = state.original.decode(state.source.encoding)
+        if diff:
+            out.changed.append((display, old_text, state.source.text))
+            out.fixed += state.fixed
+            continue
+        try:
+            write_atomic(state.path, new_bytes, state.original)
+        except WriteError as exc:
+            out.errors.append(str(exc))
+            # Nothing was written: what the user has on disk still has every finding.
+            state.source = Source.from_bytes(display, state.original)
+            state.result = check_source(state.source, settings)
+            state.fixed = 0
+            reverted = True
+            continue
+        out.changed.append((display, old_text, state.source.text))
+        out.fixed += state.fixed
+    if reverted:
+        project_diags, project_crashes = _project_phase(states, settings)
+    for state in states.values():
+        out.crashes.extend(state.result.crashes)
+    out.crashes.extend(project_crashes)
+    by_file = _group(states, project_diags)
+    remaining: List[Diagnostic] = []
+    for display, diagnostics in by_file.items():
+        state = states.get(display)
+        noqa_map = state.result.noqa if state is not None else {}
+        remaining.extend(d for d in diagnostics if not _suppressed(d, noqa_map))
+    remaining.sort(key=Diagnostic.sort_key)
+    out.diagnostics = remaining
+    return out
+
+
+def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
+    row = diagnostic.text_row or diagnostic.row
+    if row not in noqa_map:
+        return False
+    return noqa.suppresses(noqa_map[row], diagnostic.code)
+
+
+def _group(
+    states: Dict[str, FileState], project_diags: List[Diagnostic]
+) -> Dict[str, List[Diagnostic]]:
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for display, state in states.items():
+        by_file[display] = list(state.result.diagnostics)
+    for diagnostic in project_diags:
+        by_file.setdefault(diagnostic.path, []).append(diagnostic)
+    for display, diagnostics in by_file.items():
+        state = states.get(display)
+        noqa_map = state.result.noqa if state is not None else {}
+        by_file[display] = [d for d in diagnostics if not _suppressed(d, noqa_map)]
+    return by_file
+
+
+def _project_phase(states: Dict[str, FileState], settings: Settings):
+    rules = [r for r in all_rules().values() if r.project and r.code in settings.enabled_codes()]
+    if not rules:
+        return [], []
+    project = Project(
+        root=settings.root,
+        settings=settings,
+        results={display: state.result for display, state in states.items()},
+        paths={display: state.path for display, state in states.items()},
+    )
+    return run_project_phase(rules, project)

@@ -1,0 +1,161 @@
+"""The text trainlint analyses, and the way back from positions in it to the user's file.
+
+A `Source` is what every later stage sees: one Python text. For a `.py` file it is the decoded
+file, byte for byte (newline style, BOM and coding cookie are remembered so that a fix writes the
+file back in the same shape). Notebooks (a later stage) join their code cells into one text and
+keep a map back to (cell, row).
+
+Positions inside trainlint are (row, col): rows 1-based, columns 0-based counted in characters.
+Offsets are indexes into `Source.text`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+# Python's tokenizer ends lines only at \r\n, \r and \n; str.splitlines() also splits at form feeds,
+# \x1c..\x1e and \u2028, which would shift every row after them.
+_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+class SourceError(Exception):
+    """The file cannot be turned into text: reported as TRL001 with this message and position."""
+
+    def __init__(self, message: str, row: int = 1, col: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.row = row
+        self.col = col
+
+
+def split_lines(text: str) -> List[str]:
+    """Lines with their line endings, split exactly where Python's tokenizer splits them."""
+    return _LINE_RE.findall(text)
+
+
+def dominant_newline(text: str) -> str:
+    crlf = text.count("\r\n")
+    lf = text.count("\n") - crlf
+    cr = text.count("\r") - crlf
+    if crlf >= lf and crlf >= cr and crlf:
+        return "\r\n"
+    if cr > lf:
+        return "\r"
+    return "\n"
+
+
+@dataclass
+class Source:
+    """One unit of analysis: a Python text and where it came from."""
+
+    path: str  # as the user should see it (relative when the user gave a relative path)
+    text: str
+    encoding: str = "utf-8"  # codec used to decode the file; "utf-8-sig" when it had a BOM
+    kind: str = "python"  # "python" or "notebook"
+    # Notebook sources: for each cell that took part, (cell number, first row of the cell in
+    # `text`). Empty for plain Python files.
+    cells: List[Tuple[int, int]] = field(default_factory=list)
+    _line_starts: Optional[List[int]] = field(default=None, repr=False)
+    _lines: Optional[List[str]] = field(default=None, repr=False)
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_bytes(cls, path: str, data: bytes) -> "Source":
+        """Decode a Python file the way Python would (BOM, PEP 263 cookie, default UTF-8)."""
+        nul = data.find(b"\0")
+        if nul >= 0:
+            row = data.count(b"\n", 0, nul) + 1
+            col = nul - (data.rfind(b"\n", 0, nul) + 1)
+            raise SourceError("source contains a NUL byte", row, col)
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:  # unknown codec in the cookie, or BOM + non-utf8 cookie
+            raise SourceError(f"cannot detect the file's encoding: {exc.msg}", exc.lineno or 1, 0)
+        try:
+            codecs.lookup(encoding)
+            text = data.decode(encoding)
+        except LookupError:
+            raise SourceError(f"unknown encoding {encoding!r} in the coding cookie")
+        except UnicodeDecodeError as exc:
+            row = data.count(b"\n", 0, exc.start) + 1
+            col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1)
+            raise SourceError(
+                f"cannot decode the file as {encoding}: byte 0x{data[exc.start]:02x} is invalid "
+                f"(PEP 263: add a coding cookie, or save the file as UTF-8)",
+                row,
+                col,
+            )
+        return cls(path=path, text=text, encoding=encoding)
+
+    @classmethod
+    def from_path(cls, path: Path, display: Optional[str] = None) -> "Source":
+        return cls.from_bytes(display or str(path), path.read_bytes())
+
+    def to_bytes(self, text: Optional[str] = None) -> bytes:
+        """Encode (new) text the way the file was encoded (BOM included)."""
+        return (self.text if text is None else text).encode(self.encoding)
+
+    # -- positions ----------------------------------------------------------------------------
+
+    @property
+    def lines(self) -> List[str]:
+        if self._lines is None:
+            self._lines = split_lines(self.text)
+        return self._lines
+
+    @property
+    def line_starts(self) -> List[int]:
+        if self._line_starts is None:
+            starts = [0]
+            for line in self.lines:
+                starts.append(starts[-1] + len(line))
+            self._line_starts = starts
+        return self._line_starts
+
+    def line(self, row: int) -> str:
+        """The text of a 1-based row, without its line ending ('' past the end)."""
+        if 1 <= row <= len(self.lines):
+            return self.lines[row - 1].rstrip("\r\n")
+        return ""
+
+    def offset(self, row: int, col: int) -> int:
+        starts = self.line_starts
+        if row < 1:
+            return 0
+        if row > len(starts) - 1:
+            return len(self.text)
+        return min(starts[row - 1] + col, starts[row])
+
+    def position(self, offset: int) -> Tuple[int, int]:
+        starts = self.line_starts
+        offset = max(0, min(offset, len(self.text)))
+        index = bisect.bisect_right(starts, offset) - 1
+        if index == len(starts) - 1 and index > 0 and not self.text.endswith(("\n", "\r")):
+            # The end of a text without a final newline is the end of its last row.
+            index -= 1
+        return index + 1, offset - starts[index]
+
+    @property
+    def newline(self) -> str:
+        return dominant_newline(self.text)
+
+    # -- notebooks ----------------------------------------------------------------------------
+
+    def cell_of(self, row: int) -> Optional[Tuple[int, int]]:
+        """(cell number, row inside the cell) for a row of the joined text; None for .py files."""
+        if not self.cells:
+            return None
+        firsts = [first for _, first in self.cells]
+        index = bisect.bisect_right(firsts, row) - 1
+        if index < 0:
+            index = 0
+        cell, first = self.cells[index]
+        return cell, row - first + 1

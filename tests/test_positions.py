@@ -1,0 +1,135 @@
+"""On-demand positions must equal libcst's PositionProvider for every node, and take the fast path
+(ast anchors) on ordinary code."""
+
+from __future__ import annotations
+
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from fixture_support import FIXTURES, REPO
+from trainlint.positions import PositionIndex
+from trainlint.source import Source
+from trainlint.walk import Tree
+
+TRICKY = {
+    "decorators_elif_except": '''\
+import torch
+
+
+@torch.no_grad()
+@ staticmethod
+def f(x, *, y=torch.zeros(3)):
+    if x:
+        pass
+    elif y is None:  # comment
+        return 1
+    else:
+        return 2
+    try:
+        x = 1; y = 2
+    except (ValueError, KeyError) as err:
+        raise RuntimeError("no") from err
+    finally:
+        del x
+
+
+class A(torch.nn.Module, metaclass=type):
+    """Doc."""
+
+    x: int = 3
+
+    async def g(self):
+        async with self.lock as l, open("f") as h:
+            async for i in h:
+                await l(i)
+        return [j for j in range(3) if j]
+''',
+    "unicode_tabs_continuations": (
+        "# -*- coding: utf-8 -*-\n"
+        "nom = 'éèà'; dev = torch.device('cuda:1')  # ünïcode\n"
+        "if True:\n"
+        "\tmodel = nn.DataParallel(\n"
+        "\t\tmodel\n"
+        "\t).to(dev)\n"
+        "total = 1 + \\\n"
+        "    2\n"
+        "s = '''multi\n"
+        "line''' + f'{nom!r:>10}'\n"
+        "lam = lambda a, b=2: (a, b)\n"
+        "if x: y = 1; z = [\n"
+        "    1, 2]\n"
+    ),
+    "match_and_walrus": (
+        "def h(cmd):\n"
+        "    match cmd:\n"
+        "        case {'device': d} if (n := len(d)) > 0:\n"
+        "            return torch.device(d)\n"
+        "        case [a, *rest]:\n"
+        "            return a\n"
+        "        case _:\n"
+        "            pass\n"
+    ),
+    "crlf": "import torch\r\nif a:\r\n    x = torch.zeros(1)\r\nelse:\r\n    x = 2\r\n",
+    "no_trailing_newline": "import torch\nx = torch.ones(2)",
+    "empty": "",
+    "comments_only": "# just a comment\n\n# another\n",
+}
+
+
+def _all_python_files():
+    for path in sorted(FIXTURES.rglob("*.py")):
+        yield path.relative_to(REPO).as_posix(), path.read_text(encoding="utf-8")
+    for path in sorted((REPO / "src").rglob("*.py")):
+        yield path.relative_to(REPO).as_posix(), path.read_text(encoding="utf-8")
+    for name, text in TRICKY.items():
+        yield name, text
+
+
+CASES = list(_all_python_files())
+
+
+@pytest.mark.parametrize("name, text", CASES, ids=[c[0] for c in CASES])
+def test_spans_equal_position_provider(name, text):
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    tree = Tree(module)
+    index = PositionIndex(module, Source(path=name, text=text), tree.parent)
+    nodes = [n for n in tree.order if n is not module]
+    index.prepare(nodes)
+    mismatches = []
+    for node in nodes:
+        want = expected[node]
+        got = index.span(node)
+        if got != (want.start.line, want.start.column, want.end.line, want.end.column):
+            mismatches.append((type(node).__name__, got, want))
+    assert not mismatches[:5]
+    # Everything under a statement is found through its ast anchor, without the whole-module
+    # fallback (module-level headers/footers have no statement and may use it).
+    assert index.fallbacks == 0, f"{index.fallbacks} nodes needed the fallback"
+
+
+def test_fallback_when_ast_disagrees(monkeypatch):
+    text = "import torch\nx = torch.zeros(1)\n"
+    module = cst.parse_module(text)
+    tree = Tree(module)
+    index = PositionIndex(module, Source(path="x.py", text=text), tree.parent)
+    import trainlint.positions as positions
+
+    monkeypatch.setattr(positions.ast, "parse", lambda _: (_ for _ in ()).throw(SyntaxError("x")))
+    call = tree.nodes(cst.Call)[0]
+    assert index.span(call) == (2, 4, 2, 18)
+    assert index.fallbacks == 1
+
+
+def test_positions_for_a_single_report_are_cheap():
+    """One node in a large file regenerates one statement, not the module."""
+    body = "".join(f"x{i} = torch.zeros({i})\n" for i in range(2000))
+    text = "import torch\n" + body
+    module = cst.parse_module(text)
+    tree = Tree(module)
+    index = PositionIndex(module, Source(path="big.py", text=text), tree.parent)
+    last_call = tree.nodes(cst.Call)[-1]
+    assert index.span(last_call) == (2001, 8, 2001, 25)
+    assert index.fallbacks == 0
