@@ -82,6 +82,19 @@ def _fields_of(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+def children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """A node's children that can matter to a rule, in document order."""
+    out: List[cst.CSTNode] = []
+    node_base = cst.CSTNode
+    for name in _fields_of(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, node_base):
+            out.append(value)
+        elif type(value) in (tuple, list):
+            out.extend(item for item in value if isinstance(item, node_base))
+    return out
+
+
 class Tree:
     """The module's nodes: parent links, document order, index by type."""
 
@@ -144,23 +157,11 @@ class Tree:
 
     def descendants(self, node: cst.CSTNode):
         """Nodes under `node` (itself excluded) in document order."""
-        node_base = cst.CSTNode
-        stack: List[cst.CSTNode] = [node]
+        stack: List[cst.CSTNode] = list(reversed(children(node)))
         while stack:
             current = stack.pop()
-            if current is not node:
-                yield current
-            children: List[cst.CSTNode] = []
-            for name in _fields_of(type(current)):
-                value = getattr(current, name)
-                if isinstance(value, node_base):
-                    children.append(value)
-                elif type(value) in (tuple, list):
-                    for item in value:
-                        if isinstance(item, node_base):
-                            children.append(item)
-            children.reverse()
-            stack.extend(children)
+            yield current
+            stack.extend(reversed(children(current)))
 
     def is_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         return self.index.get(a, -1) < self.index.get(b, -1)
