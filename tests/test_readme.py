@@ -35,7 +35,9 @@ def test_ci_runs_the_readme_commands():
 def test_rule_table_lists_every_rule():
     rows = {}
     for line in README.splitlines():
-        match = re.match(r"\| (TRL\d{3}) \| ([a-z0-9-]+) \| (\w+)[^|]* \| (\w+) \|", line)
+        match = re.match(
+            r"\| \[(TRL\d{3})\]\([^)]*\) \| ([a-z0-9-]+) \| (\w+)[^|]* \| (\w+) \|", line
+        )
         if match:
             rows[match.group(1)] = match.groups()[1:]
     rules = all_rules()
@@ -45,3 +47,18 @@ def test_rule_table_lists_every_rule():
         assert name == rule.name, code
         assert severity == rule.severity.value, code
         assert fix == rule.fix_label(), code
+
+
+def test_generated_docs_are_up_to_date():
+    from trainlint import docs
+
+    assert docs.main(["--root", str(REPO), "--check"]) == 0, "run: python -m trainlint.docs"
+
+
+def test_rule_command_prints_the_same_text_as_the_docs():
+    from trainlint import docs
+
+    text = docs.rules_markdown()
+    for code, rule in all_rules().items():
+        assert rule.summary() in text
+        assert f"## {code} {rule.name}" in text

@@ -56,6 +56,8 @@ class Rule:
     code: ClassVar[str] = ""
     name: ClassVar[str] = ""
     severity: ClassVar[Severity] = Severity.WARNING
+    # When a finding can be more severe than the default ("error when ..."), for docs.
+    severity_note: ClassVar[str] = ""
     # What fix the rule can offer: "safe", "unsafe", "sometimes" (safe or unsafe by case) or None.
     fix: ClassVar[Optional[str]] = None
     # A file that contains none of these substrings cannot produce a finding and is not parsed.

@@ -86,6 +86,7 @@ class DataParallelWrapThenMove(Rule):
     code = "TRL201"
     name = "dataparallel-wrap-then-move"
     severity = Severity.WARNING
+    severity_note = "error when the device is known to differ from device_ids[0]"
     fix = "safe"
     markers = ("DataParallel",)
 
