@@ -40,6 +40,18 @@ CANONICAL = {
     "torch.cuda.device_count": "torch.cuda.device_count",
 }
 
+# Samplers, datasets and launchers the distributed rules (TRL3xx) look for.
+CANONICAL.update(
+    {
+        "torch.utils.data.sampler.BatchSampler": "torch.utils.data.BatchSampler",
+        "torch.utils.data.dataset.IterableDataset": "torch.utils.data.IterableDataset",
+        "torch.multiprocessing.spawn.spawn": "torch.multiprocessing.spawn",
+        "torch.distributed.elastic.multiprocessing.start_processes": (
+            "torch.multiprocessing.start_processes"
+        ),
+    }
+)
+
 LOCAL_PREFIX = "<local>."  # qualified name of something defined in this file
 
 

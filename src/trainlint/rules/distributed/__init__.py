@@ -1,0 +1,1 @@
+"""DDP and distributed rules (TRL3xx)."""

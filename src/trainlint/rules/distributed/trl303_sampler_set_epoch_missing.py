@@ -1,0 +1,321 @@
+"""TRL303 sampler-set-epoch-missing."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from ...analysis.calls import argument, is_false, is_none
+from ...analysis.frameworks import Frameworks
+from ...analysis.loops import LoaderFlow, LoaderUse, is_torch_dataloader
+from ...analysis.names import dotted_name
+from ...analysis.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+
+class SamplerSetEpochMissing(Rule):
+    """## What it does
+    Reports a `DistributedSampler` whose DataLoader is iterated inside an epoch loop that never
+    calls `sampler.set_epoch(epoch)` (directly, or in a helper the loop calls).
+
+    ## Why is this bad
+    A DistributedSampler shuffles with a generator seeded by `seed + epoch`, and `epoch` only
+    changes when you call `set_epoch`. Without it every epoch visits the data in exactly the same
+    order on every rank, as if shuffling were off after the first epoch. Nothing fails; the model
+    just trains on a fixed sequence of batches, which usually costs accuracy. PyTorch's
+    documentation: "calling the set_epoch() method at the beginning of each epoch before
+    creating the DataLoader iterator is necessary to make shuffling work properly across
+    multiple epochs. Otherwise, the same ordering will be always used."
+
+    Samplers built with `shuffle=False`, and code run by a framework (Lightning, Accelerate,
+    MMEngine, ... call `set_epoch` for you) are not reported.
+
+    ## Example
+    ```python
+    train_sampler = DistributedSampler(train_set)
+    train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
+    for epoch in range(args.epochs):
+        train_one_epoch(model, train_loader, optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    for epoch in range(args.epochs):
+        train_sampler.set_epoch(epoch)
+        train_one_epoch(model, train_loader, optimizer)
+    ```
+
+    ## Fix safety
+    The fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop, using the
+    sampler's name (guarded by `if sampler is not None:` when the name is None on the
+    non-distributed path) or `loader.sampler` when the sampler was built inline. It is safe:
+    `set_epoch` only changes the shuffling seed of the following epochs. It is offered only when
+    the epoch loop has a loop variable and the sampler or its loader has a name there.
+    """
+
+    code = "TRL303"
+    name = "sampler-set-epoch-missing"
+    severity = Severity.WARNING
+    fix = "safe"
+    markers = ("DistributedSampler",)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        names = ctx.names
+        self.flow: LoaderFlow = ctx.analysis(LoaderFlow)
+        frameworks: Frameworks = ctx.analysis(Frameworks)
+        for call in ctx.nodes(cst.Call):
+            if not names.is_(call.func, DISTRIBUTED_SAMPLER):
+                continue
+            if frameworks.managed(call) or is_false(argument(call, 3, "shuffle")):
+                continue
+            self._check(call, frameworks)
+
+    def _check(self, sampler: cst.Call, frameworks: Frameworks) -> None:
+        flow = self.flow
+        sampler_refs = flow.references(sampler)
+        if self._set_epoch_anywhere(sampler_refs):
+            return
+        loaders = self._loaders_of(sampler_refs)
+        if not loaders:
+            return
+        epoch_loops: List[Tuple[cst.CSTNode, LoaderUse, cst.Call, str]] = []
+        for loader, how in loaders:
+            loader_refs = flow.references(loader)
+            if self._set_epoch_anywhere(loader_refs, through_loader=True):
+                return
+            for use in flow.uses(loader):
+                if frameworks.managed(use.site):
+                    return
+                for loop in flow.loops_around(use.site):
+                    if self._loop_sets_epoch(loop, sampler_refs, loader_refs):
+                        return
+                    epoch_loops.append((loop, use, loader, how))
+        if not epoch_loops:
+            return
+        loop, use, loader, how = self._epoch_loop(epoch_loops)
+        row_note = "the loader is iterated again on every pass of this loop"
+        sampler_text = self._sampler_name(sampler) or "the DistributedSampler"
+        message = (
+            f"{sampler_text} is never told the epoch: no `set_epoch(epoch)` in the loop that "
+            "re-iterates its DataLoader, so every epoch shuffles into the same order on every "
+            "rank (no error, just a fixed batch sequence); call "
+            "`sampler.set_epoch(epoch)` at the start of each epoch"
+        )
+        self.report(
+            sampler,
+            message,
+            fix=self._fix(sampler, loop, loader, how),
+            related=[(loop, row_note)],
+        )
+
+    # -- where the sampler goes ---------------------------------------------------------------
+
+    def _loaders_of(self, sampler_refs: List[cst.CSTNode]) -> List[Tuple[cst.Call, str]]:
+        """DataLoader calls fed by the sampler: ("sampler" | "batch" | "kwargs")."""
+        out: List[Tuple[cst.Call, str]] = []
+        names = self.ctx.names
+        for ref in sampler_refs:
+            node, parent = self.flow._climb(ref)
+            if isinstance(parent, cst.Arg) and parent.value is node:
+                call = self.ctx.parent(parent)
+                if not isinstance(call, cst.Call):
+                    continue
+                if is_torch_dataloader(names, call) and _arg_is(call, parent, 3, "sampler"):
+                    out.append((call, "sampler"))
+                elif names.is_(call.func, BATCH_SAMPLER) or (dotted_name(call.func) or "").endswith(
+                    "BatchSampler"
+                ):
+                    for batch_ref in self.flow.references(call):
+                        inner, holder = self.flow._climb(batch_ref)
+                        if isinstance(holder, cst.Arg) and holder.value is inner:
+                            loader = self.ctx.parent(holder)
+                            if is_torch_dataloader(names, loader) and _arg_is(
+                                loader, holder, 4, "batch_sampler"
+                            ):
+                                out.append((loader, "batch"))
+            elif isinstance(parent, cst.DictElement) and parent.value is node:
+                key = parent.key
+                if isinstance(key, cst.SimpleString) and key.evaluated_value == "sampler":
+                    out.extend((c, "kwargs") for c in self._loaders_with_kwargs(parent))
+        return out
+
+    def _loaders_with_kwargs(self, element: cst.DictElement) -> List[cst.Call]:
+        """`kw = {"sampler": s, ...}` / `kw.update({"sampler": s})` -> `DataLoader(**kw)`."""
+        dict_node = self.ctx.parent(element)
+        holder = self.ctx.parent(dict_node) if dict_node is not None else None
+        name: Optional[str] = None
+        if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+            target = holder.targets[0].target
+            if isinstance(target, cst.Name):
+                name = target.value
+        elif isinstance(holder, cst.Arg):
+            call = self.ctx.parent(holder)
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+                if call.func.attr.value == "update" and isinstance(call.func.value, cst.Name):
+                    name = call.func.value.value
+        if name is None:
+            return []
+        function = self.ctx.scopes.enclosing_function(element)
+        out = []
+        for call in self.ctx.nodes(cst.Call):
+            if not is_torch_dataloader(self.ctx.names, call):
+                continue
+            if self.ctx.scopes.enclosing_function(call) is not function:
+                continue
+            for arg in call.args:
+                if arg.star == "**" and isinstance(arg.value, cst.Name) and arg.value.value == name:
+                    out.append(call)
+        return out
+
+    # -- set_epoch ----------------------------------------------------------------------------
+
+    def _set_epoch_anywhere(self, refs: List[cst.CSTNode], through_loader: bool = False) -> bool:
+        """`s.set_epoch(...)` on a reference of the sampler (or `loader.sampler.set_epoch`,
+        `loader.batch_sampler.sampler.set_epoch`, `loader.batch_sampler.set_epoch`)."""
+        for ref in refs:
+            node = ref
+            for _ in range(3):
+                parent = self.ctx.parent(node)
+                if not (isinstance(parent, cst.Attribute) and parent.value is node):
+                    break
+                attr = parent.attr.value
+                if attr == "set_epoch":
+                    return True
+                if not through_loader or attr not in ("sampler", "batch_sampler"):
+                    break
+                node = parent
+        return False
+
+    def _loop_sets_epoch(self, loop, sampler_refs, loader_refs) -> bool:
+        """The loop calls `set_epoch` (through same-file helpers), or hands the sampler, or the
+        loader together with the epoch variable, to a function this file cannot see."""
+        loops = self.flow.loops
+        epoch = _loop_variable(loop)
+        handed = set(sampler_refs)
+        loader_set = set(loader_refs)
+        for call, _ in loops.calls_in(loop.body, 3):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "set_epoch":
+                return True
+            if self.flow._called_function(call)[0] is not None:
+                continue
+            args = [a.value for a in call.args]
+            if any(a in handed for a in args):
+                return True
+            if any(a.keyword is not None and a.keyword.value == "sampler" for a in call.args):
+                return True
+            if epoch is not None and any(a in loader_set for a in args):
+                if any(isinstance(a, cst.Name) and a.value == epoch for a in args):
+                    return True
+        return False
+
+    def _epoch_loop(self, found):
+        """The loop to name in the report and to fix: one whose variable says epoch, else the
+        innermost."""
+        for entry in found:
+            variable = _loop_variable(entry[0])
+            if variable is not None and "epoch" in variable.lower():
+                return entry
+        return found[0]
+
+    # -- the fix ------------------------------------------------------------------------------
+
+    def _fix(self, sampler: cst.Call, loop, loader: cst.Call, how: str) -> Optional[PendingFix]:
+        epoch = _loop_variable(loop)
+        if epoch is None or not isinstance(loop, cst.For):
+            return None
+        if any(a is loop for a in self.ctx.ancestors(sampler)):
+            return None  # a new sampler every epoch: set_epoch must follow its creation
+        body = loop.body
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            return None
+        first = body.body[0]
+        code = self._sampler_expression(sampler, loader, how, first, loop)
+        if code is None:
+            return None
+        expr, guard = code
+        if guard:
+            indent = self.ctx.module.default_indent
+            text = f"if {expr} is not None:\n{indent}{expr}.set_epoch({epoch})"
+        else:
+            text = f"{expr}.set_epoch({epoch})"
+        edit = self.ctx.body_start(loop, text)
+        if edit is None:
+            return None
+        return self.safe_fix(f"Call `{expr}.set_epoch({epoch})` first in the epoch loop", edit)
+
+    def _sampler_expression(self, sampler, loader, how, at, loop) -> Optional[Tuple[str, bool]]:
+        scopes = self.ctx.scopes
+        index = self.ctx.tree.index
+        loop_start = index.get(loop, -1)
+        # A name bound to the sampler (or to `sampler if distributed else None`).
+        for ref in self.flow.references(sampler):
+            if not isinstance(ref, cst.Name):
+                continue
+            bindings = scopes.lookup(ref.value, at)
+            if not bindings or any(index.get(b.node, loop_start) >= loop_start for b in bindings):
+                continue
+            guard = False
+            ok = True
+            for binding in bindings:
+                value = binding.value
+                if value is sampler:
+                    continue
+                if isinstance(value, cst.IfExp) and sampler in (value.body, value.orelse):
+                    other = value.orelse if value.body is sampler else value.body
+                    if is_none(other):
+                        guard = True
+                        continue
+                if binding.kind in ("assign", "annassign") and is_none(value):
+                    guard = True
+                    continue
+                ok = False
+            if ok:
+                return ref.value, guard
+        # The loader's name, when the sampler is built inline in it.
+        direct = argument(loader, 3, "sampler") if how == "sampler" else None
+        batch = argument(loader, 4, "batch_sampler") if how == "batch" else None
+        if isinstance(batch, cst.Name):
+            values = [b.value for b in scopes.lookup(batch.value, batch)]
+            batch = values[0] if len(values) == 1 else None
+        attribute = None
+        if direct is sampler:
+            attribute = "sampler"
+        elif isinstance(batch, cst.Call) and batch.args and batch.args[0].value is sampler:
+            attribute = "batch_sampler.sampler"
+        if attribute is None:
+            return None
+        for ref in self.flow.references(loader):
+            if not isinstance(ref, cst.Name):
+                continue
+            bindings = scopes.lookup(ref.value, at)
+            if bindings and all(
+                b.value is loader and index.get(b.node, loop_start) < loop_start for b in bindings
+            ):
+                return f"{ref.value}.{attribute}", False
+        return None
+
+    def _sampler_name(self, sampler: cst.Call) -> Optional[str]:
+        node, parent = self.flow._climb(sampler)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            text = dotted_name(target)
+            if text is not None:
+                return f"`{text}`"
+        return None
+
+
+def _arg_is(call: cst.Call, arg: cst.Arg, index: int, keyword: str) -> bool:
+    if arg.keyword is not None:
+        return arg.keyword.value == keyword
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return index < len(positional) and positional[index] is arg
+
+
+def _loop_variable(loop: cst.CSTNode) -> Optional[str]:
+    if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
+        return loop.target.value
+    return None

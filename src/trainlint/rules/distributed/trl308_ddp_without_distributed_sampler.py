@@ -1,0 +1,175 @@
+"""TRL308 ddp-without-distributed-sampler."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+import libcst as cst
+
+from ...analysis.calls import argument, has_star_args, is_none
+from ...analysis.frameworks import Frameworks
+from ...analysis.loops import LoaderFlow, is_torch_dataloader
+from ...analysis.names import dotted_name
+from ...analysis.parallel import Parallel
+from ...diagnostics import Severity
+from ..base import Rule
+
+# Spellings that mean the data is already split between processes.
+_SHARDED = re.compile(
+    r"rank|world_size|num_replicas|shard|split_dataset_by_node|split_by_node|num_processes|"
+    r"process_index|node_split",
+    re.I,
+)
+_ITERABLE_BASE = re.compile(r"IterableDataset|IterDataPipe|WebDataset|Stream", re.I)
+
+
+class DdpWithoutDistributedSampler(Rule):
+    """## What it does
+    Reports a DataLoader that feeds a training loop in a script that trains with
+    DistributedDataParallel, when the loader has neither a `sampler` nor a `batch_sampler`.
+
+    ## Why is this bad
+    DDP does not split the data: each process iterates its own DataLoader. Without a
+    `DistributedSampler` every rank walks the whole dataset, so one "epoch" is `world_size` passes
+    over the data, learning-rate schedules and epoch counts are off by that factor, and ranks
+    that share a seed draw identical batches (DDP then averages the same gradient N times). No
+    error is raised; the run is just N times slower to see new data than it looks.
+
+    Not reported: loaders with any sampler or batch sampler (custom distributed samplers
+    included), loaders built on the non-distributed branch of the script, datasets that shard by
+    rank themselves (an `IterableDataset` that reads the rank, `split_dataset_by_node`,
+    `dataset.shard(...)`, `Subset(ds, range(rank, n, world_size))`), and framework-managed code
+    (Accelerate, Lightning, ... shard the loaders they prepare).
+
+    ## Example
+    ```python
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
+    train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    train_sampler = DistributedSampler(train_set)
+    train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
+    for epoch in range(epochs):
+        train_sampler.set_epoch(epoch)
+        for x, y in train_loader:
+            ...
+    ```
+
+    ## Fix safety
+    No fix: adding a sampler changes how much data each rank sees per epoch, which the user has
+    to account for (epoch counts, schedules, `set_epoch`).
+    """
+
+    code = "TRL308"
+    name = "ddp-without-distributed-sampler"
+    severity = Severity.WARNING
+    markers = ("DistributedDataParallel",)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        parallel: Parallel = ctx.analysis(Parallel)
+        frameworks: Frameworks = ctx.analysis(Frameworks)
+        wraps = [
+            call
+            for call, kind in parallel.wrap_calls()
+            if kind == "DistributedDataParallel" and not frameworks.managed(call)
+        ]
+        if not wraps:
+            return
+        flow: LoaderFlow = ctx.analysis(LoaderFlow)
+        for call in ctx.nodes(cst.Call):
+            if not is_torch_dataloader(ctx.names, call) or has_star_args(call):
+                continue
+            if frameworks.managed(call):
+                continue
+            sampler = argument(call, 3, "sampler")
+            batch_sampler = argument(call, 4, "batch_sampler")
+            if (sampler is not None and not is_none(sampler)) or (
+                batch_sampler is not None and not is_none(batch_sampler)
+            ):
+                continue
+            if parallel.non_distributed_branch(call) is not None:
+                continue
+            dataset = argument(call, 0, "dataset")
+            if dataset is None or self._sharded(dataset):
+                continue
+            uses = [u for u in flow.uses(call) if flow.is_training_use(u)]
+            if not uses or any(frameworks.managed(u.site) for u in uses):
+                continue
+            name = self._loader_name(call)
+            self.report(
+                call,
+                f"{name} has no DistributedSampler but trains a DistributedDataParallel model: "
+                "every rank iterates the whole dataset, so an epoch is world_size passes over "
+                "the data (identical batches on every rank when seeds match); pass "
+                "`sampler=DistributedSampler(dataset)` and call `set_epoch` each epoch",
+                related=[(wraps[0], "the model is wrapped in DistributedDataParallel here")],
+            )
+
+    # -- datasets that split themselves -------------------------------------------------------
+
+    def _sharded(self, dataset: cst.BaseExpression, depth: int = 0) -> bool:
+        """Does the dataset shard by rank itself, or is it one we cannot judge (iterable)?"""
+        if depth > 3:
+            return False
+        if _SHARDED.search(self._identifiers(dataset)):
+            return True
+        for cls in self._classes_built(dataset):
+            if cls is None:
+                continue
+            if isinstance(cls, str):
+                if _ITERABLE_BASE.search(cls):
+                    return True  # a streaming dataset from elsewhere: it may shard itself
+                continue
+            # A dataset class of this file: does it split its items by rank itself?
+            if _SHARDED.search(self._identifiers(cls.body)):
+                return True
+        if isinstance(dataset, cst.Name):
+            for binding in self.ctx.scopes.lookup(dataset.value, dataset):
+                value = binding.value
+                if value is not None and self._sharded(value, depth + 1):
+                    return True
+            # `ds = ds.shard(...)` after the first assignment
+            for binding in self.ctx.scopes.lookup(dataset.value, dataset):
+                if binding.kind in ("augassign", "param") and _SHARDED.search(dataset.value):
+                    return True
+        return False
+
+    def _identifiers(self, node: cst.CSTNode) -> str:
+        """The names used in `node` (not its strings: a file called shard-000 shards nothing)."""
+        words = [n.value for n in self.ctx.tree.descendants(node) if isinstance(n, cst.Name)]
+        if isinstance(node, cst.Name):
+            words.append(node.value)
+        return " ".join(words)
+
+    def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[object]]:
+        """The classes a dataset expression constructs: a same-file ClassDef or a dotted name."""
+        out: List[Optional[object]] = []
+        if not isinstance(expr, cst.Call):
+            return out
+        func = expr.func
+        if isinstance(func, cst.Name):
+            for binding in self.ctx.scopes.lookup(func.value, func):
+                if isinstance(binding.node, cst.ClassDef):
+                    out.append(binding.node)
+                else:
+                    out.append(binding.qualname or func.value)
+            if not out:
+                out.append(func.value)
+        else:
+            out.append(dotted_name(func))
+        return out
+
+    def _loader_name(self, call: cst.Call) -> str:
+        parent = self.ctx.parent(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            text = dotted_name(parent.targets[0].target)
+            if text is not None:
+                return f"`{text}`"
+        return "This DataLoader"
