@@ -1,0 +1,1 @@
+"""Device placement rules (TRL1xx)."""
