@@ -391,6 +391,10 @@ _NOT_PLACEMENT_CALLS = frozenset(
         "range",
         "init_process_group",
         "DistributedSampler",
+        # `dist.barrier(device_ids=[rank])` places no tensors (detectron2 collect_env);
+        # HF `pipeline(device=i)` runs each call under `with torch.cuda.device(i)`.
+        "barrier",
+        "pipeline",
     }
 )
 
@@ -1688,6 +1692,12 @@ def _relative_path(ctx) -> str:
         if path.startswith(root.rstrip(os.sep) + os.sep):
             return path[len(root.rstrip(os.sep)) + 1 :]
     return ctx.path
+
+
+def is_test_file(ctx) -> bool:
+    """The file is test code (`tests/`, `test_*.py`, `*_test.py`, `conftest.py`, relative to the
+    project root): tests pick their own devices and fail loudly on a mismatch (TRL105)."""
+    return _is_test_path(_relative_path(ctx))
 
 
 def _is_test_path(path: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
@@ -10,6 +11,7 @@ from ...analysis.devices import (
     COMBINING_FUNCTIONS,
     COMBINING_METHODS,
     DeviceTensors,
+    is_test_file,
     reads_of_binding,
 )
 from ...analysis.frameworks import Frameworks
@@ -17,19 +19,25 @@ from ...analysis.names import dotted_name
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
+# Wrappers whose forward copies the inputs to the module's device: DDP when given device_ids
+# (first), DataParallel (scatter).
+_INPUT_MOVING_WRAPPERS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+)
+
 # A file that never mentions any of these cannot be running on an accelerator.
 _ACCELERATOR_HINTS = (
     "cuda",
     "gpu",
-    "mps",
-    "xla",
-    "xpu",
-    "npu",
     "accelerat",
     "device",
     "lightning",
     "deepspeed",
 )
+# Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
+_SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
 _DEFAULT_DEVICE_CONTEXTS = ("torch.set_default_device", "torch.device context")
 _LOSS_FUNCTIONS = frozenset(
     {
@@ -80,8 +88,9 @@ class NewTensorOffDevice(Rule):
     Not reported: `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
     afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`), 0-dim tensors such as
     `torch.tensor(2.0)` (PyTorch accepts CPU scalars next to CUDA tensors), code under
-    `torch.set_default_device(...)` or `with torch.device(...):`, and files that never mention a
-    device or an accelerator (CPU-only code). Layers without parameters (`nn.ReLU`,
+    `torch.set_default_device(...)` or `with torch.device(...):`, files that never mention a
+    device or an accelerator (CPU-only code), and test files (`tests/`, `test_*.py`: a test
+    picks its devices itself and fails loudly on a mismatch). Layers without parameters (`nn.ReLU`,
     `nn.Dropout`, pooling) accept CPU inputs and are not counted.
 
     ## Example
@@ -115,7 +124,7 @@ class NewTensorOffDevice(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if self._cpu_only():
+        if self._cpu_only() or is_test_file(ctx):
             return
         self.tensors: DeviceTensors = ctx.analysis(DeviceTensors)
         frameworks: Frameworks = ctx.analysis(Frameworks)
@@ -264,6 +273,8 @@ class NewTensorOffDevice(Rule):
                 return call, tensors.device_partners(func.value, scope), "operand"
             return None
         if tensors.calls_device_model(call, scope):
+            if self._wrapper_moves_inputs(func):
+                return None
             partners: List[cst.Name] = []
             for other in others:
                 partners.extend(tensors.device_partners(other, scope))
@@ -275,6 +286,32 @@ class NewTensorOffDevice(Rule):
             # torch.tril(torch.ones(T, T)), torch.flip(...): still the new CPU tensor
             return self._follow(call, scope, depth, seen)
         return None
+
+    def _wrapper_moves_inputs(self, func: cst.CSTNode) -> bool:
+        """`ddp_model(torch.randn(...))` where `ddp_model = DDP(model, device_ids=[i])` or
+        `DataParallel(model)`: the wrapper copies its inputs to its device before forward."""
+        if not isinstance(func, cst.Name):
+            return False
+        names = self.ctx.names
+        for assign in self.ctx.nodes(cst.Assign):
+            if not any(
+                isinstance(t.target, cst.Name) and t.target.value == func.value
+                for t in assign.targets
+            ):
+                continue
+            value = assign.value
+            if not isinstance(value, cst.Call):
+                continue
+            if names.is_(value.func, *_INPUT_MOVING_WRAPPERS[1:]):
+                return True
+            if names.is_(value.func, _INPUT_MOVING_WRAPPERS[0]) and (
+                len(value.args) > 1
+                or any(
+                    a.keyword is not None and a.keyword.value == "device_ids" for a in value.args
+                )
+            ):
+                return True
+        return False
 
     def _any_on_device(self, where, exprs, scope, meets: str):
         tensors = self.tensors
@@ -352,7 +389,9 @@ class NewTensorOffDevice(Rule):
 
     def _cpu_only(self) -> bool:
         text = self.ctx.source.text
-        return not any(hint in text for hint in _ACCELERATOR_HINTS)
+        if any(hint in text for hint in _ACCELERATOR_HINTS):
+            return False
+        return _SHORT_ACCELERATOR_HINTS.search(text) is None
 
 
 def _is_move(value) -> bool:
