@@ -622,7 +622,7 @@ class Moves(Analysis):
             for node in nodes:
                 pairs = _binding_pairs(node)
                 for targets, value in pairs:
-                    mentioned = _names_in(value)
+                    mentioned = self._names_outside_devices(value)
                     for param, names in derived.items():
                         if mentioned & names:
                             names.update(targets)
@@ -631,7 +631,7 @@ class Moves(Analysis):
             if isinstance(node, cst.Call):
                 if self.move(node) is None and not self.is_moved(node):
                     continue
-                mentioned = _names_in(node)
+                mentioned = self._data_names(node)
             elif isinstance(node, cst.Assign) and any(
                 isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in node.targets
             ):
@@ -647,6 +647,50 @@ class Moves(Analysis):
                 if mentioned & derived[param]:
                     moved.add(index)
         return frozenset(moved)
+
+    def _names_outside_devices(self, expr: cst.CSTNode) -> Set[str]:
+        """Names in `expr`, except those only used as the device of a move (`x.to(device)`
+        derives from `x`, not from `device`)."""
+        skip: Set[cst.CSTNode] = set()
+        for move in self.moves_in(expr):
+            if move.device is not None:
+                skip.update(_descendants(move.device))
+        return {n.value for n in _descendants(expr) if isinstance(n, cst.Name) and n not in skip}
+
+    def _data_names(self, expr: cst.CSTNode, _depth: int = 0) -> Set[str]:
+        """Names whose values a moving expression moves (its receiver, the items of a
+        comprehension or map, a helper's first argument), not the device argument."""
+        if _depth > 8:
+            return set()
+        d = _depth + 1
+        if isinstance(expr, cst.Name):
+            return {expr.value}
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            return self._data_names(expr.value, d)
+        if isinstance(expr, cst.Call):
+            move = self.move(expr)
+            if move is not None:
+                return self._data_names(move.receiver, d) if move.receiver is not None else set()
+            func = expr.func
+            positional = [a.value for a in expr.args if a.keyword is None]
+            if isinstance(func, cst.Name) and func.value == "map":
+                return set().union(*(self._data_names(a, d) for a in positional[1:]))
+            if isinstance(func, cst.Attribute) and self.is_moved(func.value):
+                return self._data_names(func.value, d)
+            return self._data_names(positional[0], d) if positional else set()
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            names: Set[str] = set()
+            comp = expr.for_in
+            while comp is not None:
+                names |= _names_in(comp.iter)
+                comp = comp.inner_for_in
+            inner = expr.value if isinstance(expr, cst.DictComp) else expr.elt
+            return names | self._data_names(inner, d)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return set().union(*(self._data_names(e.value, d) for e in expr.elements))
+        if isinstance(expr, cst.IfExp):
+            return self._data_names(expr.body, d) | self._data_names(expr.orelse, d)
+        return _names_in(expr)
 
     # -- same-file functions ------------------------------------------------------------------
 
@@ -712,6 +756,9 @@ class Moves(Analysis):
     def _value_placement(self, value: cst.BaseExpression, depth: int) -> Set[str]:
         move = self.move(value)
         if move is not None and move.method in ("to", "cuda"):
+            receiver = move.receiver
+            if isinstance(receiver, cst.Call) and self.names.is_(receiver.func, _DP, _DDP, *_FSDP):
+                return {WRAPPED}  # DataParallel(model).to(device): still the wrapper
             return {MOVED}
         if isinstance(value, cst.Call):
             func = value.func

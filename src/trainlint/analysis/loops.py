@@ -675,6 +675,10 @@ _NON_TENSOR_WORDS = frozenset(
         "uid",
         "uids",
         "img_metas",
+        "n",
+        "num",
+        "count",
+        "counts",
     }
 )
 _TENSOR_ID_WORDS = frozenset(
@@ -703,6 +707,7 @@ class Element:
     origin: Optional["Element"] = None  # the element this one was computed from
     helper: Optional[Tuple[str, int]] = None  # imported helper (qualname, arg) that may move it
     discarded: Optional[cst.Call] = None  # `labels.to(device)` whose result was thrown away
+    via: Optional[cst.Call] = None  # the call that handed it to a helper of this file
     moved_keys: Set[str] = field(default_factory=set)
     children: Dict[str, "Element"] = field(default_factory=dict)
 
@@ -786,7 +791,7 @@ class BatchFlow(Analysis):
             flow.quiet = reason
             return flow
         body = self._body(source)
-        walker = _Walker(self, source, flow)
+        walker = _Walker(self, source, flow, body)
         walker.start()
         walker.block(body)
         flow.bound_names = _bound_names(body)
@@ -1007,16 +1012,28 @@ class BatchFlow(Analysis):
 class _Walker:
     """Abstract interpretation of one batch source's statements (names -> Element | DEVICE)."""
 
-    def __init__(self, analysis: BatchFlow, source: BatchSource, flow: Flow) -> None:
+    def __init__(
+        self,
+        analysis: BatchFlow,
+        source: BatchSource,
+        flow: Flow,
+        body: Sequence[cst.CSTNode],
+        reported: Optional[Set[int]] = None,
+        stack: Tuple[cst.FunctionDef, ...] = (),
+    ) -> None:
         self.a = analysis
         self.ctx = analysis.ctx
         self.moves = analysis.moves
         self.source = source
         self.flow = flow
+        self.body = body
         self.state: Dict[str, object] = {}
-        self.reported: Set[int] = set()
+        self.reported: Set[int] = set() if reported is None else reported
         self.textual: Optional[Set[str]] = None
         self.structured: Set[str] = set()
+        # Moves seen in the batch's own code (a helper's moves name the helper's variables).
+        self.sibling_moves: list = flow.moves if not stack else []
+        self.stack = stack
 
     def start(self) -> None:
         source = self.source
@@ -1110,7 +1127,7 @@ class _Walker:
             return
         names = {n.value for n in _walk_names(value)}
         if any(isinstance(self.state.get(n), Element) for n in names):
-            self.flow.moves.extend(self.moves.moves_in(value))
+            self.sibling_moves.extend(self.moves.moves_in(value))
 
     def _statement_call(self, call: cst.Call) -> None:
         move = self.moves.move(call)
@@ -1251,9 +1268,11 @@ class _Walker:
     def _subscript(self, expr: cst.Subscript, d: int) -> object:
         base = self.value(expr.value, d)
         if isinstance(base, Element):
-            if not base.root:
-                return base  # a slice of a tensor stays where the tensor is
             key = _key_text(self.ctx, expr)
+            if not base.root:
+                if base.moved_keys:  # a list of tensors moved item by item: images[0] = ...
+                    return DEVICE if key in base.moved_keys else None
+                return base  # a slice of a tensor stays where the tensor is
             display = self.ctx.code(expr)
             if "\n" in display or len(display) > 40:
                 return None
@@ -1327,7 +1346,7 @@ class _Walker:
         move = self.moves.move(call)
         if move is not None:
             if move.receiver is not None and isinstance(self.value(move.receiver), Element):
-                self.flow.moves.append(move)  # `model(images.to(device))`: a sibling move
+                self.sibling_moves.append(move)  # `model(images.to(device))`: a sibling move
             return
         func = call.func
         values = [(arg, self.value(arg.value)) for arg in call.args]
@@ -1356,6 +1375,7 @@ class _Walker:
             return
         _, inputs = self.a.model_call(call, on_device_args)
         if not inputs:
+            self._follow(call, values)
             return
         for arg, v in values:
             if not isinstance(v, Element):
@@ -1372,8 +1392,54 @@ class _Walker:
             return
         if not self._tensor_like(lineage):
             return
-        self.reported.add(id(element))
+        # One finding per element and what it was derived from (the whole batch aside: its
+        # other items are still reported).
+        self.reported.update(id(e) for e in lineage if e is element or not e.root)
         self.flow.findings.append(Unmoved(element, use, sink, kind))
+
+    # -- same-file helpers --------------------------------------------------------------------
+
+    def _follow(self, call: cst.Call, values) -> None:
+        """An element handed to a function of this file: follow it into the function's body."""
+        if len(self.stack) >= 2:
+            return
+        function = self.moves._function_for(call.func)
+        if function is None or function in self.stack:
+            return
+        if not any(isinstance(v, Element) and not v.root for _, v in values):
+            return
+        params = [p.name.value for p in function.params.params]
+        offset = (
+            1
+            if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute)
+            else 0
+        )
+        state: Dict[str, object] = {}
+        position = offset
+        for arg, value in values:
+            if arg.star:
+                return  # *args / **kwargs: cannot tell which parameter gets what
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif position < len(params):
+                name = params[position]
+                position += 1
+            else:
+                continue
+            if value is DEVICE:
+                state[name] = DEVICE
+            elif isinstance(value, Element) and not value.root:
+                param = value.derive(name, None)
+                param.via = call
+                state[name] = param
+        if not any(isinstance(v, Element) for v in state.values()):
+            return
+        body = _block(function.body)
+        inner = _Walker(
+            self.a, self.source, self.flow, body, self.reported, self.stack + (function,)
+        )
+        inner.state = state
+        inner.block(body)
 
     # -- what an element is -------------------------------------------------------------------
 
@@ -1392,7 +1458,7 @@ class _Walker:
         """Batch names used as text: handed to a tokenizer, split, opened, formatted."""
         found: Set[str] = set()
         tracked = set(self.state)
-        for statement in self.a._body(self.source):
+        for statement in self.body:
             for node in _own_nodes(statement):
                 if not isinstance(node, cst.Call):
                     continue
@@ -1411,7 +1477,7 @@ class _Walker:
         """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""
         roots = set(self.source.roots)
         found: Set[str] = set()
-        for statement in self.a._body(self.source):
+        for statement in self.body:
             for node in _own_nodes(statement):
                 if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(
                     node.value, cst.Name
@@ -1614,6 +1680,8 @@ def _looks_tensor(name: str) -> bool:
     if name.lower() in _NON_TENSOR_WORDS:
         return False
     last = words[-1]
+    if words[0] in ("num", "n") and len(words) > 1:
+        return False  # num_answers, n_boxes: counts
     if last in ("id", "ids"):
         return any(w in _TENSOR_ID_WORDS for w in words[:-1])
     return last not in _NON_TENSOR_WORDS

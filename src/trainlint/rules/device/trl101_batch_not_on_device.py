@@ -125,6 +125,9 @@ class BatchNotOnDevice(Rule):
         message = self._message(flow, finding)
         fix = self._fix(flow, element)
         related = [(flow.source.binding_statement, "the batch is unpacked here")]
+        carrier = next((e for e in element.lineage() if e.via is not None), None)
+        if carrier is not None:
+            related.append((carrier.via, f"passed to this function as `{carrier.name}`"))
         first_move = next((m.call for m in flow.moves), None)
         if first_move is not None:
             related.append((first_move, "other items of the batch are moved here"))
@@ -143,8 +146,18 @@ class BatchNotOnDevice(Rule):
         row = self.ctx.span(source.binding_statement)[0]
         loader = _short(source.loader_text, 40)
         sink = self._describe(finding.sink, finding.use)
+        named = element
+        passed = ""
+        carrier = next((e for e in element.lineage() if e.via is not None), None)
+        if carrier is not None and carrier.origin is not None and carrier.via is not None:
+            named = carrier.origin
+            callee = _short(self.ctx.code(carrier.via.func), 30)
+            passed = (
+                f"; it is passed to `{callee}(...)` on line {self.ctx.span(carrier.via)[0]} as "
+                f"`{carrier.name}`, where"
+            )
         text = (
-            f"`{element.name}` comes from the `{loader}` batch (line {row}) and is never moved "
+            f"`{named.name}` comes from the `{loader}` batch (line {row}) and is never moved "
             "to the device"
         )
         discarded = next((e.discarded for e in element.lineage() if e.discarded), None)
@@ -153,6 +166,8 @@ class BatchNotOnDevice(Rule):
                 f" (`{_short(self.ctx.code(discarded), 40)}` on line "
                 f"{self.ctx.span(discarded)[0]} returns a moved copy that is thrown away)"
             )
+        if passed:
+            return f"{text}{passed} `{sink}` will fail with {_SAME_DEVICE}"
         return f"{text}; `{sink}` will fail with {_SAME_DEVICE}"
 
     def _describe(self, sink: cst.CSTNode, use: cst.CSTNode) -> str:
@@ -162,7 +177,7 @@ class BatchNotOnDevice(Rule):
         if len(whole) <= 60:
             return whole
         if isinstance(sink, cst.Call):
-            head = _short(code(sink.func), 30)
+            head = _short(code(sink.func), 40)
             parts = []
             for index, arg in enumerate(sink.args):
                 text = " ".join(code(arg.value).split())
@@ -197,7 +212,14 @@ class BatchNotOnDevice(Rule):
 
     # -- the fix ------------------------------------------------------------------------------
 
-    def _fix(self, flow: Flow, element: Element) -> Optional[PendingFix]:
+    def _fix(self, flow: Flow, reported: Element) -> Optional[PendingFix]:
+        # A value handed to a helper of this file is fixed in the caller, where it is bound.
+        element: Optional[Element] = reported
+        carrier = next((e for e in reported.lineage() if e.via is not None), None)
+        if carrier is not None:
+            element = carrier.origin
+        if element is None or not element.fix_target or element.bound_at is None:
+            return None
         target = element.fix_target
         if target is None or element.bound_at is None:
             return None
