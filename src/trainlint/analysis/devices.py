@@ -740,7 +740,7 @@ class Moves(Analysis):
         return cached
 
     def _placement(self, expr: cst.BaseExpression, depth: int) -> Set[str]:
-        if depth > 4:
+        if depth > 12:
             return {UNKNOWN_PLACEMENT}
         if isinstance(expr, cst.Name):
             return self._name_placement(expr, depth)

@@ -109,9 +109,11 @@ class Loops(Analysis):
                 return self.is_loader(inner, _depth + 1)
             return False
         if isinstance(expr, cst.Attribute):
-            return bool(_LOADER_NAME.search(expr.attr.value)) and not _NOT_LOADER_NAME.search(
+            if _LOADER_NAME.search(expr.attr.value) and not _NOT_LOADER_NAME.search(
                 expr.attr.value
-            )
+            ):
+                return True
+            return self._self_attribute_is_loader(expr, _depth)
         if isinstance(expr, cst.Name):
             name = expr.value
             bindings = self.scopes.lookup(name, expr)
@@ -127,6 +129,28 @@ class Loops(Analysis):
                 # A name that says it is a loader, unless it is bound to something that clearly
                 # is not one (a dict of loader kwargs, a class).
                 return not any(b.kind in ("class", "def", "import") for b in bindings)
+        return False
+
+    def _self_attribute_is_loader(self, expr: cst.Attribute, depth: int) -> bool:
+        """`self.train_data` assigned a loader in the class (`self.train_data = train_data`
+        with `train_data: DataLoader`, or `= DataLoader(...)`)."""
+        if not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+            return False
+        cls = next((a for a in self.ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        for node in self.ctx.tree.descendants(cls.body):
+            if isinstance(node, cst.Assign) and any(
+                isinstance(t.target, cst.Attribute)
+                and isinstance(t.target.value, cst.Name)
+                and t.target.value.value == "self"
+                and t.target.attr.value == expr.attr.value
+                for t in node.targets
+            ):
+                if not isinstance(node.value, cst.Attribute) and self.is_loader(
+                    node.value, depth + 1
+                ):
+                    return True
         return False
 
     def _is_loader_call(self, call: cst.Call) -> bool:
@@ -693,6 +717,7 @@ _MOVING_LOADER = re.compile(
 )
 
 DEVICE = "<on the device>"  # the abstract value of anything on the device
+_MOVING_NODES = (cst.Call, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 @dataclass(eq=False)
@@ -700,16 +725,20 @@ class Element:
     """A value taken from a batch that has not been moved to the device."""
 
     name: str  # what the code calls it: labels, batch["labels"], batch
-    source: "BatchSource"
-    bound_at: Optional[cst.CSTNode]  # the For, or the statement line that bound the name
+    source: "BatchSource" = field(repr=False)
+    # the For, or the statement line that bound the name
+    bound_at: Optional[cst.CSTNode] = field(repr=False)
     root: bool = False  # the whole batch
     fix_target: Optional[str] = None  # what a fix may assign (`labels`, `batch["labels"]`)
-    origin: Optional["Element"] = None  # the element this one was computed from
+    # the element this one was computed from
+    origin: Optional["Element"] = field(default=None, repr=False)
     helper: Optional[Tuple[str, int]] = None  # imported helper (qualname, arg) that may move it
-    discarded: Optional[cst.Call] = None  # `labels.to(device)` whose result was thrown away
-    via: Optional[cst.Call] = None  # the call that handed it to a helper of this file
+    # `labels.to(device)` whose result was thrown away
+    discarded: Optional[cst.Call] = field(default=None, repr=False)
+    # the call that handed it to a helper of this file
+    via: Optional[cst.Call] = field(default=None, repr=False)
     moved_keys: Set[str] = field(default_factory=set)
-    children: Dict[str, "Element"] = field(default_factory=dict)
+    children: Dict[str, "Element"] = field(default_factory=dict, repr=False)
 
     def lineage(self) -> List["Element"]:
         out: List[Element] = []
@@ -937,8 +966,15 @@ class BatchFlow(Analysis):
 
     # -- what a callee is ---------------------------------------------------------------------
 
-    def model_call(self, call: cst.Call, args_on_device: bool) -> Tuple[bool, bool]:
-        """(its output is on the device, its inputs must be) for a call that may run a model."""
+    def model_call(
+        self, call: cst.Call, args_on_device: bool, siblings_moved: bool = False
+    ) -> Tuple[bool, bool]:
+        """(its output is on the device, its inputs must be) for a call that may run a model.
+
+        A model is on the device when it was moved (or wrapped), or, for a callee named like a
+        model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
+        moves other items of the same batch (DESIGN: "while the model or siblings were
+        moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
         from .devices import MOVED, WRAPPED
 
         target = call.func
@@ -950,8 +986,9 @@ class BatchFlow(Analysis):
         modelish = _model_like(target)
         plain = MOVED in placement
         wrapped = WRAPPED in placement
-        on_device = plain or wrapped or (args_on_device and modelish)
-        inputs = plain or (args_on_device and modelish and not wrapped)
+        evidence = modelish and (args_on_device or siblings_moved)
+        on_device = plain or wrapped or (modelish and args_on_device)
+        inputs = plain or (evidence and not wrapped)
         return on_device, inputs
 
     def _may_be_model(self, target: cst.BaseExpression) -> bool:
@@ -1034,6 +1071,7 @@ class _Walker:
         # Moves seen in the batch's own code (a helper's moves name the helper's variables).
         self.sibling_moves: list = flow.moves if not stack else []
         self.stack = stack
+        self.siblings_moved = False  # does the loop move any item of this batch?
 
     def start(self) -> None:
         source = self.source
@@ -1050,6 +1088,7 @@ class _Walker:
                 name, source, bound_at, fix_target=fix, helper=self.flow.helper
             )
         self.structured = self._structured_roots()
+        self.siblings_moved = self._moves_batch_items()
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -1373,7 +1412,7 @@ class _Walker:
             return
         if self.a.is_torch_function(call):
             return
-        _, inputs = self.a.model_call(call, on_device_args)
+        _, inputs = self.a.model_call(call, on_device_args, self.siblings_moved)
         if not inputs:
             self._follow(call, values)
             return
@@ -1438,6 +1477,7 @@ class _Walker:
         inner = _Walker(
             self.a, self.source, self.flow, body, self.reported, self.stack + (function,)
         )
+        inner.siblings_moved = self.siblings_moved
         inner.state = state
         inner.block(body)
 
@@ -1472,6 +1512,22 @@ class _Walker:
                         if isinstance(arg.value, cst.Name) and arg.value.value in tracked:
                             found.add(arg.value.value)
         return found
+
+    def _moves_batch_items(self) -> bool:
+        """Does the code that sees the batch move any item of it (anywhere, on any path)?"""
+        names = set(self.source.elements) | set(self.source.roots)
+        nodes = [node for statement in self.body for node in _own_nodes(statement)]
+        for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
+            for node in nodes:
+                if isinstance(node, cst.Assign) and _names_of(node.value) & names:
+                    for target in node.targets:
+                        names |= _target_names(target.target)
+        for statement in self.body:
+            for node in _own_nodes(statement):
+                if isinstance(node, _MOVING_NODES) and self.moves.is_moved(node):
+                    if self.moves._data_names(node) & names:
+                        return True
+        return False
 
     def _structured_roots(self) -> Set[str]:
         """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""
@@ -1561,6 +1617,10 @@ def _own_nodes(node: cst.CSTNode):
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         stack.extend(reversed(children(current)))
+
+
+def _names_of(node: cst.CSTNode) -> Set[str]:
+    return {n.value for n in _walk_names(node)}
 
 
 def _walk_names(node: cst.CSTNode):

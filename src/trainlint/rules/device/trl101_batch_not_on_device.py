@@ -25,9 +25,11 @@ class BatchNotOnDevice(Rule):
     Batch elements are followed from the loop (`for x, y in loader`, `enumerate(...)`, `tqdm(...)`,
     nested and starred unpacking, `batch["labels"]`, `batch[2]`, `batch.labels`,
     `x, y = batch`, `next(iter(loader))`) through the names derived from them, and reported at
-    their first use next to the device:
+    their first use next to the device, also inside a function of the same file the loop hands
+    them to (`train_step(model, images, labels)`):
     - an argument of a model that was moved (`model.to(device)`, `.cuda()`, a model passed into a
-      function from a call site that moved it), or of a model that receives moved siblings;
+      function from a call site that moved it), or of a callee named like a model (`model`,
+      `net`, `self.encoder`, ...) while the loop moves other items of the same batch;
     - a loss: a criterion object, `nn.XxxLoss()(...)` or `F.*loss*` whose other argument is a
       model output or a moved tensor;
     - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
