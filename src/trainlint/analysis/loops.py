@@ -975,7 +975,7 @@ class BatchFlow(Analysis):
         model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
         moves other items of the same batch (DESIGN: "while the model or siblings were
         moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
-        from .devices import MOVED, WRAPPED
+        from .devices import MOVED, UNPLACED, WRAPPED
 
         target = call.func
         if isinstance(target, cst.Attribute) and target.attr.value == "forward":
@@ -986,7 +986,10 @@ class BatchFlow(Analysis):
         modelish = _model_like(target)
         plain = MOVED in placement
         wrapped = WRAPPED in placement
-        evidence = modelish and (args_on_device or siblings_moved)
+        # Sibling moves say nothing about a model seen built and never moved (`net =
+        # TrainerNet()` whose forward ships inputs elsewhere itself).
+        siblings = siblings_moved and UNPLACED not in placement
+        evidence = modelish and (args_on_device or siblings)
         on_device = plain or wrapped or (modelish and args_on_device)
         inputs = plain or (evidence and not wrapped)
         return on_device, inputs
@@ -1525,7 +1528,9 @@ class _Walker:
         for statement in self.body:
             for node in _own_nodes(statement):
                 if isinstance(node, _MOVING_NODES) and self.moves.is_moved(node):
-                    if self.moves._data_names(node) & names:
+                    if self.moves._data_names(node) & names and not _follows_a_tensor(
+                        self.moves, node
+                    ):
                         return True
         return False
 
@@ -1617,6 +1622,15 @@ def _own_nodes(node: cst.CSTNode):
         if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         stack.extend(reversed(children(current)))
+
+
+def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:
+    """`target.to(output.device)`: a move to wherever another tensor already is, which says
+    nothing about where the model lives (device-agnostic code, model parallelism)."""
+    found = moves.moves_in(node)
+    return bool(found) and all(
+        isinstance(m.device, cst.Attribute) and m.device.attr.value == "device" for m in found
+    )
 
 
 def _names_of(node: cst.CSTNode) -> Set[str]:
