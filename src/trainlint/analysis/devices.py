@@ -880,9 +880,7 @@ class Moves(Analysis):
         here = self.scopes.enclosing_function(at)
         last: Optional[Tuple[int, str]] = None
         elsewhere: Optional[str] = None
-        for node in _descendants(scope_node if isinstance(scope_node, cst.Module) else body):
-            if not isinstance(node, cst.Expr) or not isinstance(node.value, cst.Call):
-                continue
+        for node in self._call_statements(scope_node):
             kind = self._placement_statement(node.value, name)
             if kind is None:
                 continue
@@ -895,6 +893,21 @@ class Moves(Analysis):
         if last is not None:
             return last
         return (None, elsewhere) if elsewhere is not None else None
+
+    def _call_statements(self, scope_node: cst.CSTNode) -> List[cst.Expr]:
+        """The expression statements that are calls (`model.cuda()`) under a scope, cached:
+        `_in_place` asks for every name of every model call."""
+        cache = self.__dict__.setdefault("_call_statements_cache", {})
+        found = cache.get(scope_node)
+        if found is None:
+            body = scope_node if isinstance(scope_node, cst.Module) else scope_node.body
+            found = [
+                node
+                for node in _descendants(body)
+                if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)
+            ]
+            cache[scope_node] = found
+        return found
 
     def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
         func = call.func
