@@ -850,16 +850,22 @@ class Moves(Analysis):
             return {UNKNOWN_PLACEMENT}
         attr = expr.attr.value
         found: Set[str] = set()
+        events: List[cst.CSTNode] = []
         for node in _descendants(cls.body):
             if isinstance(node, cst.Assign):
-                for target in node.targets:
-                    if _is_self_attr(target.target, attr):
-                        found |= self._value_placement(node.value, depth + 1)
+                if any(_is_self_attr(target.target, attr) for target in node.targets):
+                    events.append(node)
             elif isinstance(node, cst.Call):
                 move = self.move(node)
                 if move is not None and move.method in ("to", "cuda"):
                     if move.receiver is not None and _is_self_attr(move.receiver, attr):
-                        found.add(MOVED)
+                        events.append(node)
+        here = self.scopes.enclosing_function(expr)
+        for node in _last_word_per_method(self, events, here):
+            if isinstance(node, cst.Assign):
+                found |= self._value_placement(node.value, depth + 1)
+            else:
+                found.add(MOVED)
         if MOVED in found:
             found.discard(UNPLACED)
         return found or {UNKNOWN_PLACEMENT}
@@ -925,6 +931,38 @@ class Moves(Analysis):
         if func.attr.value == "to" and call.args and self._is_cpu(call.args[0].value):
             return UNPLACED
         return None
+
+
+def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> List[cst.CSTNode]:
+    """The assignments and moves of one `self.<attr>` that another method can observe: in a
+    method other than `here` whose last such event is an assignment run unconditionally (a
+    statement of the method's own body, no `return` before it), only that last one
+    (`self.model = Net(); self.model.to(dev); self.model = DDP(self.model, device_ids=[0])`);
+    everything elsewhere."""
+    by_function: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
+    for node in events:
+        by_function.setdefault(moves.scopes.enclosing_function(node), []).append(node)
+    out: List[cst.CSTNode] = []
+    for function, nodes in by_function.items():
+        last = nodes[-1]
+        if (
+            function is None
+            or function is here
+            or len(nodes) == 1
+            or not isinstance(last, cst.Assign)
+            or not isinstance(function, cst.FunctionDef)
+        ):
+            out.extend(nodes)
+            continue
+        statement = moves.ctx.parent(last)
+        body = function.body
+        top = isinstance(body, cst.IndentedBlock) and statement in body.body
+        returns = any(
+            isinstance(n, cst.Return) and moves.ctx.tree.is_before(n, last)
+            for n in _descendants(body)
+        )
+        out.extend([last] if top and not returns else nodes)
+    return out
 
 
 def _arg(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpression]:
