@@ -497,3 +497,65 @@ def _count_rows(text: str) -> int:
     from .source import split_lines
 
     return len(split_lines(text))
+
+
+# -- positions in the file ---------------------------------------------------------------------
+
+
+class FilePositions:
+    """Where a (cell, row, col) of a notebook sits in its JSON file: the line of the JSON string
+    that holds that line of the cell (what GitHub annotations and SARIF regions point at)."""
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+        self._spans: Optional[Dict[Path_, Span]] = None
+        self._data: Any = None
+
+    def _load(self) -> bool:
+        if self._spans is None:
+            try:
+                self._data, self._spans = parse_spans(self.raw, keep=_source_paths)
+            except JsonSpanError:
+                self._data, self._spans = None, {}
+        return self._data is not None
+
+    def locate(self, cell: int, row: int, col: int) -> Tuple[int, int]:
+        """(1-based line, 0-based column) in the file; (1, 0) when the cell is not found."""
+        from .source import split_lines
+
+        if not self._load():
+            return 1, 0
+        assert self._spans is not None
+        path: Path_ = ("cells", cell - 1, "source")
+        try:
+            value = self._data["cells"][cell - 1]["source"]
+        except (KeyError, IndexError, TypeError):
+            return 1, 0
+        if path not in self._spans:
+            return 1, 0
+        text = value if isinstance(value, str) else "".join(value)
+        lines = split_lines(text)
+        offset = sum(len(line) for line in lines[: max(row - 1, 0)]) + max(col, 0)
+        offset = min(offset, len(text))
+        if isinstance(value, str):
+            item, inner, span = value, offset, self._spans[path]
+        else:
+            start = 0
+            item, inner, span = "", 0, self._spans[path]
+            for j, part in enumerate(value):
+                if offset < start + len(part) or j == len(value) - 1:
+                    item, inner, span = (
+                        part,
+                        min(offset - start, len(part)),
+                        self._spans[path + (j,)],
+                    )
+                    break
+                start += len(part)
+        line, column = line_col(self.raw, span[0])
+        if item or isinstance(value, str):
+            column += 1 + len(json.dumps(item[:inner], ensure_ascii=False)) - 2
+        return line, column
+
+
+def _source_paths(path: Path_) -> bool:
+    return len(path) in (3, 4) and path[0] == "cells" and path[2] == "source"
