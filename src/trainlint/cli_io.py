@@ -125,9 +125,10 @@ class Progress:
 
 def _columns() -> int:
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError, AttributeError):
-        return 80
+        columns = 0
+    return columns if columns >= 20 else 80
 
 
 def progress_for(args: argparse.Namespace, total: int) -> Optional[Progress]:
