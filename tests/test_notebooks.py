@@ -128,7 +128,7 @@ def test_ipython_syntax_is_masked_and_cell_magics_of_other_languages_are_left_ou
         "%matplotlib inline\n%load_ext autoreload\n%autoreload 2",
         "!pip install -q timm \\\n    torchvision\nimport torch",
         "files = !ls data\nout = %sx nvidia-smi\ntorch?\n??torch.nn\nimport torch.nn as nn",
-        "pip install einops",
+        "pip install einops\ncd data\npwd\nrun train.py --epochs 3",
         "for path in files:\n    !wc -l $path",
         "%%time\nmodel = nn.Linear(2, 2)",
         "%%bash\nfor f in *.ckpt; do echo $f; done",
@@ -144,6 +144,10 @@ def test_ipython_syntax_is_masked_and_cell_magics_of_other_languages_are_left_ou
     assert mask_cell("files = !ls data") == "files = ..."
     assert mask_cell("    !wc -l $path\n") == "    ...\n"
     assert mask_cell("%%bash\nls") is None
+    # Automagic (no `%`) is masked only where the line is not Python already.
+    assert mask_cell(cells[3]) == "...\n...\npwd\n..."
+    assert mask_cell("config = {\n    'lr': 0.1,\n}") == "config = {\n    'lr': 0.1,\n}"
+    assert mask_cell("run += (\n    1)") == "run += (\n    1)"
     assert mask_cell(cells[8]) == cells[8]  # nothing outside statements is masked
     # Every joined line maps back to its own cell line.
     for number, first in source.cells:
@@ -348,6 +352,7 @@ def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(project, monkeypat
         markdown_cell("between"),
         code_cell("x = 1\nnet = nn.DataParallel(nn.Linear(2, 2))\n"),  # ends with a newline
         code_cell("wrapped = nn.DataParallel(nn.Linear(2, 2))\ny = 2"),
+        code_cell("!echo a\n!echo a\nw = nn.DataParallel(nn.Linear(2, 2))\n!echo a"),
     )
     path = project / "nb.ipynb"
     path.write_text(dumps(nb))
@@ -371,6 +376,15 @@ def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(project, monkeypat
         "wrapped = nn.DataParallel(nn.Linear(2, 2))  # edged\n",
         "after = 2\n",
         "y = 2",
+    ]
+    # Identical masked lines around the fix come back as they were.
+    assert cells[5]["source"] == [
+        "!echo a\n",
+        "!echo a\n",
+        "before = 1\n",
+        "w = nn.DataParallel(nn.Linear(2, 2))  # edged\n",
+        "after = 2\n",
+        "!echo a",
     ]
 
 

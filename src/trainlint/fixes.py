@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Sequence, Tuple
 from .diagnostics import Applicability, Diagnostic, Edit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .notebook import CodeCell
     from .source import Source
 
 
@@ -184,7 +183,7 @@ def render_notebook(source: "Source") -> bytes:
         region = source.text[cell.start : cell.end]
         if region == cell.masked:
             continue
-        code = _unmask(cell, region)
+        code = notebook.unmasked(cell, source.text)
         original = cell.original
         if cell.added_newline:
             original = original[:-1]
@@ -208,22 +207,6 @@ def render_notebook(source: "Source") -> bytes:
         for (start, end), new in sorted(replacements, reverse=True):
             raw = raw[:start] + new + raw[end:]
     return (codecs.BOM_UTF8 if notebook.bom else b"") + raw.encode("utf-8")
-
-
-def _unmask(cell: "CodeCell", region: str) -> str:
-    """The cell's new code with the IPython lines the analysis masked put back."""
-    from .source import split_lines
-
-    masked = split_lines(cell.masked)
-    original = split_lines(cell.original)
-    if len(masked) != len(original):  # cannot happen (masking keeps lines); be safe
-        return region
-    new = split_lines(region)
-    out: List[str] = []
-    matcher = difflib.SequenceMatcher(None, masked, new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        out.extend(original[i1:i2] if tag == "equal" else new[j1:j2])
-    return "".join(out)
 
 
 def _encode_source(

@@ -154,9 +154,17 @@ _HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.]+|[\w.\[\]()]+\s*\?{1,2})\s*$")
 _ASSIGN_MAGIC_RE = re.compile(
     r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=)\s*(?:%|!)"
 )
+# IPython's automagic runs `cd data` or `pip install x` without the `%`. Such a line is masked
+# only when it does not parse as Python on its own (`pwd` alone is just a name).
+AUTOMAGICS = frozenset(
+    "alias autoreload bookmark cat cd conda config cp dhist env history load_ext ls mamba "
+    "matplotlib mkdir mv pdb pip popd precision pushd pwd reload_ext rm rmdir run store sx "
+    "system time timeit who whos xmode".split()
+)
+# A name, whitespace, then arguments that do not start an assignment or a call (`config = {`
+# continues on the next line and is Python, not the `%config` magic).
 _AUTOMAGIC_RE = re.compile(
-    r"^\s*(?:pip|conda|mamba)\s+(?:install|uninstall|list|show|freeze|download|update|"
-    r"upgrade|remove|create|env|config|info)\b"
+    r"^\s*(?P<name>[a-z_]+)(?:\s+(?![=(\[{,:;]|(?:[-+*/%&|^@<>]|\*\*|//|<<|>>)=)\S.*)?\s*$"
 )
 _STRING_START = re.compile(r"(?i)(?:rb|br|fr|rf|b|r|u|f)?('''|\"\"\"|'|\")")
 
@@ -177,7 +185,12 @@ def _is_magic(line: str) -> bool:
         return True
     if stripped[0] == "?" or _HELP_RE.match(_line_body(line)):
         return True
-    return bool(_ASSIGN_MAGIC_RE.match(line) or _AUTOMAGIC_RE.match(line))
+    if _ASSIGN_MAGIC_RE.match(line):
+        return True
+    automagic = _AUTOMAGIC_RE.match(_line_body(line))
+    if automagic and automagic.group("name") in AUTOMAGICS:
+        return _parses(stripped) is not None
+    return False
 
 
 class _Scanner:
@@ -289,6 +302,9 @@ class CodeCell:
     original: str  # the cell's code as in the file, plus the newline added for joining
     masked: str  # what the analysis saw: `original` with IPython syntax masked
     added_newline: bool
+    # The masked lines: (start, end) of the masked text in the joined text (moved as fixes
+    # apply; None once an edit touched it), the masked text, and the line as in the file.
+    masks: List[Tuple[Optional[Tuple[int, int]], str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -323,6 +339,15 @@ class Notebook:
                     delta += len(content) - (end - start)
             return pos + delta
 
+        def moved_span(span: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+            if span is None:
+                return None
+            a, b = span
+            for edit in edits:
+                if (edit.start < b and edit.end > a) or a < edit.start < b:
+                    return None  # an edit changed the masked line itself
+            return moved(a, True), moved(b, False)
+
         cells = [
             CodeCell(
                 c.number,
@@ -331,10 +356,21 @@ class Notebook:
                 c.original,
                 c.masked,
                 c.added_newline,
+                [(moved_span(span), masked, line) for span, masked, line in c.masks],
             )
             for c in self.cells
         ]
         return Notebook(self.raw, self.bom, cells, list(self.broken), self.language)
+
+    def unmasked(self, cell: CodeCell, text: str) -> str:
+        """The cell's current code (from the joined `text`) with its masked lines put back."""
+        out = text[cell.start : cell.end]
+        spans = [m for m in cell.masks if m[0] is not None]
+        for span, masked, line in sorted(spans, key=lambda m: m[0], reverse=True):
+            a, b = span[0] - cell.start, span[1] - cell.start  # type: ignore[index]
+            if 0 <= a <= b <= len(out) and out[a:b] == masked:
+                out = out[:a] + line + out[b:]
+        return out
 
 
 class NotebookError(ValueError):
@@ -458,6 +494,8 @@ SEPARATOR = "\n"  # the empty line between two cells in the joined text
 
 def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Notebook]:
     """(joined text, [(cell number, first row)], Notebook) for a notebook's JSON text."""
+    from .source import split_lines
+
     data, code_cells = load(raw)
     notebook = Notebook(raw=raw, bom=bom, language=_language(data))
     if notebook.language not in ("python", "python3", "ipython", "ipython3"):
@@ -484,8 +522,15 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
             length += len(SEPARATOR)
             row += 1
         rows.append((number, row))
+        masks = []
+        offset = length
+        for masked_line, line in zip(split_lines(masked), split_lines(original)):
+            if masked_line != line:
+                body, original_body = _line_body(masked_line), _line_body(line)
+                masks.append(((offset, offset + len(body)), body, original_body))
+            offset += len(masked_line)
         notebook.cells.append(
-            CodeCell(number, length, length + len(masked), original, masked, added)
+            CodeCell(number, length, length + len(masked), original, masked, added, masks)
         )
         parts.append(masked)
         length += len(masked)
