@@ -1020,8 +1020,10 @@ class BatchFlow(Analysis):
         if any(_FUNCTIONAL_LOSS.match(q) for q in self.names.qualified(func)):
             return True
         dotted = dotted_name(func)
-        if dotted is None or not _LOSS_CALLEE.search(dotted.split(".")[-1]):
+        if dotted is None:
             return False
+        if not _LOSS_CALLEE.search(dotted.split(".")[-1]):
+            return self._bound_to_loss_class(func)
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
             if isinstance(func, cst.Attribute) and self.loops.functions_named(func.attr.value):
@@ -1040,6 +1042,31 @@ class BatchFlow(Analysis):
                 local = self._local_definition(binding.value.func)
                 if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
                     return False  # a criterion of this file that moves its targets itself
+        return True
+
+    def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
+        """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound
+        only to instances of a class named `...Loss` (not one of this file that moves things)."""
+        if not isinstance(func, cst.Name):
+            return False
+        bindings = self.scopes.lookup(func.value, func)
+        if not bindings:
+            return False
+        for binding in bindings:
+            value = binding.value
+            if binding.kind not in ("assign", "annassign") or not isinstance(value, cst.Call):
+                return False
+            if isinstance(value.func, cst.Call):
+                return False
+            names = set(self.names.qualified(value.func))
+            dotted = dotted_name(value.func)
+            if dotted:
+                names.add(dotted)
+            if not any(n.split(".")[-1].endswith("Loss") for n in names):
+                return False
+            local = self._local_definition(value.func)
+            if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                return False
         return True
 
     def is_join(self, call: cst.Call) -> bool:

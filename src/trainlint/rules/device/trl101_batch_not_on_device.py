@@ -30,8 +30,9 @@ class BatchNotOnDevice(Rule):
     - an argument of a model that was moved (`model.to(device)`, `.cuda()`, a model passed into a
       function from a call site that moved it), or of a callee named like a model (`model`,
       `net`, `self.encoder`, ...) while the loop moves other items of the same batch;
-    - a loss: a criterion object, `nn.XxxLoss()(...)` or `F.*loss*` whose other argument is a
-      model output or a moved tensor;
+    - a loss: a criterion object (named like one, or bound to an instance of a `...Loss` class
+      such as `dice = smp.losses.DiceLoss(...)`), `nn.XxxLoss()(...)` or `F.*loss*` whose other
+      argument is a model output or a moved tensor;
     - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
 
     ## Why is this bad
@@ -145,7 +146,6 @@ class BatchNotOnDevice(Rule):
     def _message(self, flow: Flow, finding: Unmoved) -> str:
         element = finding.element
         source = flow.source
-        row = self.ctx.span(source.binding_statement)[0]
         loader = _short(source.loader_text, 40)
         sink = self._describe(finding.sink, finding.use)
         named = element
@@ -155,22 +155,31 @@ class BatchNotOnDevice(Rule):
             named = carrier.origin
             callee = _short(self.ctx.code(carrier.via.func), 30)
             passed = (
-                f"; it is passed to `{callee}(...)` on line {self.ctx.span(carrier.via)[0]} as "
+                f"; it is passed to `{callee}(...)` on {self._line(carrier.via)} as "
                 f"`{carrier.name}`, where"
             )
         text = (
-            f"`{named.name}` comes from the `{loader}` batch (line {row}) and is never moved "
+            f"`{named.name}` comes from the `{loader}` batch "
+            f"({self._line(source.binding_statement)}) and is never moved "
             "to the device"
         )
         discarded = next((e.discarded for e in element.lineage() if e.discarded), None)
         if discarded is not None:
             text += (
-                f" (`{_short(self.ctx.code(discarded), 40)}` on line "
-                f"{self.ctx.span(discarded)[0]} returns a moved copy that is thrown away)"
+                f" (`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} "
+                "returns a moved copy that is thrown away)"
             )
         if passed:
             return f"{text}{passed} `{sink}` will fail with {_SAME_DEVICE}"
         return f"{text}; `{sink}` will fail with {_SAME_DEVICE}"
+
+    def _line(self, node: cst.CSTNode) -> str:
+        """`line 12`, or `cell 3, line 4` in a notebook (rows as the reports show them)."""
+        row = self.ctx.span(node)[0]
+        cell = self.ctx.source.cell_of(row)
+        if cell is not None:
+            return f"cell {cell[0]}, line {cell[1]}"
+        return f"line {row}"
 
     def _describe(self, sink: cst.CSTNode, use: cst.CSTNode) -> str:
         """The sink as the message shows it: short, with the element's own text kept."""
