@@ -1349,6 +1349,15 @@ class _Walker:
             return self._child(base, display, key, fix)
         return DEVICE if base is DEVICE else None
 
+    def _dict_item(self, root: Element, method: str, call: cst.Call) -> object:
+        """`batch.pop("labels")` / `batch.get("labels")`: the item, like `batch["labels"]`."""
+        if method not in ("pop", "get") or not call.args or call.args[0].keyword is not None:
+            return None
+        key = call.args[0].value
+        if not isinstance(key, cst.SimpleString):
+            return None
+        return self._child(root, f"{root.name}[{key.value}]", key.value, None)
+
     def _child(self, root: Element, display: str, key, fix) -> object:
         if key is not None and key in root.moved_keys:
             return DEVICE
@@ -1376,7 +1385,7 @@ class _Walker:
             method = func.attr.value
             if isinstance(receiver, Element):
                 if receiver.root:
-                    return None
+                    return self._dict_item(receiver, method, call)
                 return receiver if method in _TENSOR_PRESERVING else None
             if receiver is DEVICE:
                 return None if method in _NOT_TENSOR_RESULTS else DEVICE
