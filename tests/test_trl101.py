@@ -312,3 +312,102 @@ def test_module_level_global_statement_does_not_hang_name_lookup():
         """)
     call = expr(ctx, 'dist.init_process_group("nccl")')
     assert isinstance(ctx.names.qualified(call.func), frozenset)
+
+
+# -- what session 2 added (each found on real code) -------------------------------------------
+
+
+def test_loss_objects_are_recognised_by_their_class_name():
+    code = """
+        import segmentation_models_pytorch as smp
+        import torch.nn.functional as F
+
+        def train(model, loader, device):
+            model.to(device)
+            dice = smp.losses.DiceLoss(mode="binary")
+            for images, masks in loader:
+                logits = model(images.to(device))
+                loss = dice(logits, masks) + F.binary_cross_entropy_with_logits(logits, masks)
+    """
+    ctx = context(code)
+    [flow] = [f for f in ctx.analysis(BatchFlow).flows() if f.quiet is None]
+    [finding] = flow.findings
+    assert ctx.code(finding.sink) == "dice(logits, masks)"
+
+
+@pytest.mark.parametrize("method", ["pop", "get"])
+def test_popped_dict_items_are_batch_items(method):
+    code = f"""
+        import torch.nn.functional as F
+
+        def train(model, loader, device):
+            model.to(device)
+            for batch in loader:
+                labels = batch.{method}("labels")
+                batch = {{k: v.to(device) for k, v in batch.items()}}
+                loss = F.cross_entropy(model(**batch).logits, labels)
+    """
+    assert findings(code) == [("labels", "loss")]
+
+
+def test_sibling_moves_are_no_evidence_for_a_model_built_and_never_moved():
+    code = """
+        import torch.nn.functional as F
+
+        def train(net, loader, device):
+            for data, target in loader:
+                out = net(data)
+                target = target.to(device)
+                loss = F.nll_loss(out, target)
+
+        def main(loader, device):
+            net = RemoteNet()
+            train(net, loader, device)
+    """
+    assert findings(code) == []
+    # the same loop with no call site (placement unknown): the moved target is evidence
+    alone = code.split("        def main")[0]
+    assert findings(alone) == [("data", "model")]
+
+
+def test_moves_that_follow_another_tensor_are_no_sibling_evidence():
+    code = """
+        import torch.nn.functional as F
+
+        def train(model, loader):
+            for data, target in loader:
+                out = model(data)
+                target = target.to(out.device)
+                loss = F.nll_loss(out, target)
+    """
+    assert findings(code) == []
+    assert findings(code.replace("out.device", "device")) == [("data", "model")]
+
+
+def test_self_attribute_reassigned_last_in_a_method_is_what_other_methods_see():
+    code = """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Trainer:
+            def __init__(self, rank):
+                self.model = Net()
+                self.model.to(rank)
+                self.model = DDP(self.model, device_ids=[rank])
+
+            def train(self):
+                self.model(x)
+    """
+    ctx = context(code)
+    moves = ctx.analysis(Moves)
+    assert moves.placement(expr(ctx, "self.model")) == {WRAPPED}
+    conditional = context(
+        code.replace(
+            "                self.model = DDP(",
+            "                if rank:\n" "                    self.model = DDP(",
+        )
+    )
+    assert conditional.analysis(Moves).placement(expr(conditional, "self.model")) == {
+        MOVED,
+        WRAPPED,
+    }
