@@ -81,7 +81,7 @@ class Scopes(Analysis):
         first = True
         while scope is not None:
             if name in scope.globals_ and scope is not self.module_scope:
-                # (`global x` at module level is legal and changes nothing)
+                # (`global x` at module level is legal and means nothing)
                 scope = self.module_scope
                 first = False
                 continue
