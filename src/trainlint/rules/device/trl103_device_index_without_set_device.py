@@ -36,6 +36,11 @@ class DeviceIndexWithoutSetDevice(Rule):
     distributed entry point that sets it (`init_distributed_mode`, mmcv/mmengine `init_dist`,
     timm `init_distributed_device`, detectron2 `launch`, Accelerate, Fabric, DeepSpeed); nor in
     framework-managed code, tests, or deliberate model-parallel placement on several GPUs.
+    In a module without `if __name__ == "__main__":` (a trainer class, `train_utils.py`), a rank
+    or GPU id placed inside its functions is not reported either: the script that imports the
+    module chose it and sets the current device (a literal `"cuda:1"` there still is).
+    `dist.barrier(device_ids=[rank])` and HF `pipeline(device=i)` (which runs under
+    `with torch.cuda.device(i)`) are not placements.
 
     ## Example
     ```python
@@ -71,6 +76,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         if choices.current_device_evidence():
             return
         frameworks: Frameworks = self.ctx.analysis(Frameworks)
+        library = self._library_module()
         groups: Dict[object, Tuple[DeviceChoice, List[Placement]]] = {}
         for placement in choices.placements():
             choice = choices.trace(placement.expr, placement.as_index)
@@ -80,6 +86,8 @@ class DeviceIndexWithoutSetDevice(Rule):
                 continue  # a bare number handed to some function is not a device
             if frameworks.managed(placement.call) is not None:
                 continue
+            if library and choice.device.origin != "literal" and self._in_def(placement.call):
+                continue  # the script that imports this module decides the current device
             if choices.in_test_code(placement.call) or choices.in_test_code(choice.made):
                 continue
             if choices.multi_gpu_scope(placement.call) or choices.multi_gpu_scope(choice.made):
@@ -127,6 +135,20 @@ class DeviceIndexWithoutSetDevice(Rule):
                 fix=self._fix(choice, placements[0]),
                 related=related,
             )
+
+    # -- modules imported by the script that runs ---------------------------------------------
+
+    def _library_module(self) -> bool:
+        """No `if __name__ == "__main__":`: a module that a script imports (a trainer class, a
+        `train_utils.py`). A rank or GPU id it receives was chosen, and the current device set,
+        by that script (the FSDP, minGPT-DDP and mmdet examples do it there)."""
+        for node in self.ctx.nodes(cst.If):
+            if "__name__" in self.ctx.code(node.test) and "__main__" in self.ctx.code(node.test):
+                return False
+        return True
+
+    def _in_def(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) for a in self.ctx.ancestors(node))
 
     # -- grouping -----------------------------------------------------------------------------
 
