@@ -7,7 +7,14 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.steps import Repeat, TrainingSteps, events_of, own_events, run
+from trainlint.analysis.steps import (
+    Repeat,
+    TrainingSteps,
+    events_of,
+    mode_free_model,
+    own_events,
+    run,
+)
 from trainlint.config import Settings
 from trainlint.engine import FileContext
 from trainlint.source import Source
@@ -223,3 +230,41 @@ def test_eval_loops():
         """)
     found = [(ctx.code(loop.iter), ctx.code(call)) for loop, call in steps.eval_loops()]
     assert found == [("val_loader", "model(x)")]
+
+
+@pytest.mark.parametrize(
+    "layers, forward, expected",
+    [
+        ("self.fc = nn.Linear(4, 2)\n        self.pool = nn.MaxPool2d(2)", "self.fc(x)", True),
+        ("self.fc = nn.Linear(4, 2)\n        self.drop = nn.Dropout(0.1)", "self.fc(x)", False),
+        ("self.fc = nn.Linear(4, 2)\n        self.bn = nn.BatchNorm1d(2)", "self.fc(x)", False),
+        ("self.fc = nn.Linear(4, 2)", "F.dropout(self.fc(x), 0.1, self.training)", False),
+        ("self.fc = Block(4, 2)", "self.fc(x)", False),  # a user class may hide a Dropout
+        ("self.rnn = nn.LSTM(4, 2)", "self.rnn(x)[0]", False),
+    ],
+)
+def test_mode_free_model(layers, forward, expected):
+    code = f"""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        pass
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            {layers}
+
+        def forward(self, x):
+            return {forward}
+
+    net = Net().to("cuda")
+    for x in loader:
+        net(x)
+    """
+    ctx, steps = steps_for(code)
+    loop = first_loop(ctx, steps)
+    assert mode_free_model(steps, "net", loop) is expected
+    assert mode_free_model(steps, "other", loop) is False

@@ -7,7 +7,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.names import dotted_name
-from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, run
+from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, mode_free_model, run
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -54,8 +54,10 @@ class EvalModeMissing(Rule):
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the
     evaluation function, an evaluation function whose callers are all in other files and that
     sets neither mode (the caller decides), loops that backpropagate (adversarial evaluation,
-    saliency), and framework-managed code (Lightning `validation_step`, Accelerate, HF
-    Trainer, ignite handlers).
+    saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
+    Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
+    that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
+    pooling, activations: the CIFAR-10 tutorial's `Net`); `no_grad()` is still required.
 
     ## Fix safety
     The fix inserts `model.eval()` before the evaluation loop, decorates the evaluation function
@@ -90,6 +92,8 @@ class EvalModeMissing(Rule):
             if self._from_outside(model, function):
                 return  # called from other files only: the caller decides both modes
         missing_eval = not sets_eval_itself and not self._callers_set_eval(function, model)
+        if missing_eval and mode_free_model(self.steps, model, loop):
+            missing_eval = False  # no dropout/BatchNorm/...: eval() would change nothing
         missing_no_grad = not self._grad_off(model_call, model, loop)
         if not (missing_eval or missing_no_grad):
             return

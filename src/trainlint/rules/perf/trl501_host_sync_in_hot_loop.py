@@ -14,6 +14,14 @@ from ..base import Rule
 
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist"}
 _CONVERSIONS = {"float", "int", "bool"}
+_MODULE_READS = {"parameters", "named_parameters", "state_dict", "buffers", "modules"}
+_HOST_FACTORIES = tuple(
+    f"torch.{name}" for name in ("tensor", "zeros", "ones", "full", "arange", "empty", "as_tensor")
+)
+# A script that never names an accelerator runs on the CPU: `.item()` there waits for nothing.
+_ACCELERATOR_WORDS = re.compile(
+    r"cuda|device|accelerat|\bmps\b|xla|deepspeed|fabric|\bdistributed\b|\bddp\b|\bgpu", re.I
+)
 _GUARD_WORDS = re.compile(
     r"log|print|verbose|display|report|interval|freq|every|debug|should|vis|tensorboard|"
     r"wandb|writer|summary|save|sample|plot|show|ckpt|checkpoint|eval|valid|test|monitor|"
@@ -55,7 +63,8 @@ class HostSyncInHotLoop(Rule):
 
     Not reported: reads under an `if` on the step count (`%`, `==`) or a logging flag, reads in
     evaluation loops (no backward), reads after the loop, reads in a loop that only runs once
-    per epoch.
+    per epoch, scripts that never name an accelerator (CPU-only), tensors made on the host
+    (`torch.tensor([...])` without `device=`), and `m.cpu().parameters()` (a module move).
 
     ## Fix safety
     There is no fix: where to log is the author's choice.
@@ -72,6 +81,8 @@ class HostSyncInHotLoop(Rule):
             isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" for c in calls
         ):
             return
+        if not self._names_an_accelerator():
+            return  # a CPU-only script: nothing to wait for
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
         self._graph: Dict[cst.CSTNode, Set[str]] = {}
         self._hot_functions: Dict[cst.CSTNode, bool] = {}
@@ -102,6 +113,11 @@ class HostSyncInHotLoop(Rule):
             if attr in _SYNC_METHODS and not call.args:
                 if self._inner_sync(func.value):
                     return None  # `.cpu().numpy()`: reported once, at the first read
+                if self._cpu_tensor(func.value):
+                    return None  # `scale = torch.tensor([1.0])`: already on the host
+                parent = self.ctx.parent(call)
+                if isinstance(parent, cst.Attribute) and parent.attr.value in _MODULE_READS:
+                    return None  # `m.cpu().parameters()`: moves a module, reads no value
                 return f".{attr}()"
             if attr == "to" and call.args:
                 first = call.args[0].value
@@ -120,6 +136,38 @@ class HostSyncInHotLoop(Rule):
                 if any(True for _ in self.steps.graph_leaves(arg.value, names)):
                     return f"{func.value}()"
         return None
+
+    def _names_an_accelerator(self) -> bool:
+        """Any identifier or (non-docstring) string in the code naming a device or launcher."""
+        for name in self.ctx.nodes(cst.Name):
+            if _ACCELERATOR_WORDS.search(name.value):
+                return True
+        for string in self.ctx.nodes(cst.SimpleString):
+            if isinstance(self.ctx.parent(string), cst.Expr):
+                continue  # a docstring or a bare string statement
+            if _ACCELERATOR_WORDS.search(string.value):
+                return True
+        return False
+
+    def _cpu_tensor(self, expr: cst.CSTNode) -> bool:
+        """`t` or `t[0]` where every binding of `t` is `torch.tensor/zeros/...(...)` made
+        without `device=`: a host tensor."""
+        while isinstance(expr, cst.Subscript):
+            expr = expr.value
+        if not isinstance(expr, cst.Name):
+            return False
+        bindings = self.ctx.scopes.lookup(expr.value, expr)
+        if not bindings:
+            return False
+        for binding in bindings:
+            value = binding.value
+            if binding.kind != "assign" or not isinstance(value, cst.Call):
+                return False
+            if not self.ctx.names.is_(value.func, *_HOST_FACTORIES):
+                return False
+            if any(arg.keyword is not None and arg.keyword.value == "device" for arg in value.args):
+                return False
+        return True
 
     def _inner_sync(self, expr: cst.CSTNode) -> bool:
         while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
