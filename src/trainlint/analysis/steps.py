@@ -1263,3 +1263,15 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
 
     node.visit(Scan())
     return found_ok
+
+
+def is_test_file(path: str) -> bool:
+    """`tests/...`, `test_*.py`, `*_test.py`."""
+    parts = path.replace("\\", "/").split("/")
+    name = parts[-1]
+    return (
+        "tests" in parts[:-1]
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )

@@ -8,7 +8,7 @@ from typing import Dict, Optional, Set
 import libcst as cst
 
 from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps
+from ...analysis.steps import TrainingSteps, is_test_file
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -25,7 +25,7 @@ _ACCELERATOR_WORDS = re.compile(
 _GUARD_WORDS = re.compile(
     r"log|print|verbose|display|report|interval|freq|every|debug|should|vis|tensorboard|"
     r"wandb|writer|summary|save|sample|plot|show|ckpt|checkpoint|eval|valid|test|monitor|"
-    r"last|first|warmup|profil",
+    r"last|first|warmup|profil|track",
     re.I,
 )
 
@@ -64,7 +64,8 @@ class HostSyncInHotLoop(Rule):
     Not reported: reads under an `if` on the step count (`%`, `==`) or a logging flag, reads in
     evaluation loops (no backward), reads after the loop, reads in a loop that only runs once
     per epoch, scripts that never name an accelerator (CPU-only), tensors made on the host
-    (`torch.tensor([...])` without `device=`), and `m.cpu().parameters()` (a module move).
+    (`torch.tensor([...])` without `device=`), `m.cpu().parameters()` (a module move), and test
+    files (`tests/`, `test_*.py`: they read values to assert on them).
 
     ## Fix safety
     There is no fix: where to log is the author's choice.
@@ -81,6 +82,8 @@ class HostSyncInHotLoop(Rule):
             isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" for c in calls
         ):
             return
+        if is_test_file(self.ctx.source.path):
+            return  # tests read values to assert on them; speed is not the point
         if not self._names_an_accelerator():
             return  # a CPU-only script: nothing to wait for
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...analysis.steps import is_test_file
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -44,6 +45,9 @@ class PreferDDP(Rule):
     ```
     with a `DistributedSampler` for the training loader.
 
+    Not reported in test files (`tests/`, `test_*.py`), which wrap models in DataParallel to
+    test that the code supports it.
+
     ## Fix safety
     There is no fix: moving to DDP changes how the script is launched and how data is sharded.
     """
@@ -54,6 +58,8 @@ class PreferDDP(Rule):
     markers = ("DataParallel", "data_parallel")
 
     def visit_Call(self, node: cst.Call) -> None:
+        if is_test_file(self.ctx.source.path):
+            return  # tests exercise DataParallel support on purpose
         names = self.ctx.names
         if names.is_(node.func, *_DATA_PARALLEL):
             what = "nn.DataParallel"
