@@ -262,8 +262,17 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
     pending = [report for rule in instances if rule not in crashed for report in rule.reports]
     try:
         result.diagnostics.extend(resolve_reports(ctx, pending))
-    except Exception as exc:  # positions or edits: report against the engine, keep going
-        result.crashes.append(_crash(ctx.path, "engine", exc))
+    except Exception:
+        # A report the engine cannot place (a node that is not in this file's tree, a bad
+        # edit, a message that is not text): resolve rule by rule, so the crash names the rule
+        # that made the report and every other rule's findings are kept.
+        for rule in instances:
+            if rule in crashed or not rule.reports:
+                continue
+            try:
+                result.diagnostics.extend(resolve_reports(ctx, rule.reports))
+            except Exception as exc:
+                result.crashes.append(_crash(ctx.path, rule.code, exc))
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:
@@ -279,6 +288,8 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
         if report.fix is not None:
             for spec in report.fix.edits:
                 nodes.append(spec.anchor_node())
+    for report in pending:
+        _check_report(report)
     ctx.positions.prepare(nodes)
     out = []
     for report in pending:
@@ -303,6 +314,17 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
             )
         )
     return out
+
+
+def _check_report(report: PendingReport) -> None:
+    """A report's parts must be what the reporters can print; say which part is wrong."""
+    if not isinstance(report.message, str):
+        raise TypeError(f"report() message must be a str, not {type(report.message).__name__}")
+    if not isinstance(report.severity, Severity):
+        raise TypeError(f"report() severity must be a Severity, not {report.severity!r}")
+    for node in (report.node, report.end_node):
+        if node is not None and not isinstance(node, cst.CSTNode):
+            raise TypeError(f"report() needs a libcst node, not {type(node).__name__}")
 
 
 def make_diagnostic(
