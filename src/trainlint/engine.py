@@ -162,6 +162,8 @@ def check(
         rules = enabled_rules(settings, source.path)
     result = FileResult(path=source.path)
     result.noqa = noqa.scan(source.lines)
+    if source.notebook is not None and any(r.code == SYNTAX_ERROR for r in rules):
+        result.diagnostics.extend(_broken_cells(source))
     file_rules = [r for r in rules if r.code != SYNTAX_ERROR]
     if not file_rules and not any(r.code == SYNTAX_ERROR for r in rules):
         return result
@@ -459,6 +461,18 @@ def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
             col,
         ),
     )
+
+
+def _broken_cells(source: Source) -> List[Diagnostic]:
+    """TRL001 for each notebook cell left out of the analysis because it does not parse."""
+    out = []
+    for cell, message, row, col in source.notebook.broken:  # type: ignore[union-attr]
+        diagnostic = syntax_error_diagnostic(source.path, message, row, col)
+        diagnostic.cell = cell
+        # The cell is not in the analysed text, so no `# noqa` row of that text applies to it.
+        diagnostic.text_row = -1
+        out.append(diagnostic)
+    return out
 
 
 def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:
