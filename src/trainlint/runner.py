@@ -8,6 +8,9 @@ are sorted by (path, cell, row, column, code).
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -70,7 +73,7 @@ def read_source(
     read, e.g. from standard input)."""
     if data is None:
         try:
-            data = path.read_bytes()
+            data = read_regular_file(path)
         except OSError as exc:
             return None, None, None, f"{display}: cannot read: {exc.strerror or exc}"
     try:
@@ -83,6 +86,23 @@ def read_source(
             None,
         )
     return data, source, None, None
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of a regular file. Anything else named *.py (a FIFO, a socket, a symlink to
+    /dev/zero) raises OSError instead of blocking forever or reading without end."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def check_source(source: Source, settings: Settings) -> FileResult:
