@@ -7,11 +7,15 @@ Conventions (DESIGN §2):
   <name>.unsafe.py the result of `--fix --unsafe-fixes`.
 - A folder inside fixtures/rules/<CODE>/ is a small project: its files are checked together in
   one run (the project phase sees all of them).
+- Notebooks work the same way: fixtures/rules/<CODE>/<name>.ipynb with `# expect: <CODE>` at the
+  end of a line of a code cell (rows counted inside the cell), and <name>.fixed.ipynb /
+  <name>.unsafe.ipynb as goldens (compared byte for byte: the notebook's JSON layout must survive).
 - fixtures/clean/ must give zero findings with every rule selected.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -30,8 +34,8 @@ EXPECT_RE = re.compile(
     r"#\s*expect:\s*(?P<codes>TRL\d{3}(?:\[\w+\])?(?:\s*,\s*TRL\d{3}(?:\[\w+\])?)*)"
 )
 CODE_RE = re.compile(r"(TRL\d{3})(?:\[(\w+)\])?")
-GOLDEN_SUFFIXES = (".fixed.py", ".unsafe.py")
-INPUT_SUFFIXES = (".py",)
+GOLDEN_SUFFIXES = (".fixed.py", ".unsafe.py", ".fixed.ipynb", ".unsafe.ipynb")
+INPUT_SUFFIXES = (".py", ".ipynb")
 
 
 def is_input(path: Path) -> bool:
@@ -64,6 +68,37 @@ def expectations(path: Path) -> Dict[Tuple[int, str], Optional[str]]:
         for code, severity in CODE_RE.findall(match.group("codes")):
             found[(row, code)] = severity or None
     return found
+
+
+def notebook_expectations(path: Path) -> Dict[Tuple[int, int, str], Optional[str]]:
+    """(cell, row, code) -> expected severity from `# expect:` comments in a notebook's code
+    cells (cells numbered from 1 in file order, markdown included; rows inside the cell)."""
+    found: Dict[Tuple[int, int, str], Optional[str]] = {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for number, cell in enumerate(data["cells"], start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell["source"]
+        text = source if isinstance(source, str) else "".join(source)
+        for row, line in enumerate(text.splitlines(), start=1):
+            match = EXPECT_RE.search(line)
+            if match:
+                for code, severity in CODE_RE.findall(match.group("codes")):
+                    found[(number, row, code)] = severity or None
+    return found
+
+
+def expected_findings(path: Path) -> Dict[Tuple[Optional[int], int, str], Optional[str]]:
+    """(cell or None, row, code) -> expected severity, for a .py file or a notebook."""
+    if path.suffix == ".ipynb":
+        return dict(notebook_expectations(path))
+    return {(None, row, code): sev for (row, code), sev in expectations(path).items()}
+
+
+def golden_for(path: Path, unsafe: bool) -> Path:
+    """<name>.fixed.py / <name>.unsafe.py (or .ipynb) beside an input."""
+    suffix = path.suffix
+    return path.with_name(path.name[: -len(suffix)] + (".unsafe" if unsafe else ".fixed") + suffix)
 
 
 def settings_for(select: List[str], root: Path, unsafe: bool = False) -> Settings:

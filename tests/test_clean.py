@@ -7,7 +7,7 @@ import pytest
 
 from fixture_support import CLEAN, lint
 
-CLEAN_FILES = sorted(p for p in CLEAN.rglob("*.py"))
+CLEAN_FILES = sorted(p for p in CLEAN.rglob("*") if p.suffix in (".py", ".ipynb"))
 
 
 def test_there_is_clean_code_of_many_styles():

@@ -23,6 +23,13 @@ import sys
 import pytest
 
 from fixture_support import ORACLE, lint
+from trainlint.diagnostics import Severity
+from trainlint.rules import all_rules
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
 
 CASES = sorted(p for p in ORACLE.iterdir() if p.is_dir()) if ORACLE.is_dir() else []
 EXPECT_RE = re.compile(r"#\s*oracle-expect:\s*(?P<text>.+?)\s*$", re.MULTILINE)
@@ -61,6 +68,41 @@ def test_every_oracle_folder_is_complete():
         assert EXPECT_RE.search(
             (case / "bad.py").read_text()
         ), f"{case}/bad.py has no oracle-expect"
+
+
+NO_ORACLE_FILE = ORACLE / "no_oracle.toml"
+
+
+def _no_oracle():
+    if not NO_ORACLE_FILE.is_file():
+        return {}
+    return tomllib.loads(NO_ORACLE_FILE.read_text(encoding="utf-8"))
+
+
+def test_every_error_rule_has_an_oracle_or_a_reason():
+    """Discovered from the registry: a new error-level rule needs fixtures/oracle/<CODE>/ or a
+    line in fixtures/oracle/no_oracle.toml saying why CPU torch cannot show its failure."""
+    with_oracle = {case.name for case in CASES}
+    exempt = _no_oracle()
+    missing = [
+        code
+        for code, rule in sorted(all_rules().items())
+        if rule.severity == Severity.ERROR and code not in with_oracle and code not in exempt
+    ]
+    assert not missing, (
+        f"error-level rules without an oracle: {missing}; add fixtures/oracle/<CODE>/ or a "
+        f"reason in {NO_ORACLE_FILE.relative_to(ORACLE.parent.parent)}"
+    )
+
+
+def test_no_oracle_list_is_not_stale():
+    rules = all_rules()
+    with_oracle = {case.name for case in CASES}
+    for code, reason in _no_oracle().items():
+        assert isinstance(reason, str) and reason.strip(), f"{code}: give the reason"
+        assert code in rules, f"{code} is listed in no_oracle.toml but not registered"
+        assert rules[code].severity == Severity.ERROR, f"{code} is not error-level: drop it"
+        assert code not in with_oracle, f"{code} has an oracle now: drop it from no_oracle.toml"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -61,6 +61,10 @@ def hook_repo(tmp_path_factory):
     return repo
 
 
+NOTEBOOK = REPO / "fixtures" / "rules" / "TRL201" / "notebook_single_cell_embeddings.ipynb"
+NOTEBOOK_FIXED = NOTEBOOK.with_name("notebook_single_cell_embeddings.fixed.ipynb")
+
+
 @pytest.fixture
 def user_repo(tmp_path):
     repo = tmp_path / "user"
@@ -112,3 +116,30 @@ def test_fix_hook_rewrites_then_passes(hook_repo, user_repo, home):
     assert second.returncode == 0, second.stdout + second.stderr
     check = try_repo(hook_repo, "trainlint", user_repo, home)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.fixture
+def notebook_repo(tmp_path):
+    """A user repository holding only a notebook (the `jupyter` type must reach the hooks)."""
+    repo = tmp_path / "nb-user"
+    (repo / "notebooks").mkdir(parents=True)
+    env = _git_env()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True, env=env)
+    shutil.copyfile(NOTEBOOK, repo / "notebooks" / "metric.ipynb")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "notebook"], cwd=repo, check=True, env=env)
+    return repo
+
+
+def test_hooks_check_and_fix_a_notebook(hook_repo, notebook_repo, home):
+    target = notebook_repo / "notebooks" / "metric.ipynb"
+    check = try_repo(hook_repo, "trainlint", notebook_repo, home)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "notebooks/metric.ipynb:cell 8:19:9: TRL201" in check.stdout
+    assert target.read_bytes() == NOTEBOOK.read_bytes()
+    fixed = try_repo(hook_repo, "trainlint-fix", notebook_repo, home)
+    assert fixed.returncode == 1, fixed.stdout + fixed.stderr  # it changed the notebook
+    # Only the fixed line changed: the notebook's JSON is otherwise byte for byte the same.
+    assert target.read_bytes() == NOTEBOOK_FIXED.read_bytes()
+    again = try_repo(hook_repo, "trainlint", notebook_repo, home)
+    assert again.returncode == 0, again.stdout + again.stderr

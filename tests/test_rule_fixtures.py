@@ -10,8 +10,10 @@ import pytest
 
 from fixture_support import (
     CLEAN,
+    INPUT_SUFFIXES,
     codes_checked,
-    expectations,
+    expected_findings,
+    golden_for,
     is_input,
     lint,
     rule_cases,
@@ -29,7 +31,7 @@ def _case_id(case):
 
 def _inputs(path: Path):
     if path.is_dir():
-        return sorted(p for p in path.rglob("*.py") if is_input(p))
+        return sorted(p for p in path.rglob("*") if p.suffix in INPUT_SUFFIXES and is_input(p))
     return [path]
 
 
@@ -45,20 +47,26 @@ def test_findings_match_expect_comments(case):
     files = _inputs(path)
     expected = {}
     for file in files:
-        for (row, c), severity in expectations(file).items():
-            expected[(file.resolve(), row, c)] = severity
-    checked = codes_checked(code, {(r, c): s for (_, r, c), s in expected.items()})
+        for (cell, row, c), severity in expected_findings(file).items():
+            expected[(file.resolve(), cell or 0, row, c)] = severity
+    checked = codes_checked(code, {(r, c): s for (_, _, r, c), s in expected.items()})
     result = lint([path], sorted(checked), root=path if path.is_dir() else path.parent)
     assert not result.crashes, [c.describe() for c in result.crashes]
     got = {}
     for d in result.diagnostics:
         if d.code in checked:
-            got.setdefault((Path(d.path).resolve(), d.row, d.code), d)
+            got.setdefault((Path(d.path).resolve(), d.cell or 0, d.row, d.code), d)
+
+    def where(p, cell, r):
+        return f"{p.name}:cell {cell}:{r}" if cell else f"{p.name}:{r}"
+
     missing = sorted(set(expected) - set(got))
     unexpected = sorted(set(got) - set(expected))
-    assert not missing, "not reported: " + ", ".join(f"{p.name}:{r} {c}" for p, r, c in missing)
+    assert not missing, "not reported: " + ", ".join(
+        f"{where(p, cell, r)} {c}" for p, cell, r, c in missing
+    )
     assert not unexpected, "reported but not expected: " + "; ".join(
-        f"{p.name}:{r} {c}: {got[(p, r, c)].message}" for p, r, c in unexpected
+        f"{where(p, cell, r)} {c}: {got[(p, cell, r, c)].message}" for p, cell, r, c in unexpected
     )
     for key, severity in expected.items():
         if severity is not None:
@@ -79,7 +87,7 @@ GOLDEN_CASES = list(_golden_cases())
 @pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
 def test_fixes_match_goldens(case, unsafe, tmp_path):
     code, path = case
-    golden = path.with_name(path.name[: -len(".py")] + (".unsafe.py" if unsafe else ".fixed.py"))
+    golden = golden_for(path, unsafe)
     work = tmp_path / path.name
     shutil.copyfile(path, work)
     before = lint([work], [code], root=tmp_path, unsafe=unsafe)
@@ -108,9 +116,11 @@ def test_fixes_match_goldens(case, unsafe, tmp_path):
 
 
 def test_goldens_have_inputs():
-    for golden in Path(CLEAN).parent.joinpath("rules").rglob("*.py"):
+    for golden in Path(CLEAN).parent.joinpath("rules").rglob("*"):
         name = golden.name
-        for suffix in (".fixed.py", ".unsafe.py"):
-            if name.endswith(suffix):
-                source = golden.with_name(name[: -len(suffix)] + ".py")
-                assert source.exists(), f"{golden} has no input {source.name}"
+        for ext in INPUT_SUFFIXES:
+            for kind in (".fixed", ".unsafe"):
+                suffix = kind + ext
+                if name.endswith(suffix):
+                    source = golden.with_name(name[: -len(suffix)] + ext)
+                    assert source.exists(), f"{golden} has no input {source.name}"

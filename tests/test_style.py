@@ -9,8 +9,9 @@ from fixture_support import REPO
 
 
 def test_flake8_is_clean_on_our_own_code():
+    folders = [name for name in ("src", "tests", "benchmarks") if (REPO / name).is_dir()]
     proc = subprocess.run(
-        [sys.executable, "-m", "flake8", "--select", "E,F,W,C90", "src", "tests", "benchmarks"],
+        [sys.executable, "-m", "flake8", "--select", "E,F,W,C90", *folders],
         cwd=REPO,
         capture_output=True,
         text=True,

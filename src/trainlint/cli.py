@@ -1,6 +1,7 @@
 """The command line: arguments -> Settings -> run -> report -> exit code.
 
     trainlint [check] [PATH...] [--fix] [--unsafe-fixes] [--diff] [--select ...] ...
+    trainlint check - --stdin-filename train.py < train.py
     trainlint rule TRL201
     trainlint rules
     trainlint --version
@@ -16,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from . import __version__
+from . import __version__, cli_io
 from .config import ConfigError, Settings, load_settings, validate_codes
-from .report import FORMATS, ReportContext, get_reporter
+from .report import FORMATS
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -74,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-format",
         choices=FORMATS,
         default="text",
-        help="text (default: findings with code frames), concise, json",
+        help="text (default: findings with code frames), concise, json (ruff's schema), "
+        "sarif (SARIF 2.1.0, for GitHub code scanning), github (Actions annotations)",
     )
     check.add_argument("--exit-zero", action="store_true", help="exit 0 even when findings remain")
     check.add_argument(
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply excludes to paths given on the command line too (pre-commit)",
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+    cli_io.add_arguments(check)
 
     rule = sub.add_parser("rule", help="explain a rule: trainlint rule TRL201")
     rule.add_argument("code")
@@ -192,6 +195,8 @@ def settings_from_args(args: argparse.Namespace, paths: Sequence[Path]) -> Setti
         settings.unsafe_fixes = args.unsafe_fixes
     if args.force_exclude:
         settings.force_exclude = True
+    if getattr(args, "respect_gitignore", None) is False:
+        settings.respect_gitignore = False
     return settings
 
 
@@ -199,6 +204,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .files import discover
     from .runner import run
 
+    if cli_io.reads_stdin(args):
+        return cli_io.check_stdin(args, settings_from_args)
+    if args.add_noqa and (args.fix or args.diff):
+        print("error: --add-noqa cannot be combined with --fix or --diff", file=sys.stderr)
+        return EXIT_ERROR
     paths = [Path(p) for p in args.paths] or [Path(".")]
     settings = settings_from_args(args, paths)
     found = discover(paths, settings)
@@ -207,19 +217,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     if found.errors and not found.files:
         return EXIT_ERROR
 
-    result = run(
-        found.files,
-        settings,
-        fix=args.fix,
-        unsafe=settings.unsafe_fixes,
-        diff=args.diff,
-    )
+    progress = cli_io.progress_for(args, len(found.files))
+    try:
+        result = run(
+            found.files,
+            settings,
+            fix=args.fix,
+            unsafe=settings.unsafe_fixes,
+            diff=args.diff,
+            progress=progress,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
     for error in result.errors:
         print(f"error: {error}", file=sys.stderr)
     for crash in result.crashes:
         print(f"error: {crash.describe()}", file=sys.stderr)
 
     internal_error = bool(found.errors or result.errors or result.crashes)
+    if args.add_noqa:
+        code = cli_io.finish_add_noqa(result)
+        return EXIT_ERROR if internal_error else code
     if args.diff:
         text = result.diff()
         sys.stdout.write(text)
@@ -234,26 +253,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         return EXIT_FINDINGS if text else EXIT_CLEAN
 
-    sources = {
-        display: state.source
-        for display, state in result.states.items()
-        if state.source is not None
-    }
-    ctx = ReportContext(
-        sources=sources,
-        unsafe_fixes=settings.unsafe_fixes,
-        fixed=result.fixed,
-        fix_mode=args.fix,
-    )
-    reporter = get_reporter(args.output_format)
-    if args.quiet and args.output_format in ("text", "full", "concise"):
-        from .report.text import headline
-
-        for d in result.diagnostics:
-            print(headline(d, ctx))
-    else:
-        reporter(result.diagnostics, ctx, sys.stdout)
-    sys.stdout.flush()
+    ctx = cli_io.make_context(args, result, settings, sys.stdout)
+    cli_io.emit_report(args, result.diagnostics, ctx, sys.stdout)
 
     if internal_error:
         return EXIT_ERROR

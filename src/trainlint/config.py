@@ -1,7 +1,8 @@
 """Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, unsafe-fixes, plus the options rules declare (`Rule.options`).
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, plus the options rules declare
+(`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
 """
 
@@ -61,6 +62,7 @@ class Settings:
     exclude: List[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDES))
     extend_exclude: List[str] = field(default_factory=list)
     force_exclude: bool = False
+    respect_gitignore: bool = True  # skip what .gitignore files ignore when walking folders
     unsafe_fixes: bool = False
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
@@ -188,6 +190,7 @@ _CORE_KEYS: Dict[str, Any] = {
     "exclude": list,
     "extend-exclude": list,
     "force-exclude": bool,
+    "respect-gitignore": bool,
     "unsafe-fixes": bool,
 }
 
@@ -303,6 +306,7 @@ def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settin
         settings.exclude = list(table["exclude"])
     settings.extend_exclude = list(table.get("extend-exclude", []))
     settings.force_exclude = bool(table.get("force-exclude", False))
+    settings.respect_gitignore = bool(table.get("respect-gitignore", True))
     settings.unsafe_fixes = bool(table.get("unsafe-fixes", False))
     for key in keys:
         if key not in _CORE_KEYS and key in table:

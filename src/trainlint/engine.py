@@ -8,14 +8,13 @@ plugin) because project-phase findings and the unused-noqa rule need the same in
 
 from __future__ import annotations
 
-import ast
 import re
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
 
-from . import noqa
+from . import noqa, parse_guard
 from .config import Settings
 from .diagnostics import Diagnostic, Edit, FileResult, Fix, RuleCrash, Severity
 from .positions import PositionIndex, Span
@@ -163,6 +162,8 @@ def check(
         rules = enabled_rules(settings, source.path)
     result = FileResult(path=source.path)
     result.noqa = noqa.scan(source.lines)
+    if source.notebook is not None and any(r.code == SYNTAX_ERROR for r in rules):
+        result.diagnostics.extend(_broken_cells(source))
     file_rules = [r for r in rules if r.code != SYNTAX_ERROR]
     if not file_rules and not any(r.code == SYNTAX_ERROR for r in rules):
         return result
@@ -173,6 +174,12 @@ def check(
             error = _python_syntax_error(source)
             if error is not None:
                 result.diagnostics.append(error)
+        return result
+    # Python's parser first: libcst's native parser crashes the process on deeply nested input.
+    verdict = parse_guard.precheck(source.text)
+    if verdict.problem is not None:
+        if any(r.code == SYNTAX_ERROR for r in rules):
+            result.diagnostics.append(_problem(source, verdict.problem))
         return result
     try:
         module = cst.parse_module(source.text)
@@ -191,8 +198,25 @@ def check(
                 )
             )
         return result
-    tree = Tree(module)
-    ctx = FileContext(source, module, tree, settings)
+    except Exception as exc:  # libcst failing in a way it does not document
+        if any(r.code == SYNTAX_ERROR for r in rules):
+            result.diagnostics.append(
+                syntax_error_diagnostic(
+                    source.path,
+                    f"trainlint's parser (libcst) failed on this file ({type(exc).__name__}: "
+                    f"{exc}); not analysed",
+                    1,
+                    0,
+                )
+            )
+        return result
+    try:
+        tree = Tree(module)
+        ctx = FileContext(source, module, tree, settings)
+        ctx.positions.ast_tree = verdict.tree
+    except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
+        result.crashes.append(_crash(source.path, "engine", exc))
+        return result
     run_rules(ctx, file_rules, result)
     return result
 
@@ -240,8 +264,17 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
     pending = [report for rule in instances if rule not in crashed for report in rule.reports]
     try:
         result.diagnostics.extend(resolve_reports(ctx, pending))
-    except Exception as exc:  # positions or edits: report against the engine, keep going
-        result.crashes.append(_crash(ctx.path, "engine", exc))
+    except Exception:
+        # A report the engine cannot place (a node that is not in this file's tree, a bad
+        # edit, a message that is not text): resolve rule by rule, so the crash names the rule
+        # that made the report and every other rule's findings are kept.
+        for rule in instances:
+            if rule in crashed or not rule.reports:
+                continue
+            try:
+                result.diagnostics.extend(resolve_reports(ctx, rule.reports))
+            except Exception as exc:
+                result.crashes.append(_crash(ctx.path, rule.code, exc))
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:
@@ -257,6 +290,8 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
         if report.fix is not None:
             for spec in report.fix.edits:
                 nodes.append(spec.anchor_node())
+    for report in pending:
+        _check_report(report)
     ctx.positions.prepare(nodes)
     out = []
     for report in pending:
@@ -281,6 +316,17 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
             )
         )
     return out
+
+
+def _check_report(report: PendingReport) -> None:
+    """A report's parts must be what the reporters can print; say which part is wrong."""
+    if not isinstance(report.message, str):
+        raise TypeError(f"report() message must be a str, not {type(report.message).__name__}")
+    if not isinstance(report.severity, Severity):
+        raise TypeError(f"report() severity must be a Severity, not {report.severity!r}")
+    for node in (report.node, report.end_node):
+        if node is not None and not isinstance(node, cst.CSTNode):
+            raise TypeError(f"report() needs a libcst node, not {type(node).__name__}")
 
 
 def make_diagnostic(
@@ -386,17 +432,14 @@ def syntax_error_diagnostic(path: str, message: str, row: int, col: int) -> Diag
 
 
 def _python_syntax_error(source: Source) -> Optional[Diagnostic]:
-    try:
-        ast.parse(source.text)
-    except SyntaxError as exc:
-        row = exc.lineno or 1
-        col = max((exc.offset or 1) - 1, 0)
-        return _locate(
-            source, syntax_error_diagnostic(source.path, f"SyntaxError: {exc.msg}", row, col)
-        )
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return syntax_error_diagnostic(source.path, f"cannot parse: {exc}", 1, 0)
-    return None
+    problem = parse_guard.python_parse(source.text).problem
+    return None if problem is None else _problem(source, problem)
+
+
+def _problem(source: Source, problem: parse_guard.Problem) -> Diagnostic:
+    return _locate(
+        source, syntax_error_diagnostic(source.path, problem.message, problem.row, problem.col)
+    )
 
 
 def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
@@ -408,11 +451,28 @@ def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
         return python
     match = _LIBCST_AT.search(exc.message)
     row, col = (int(match.group(1)), int(match.group(2))) if match else (exc.raw_line, 0)
-    message = exc.message.replace("parser error: ", "")
+    message = exc.message.replace("parser error: ", "").strip()
     return _locate(
         source,
-        syntax_error_diagnostic(source.path, f"cannot parse: {message}", max(row, 1), col),
+        syntax_error_diagnostic(
+            source.path,
+            f"trainlint's parser (libcst) cannot parse this file, although Python can: {message}",
+            max(row, 1),
+            col,
+        ),
     )
+
+
+def _broken_cells(source: Source) -> List[Diagnostic]:
+    """TRL001 for each notebook cell left out of the analysis because it does not parse."""
+    out = []
+    for cell, message, row, col in source.notebook.broken:  # type: ignore[union-attr]
+        diagnostic = syntax_error_diagnostic(source.path, message, row, col)
+        diagnostic.cell = cell
+        # The cell is not in the analysed text, so no `# noqa` row of that text applies to it.
+        diagnostic.text_row = -1
+        out.append(diagnostic)
+    return out
 
 
 def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:

@@ -1,10 +1,12 @@
 """Which files a run looks at.
 
-Directories recurse into Python files, pruning excluded folders (`exclude`/`extend-exclude`,
-whose defaults cover .git, virtualenvs, build, dist, __pycache__, node_modules, ...) and any
-folder that is a virtual environment (it holds `pyvenv.cfg`). Symlinked folders are not followed,
-so a symlink loop cannot hang a run. Paths given explicitly are always checked, unless
-`--force-exclude` asks for excludes to apply to them too (as pre-commit needs).
+Directories recurse into Python files and Jupyter notebooks (`*.py`, `*.ipynb`), pruning
+excluded folders (`exclude`/`extend-exclude`, whose defaults cover .git, virtualenvs, build,
+dist, __pycache__, node_modules, .ipynb_checkpoints, ...), any folder that is a virtual
+environment (it holds `pyvenv.cfg`), and whatever `.gitignore` files ignore (`respect-gitignore`,
+on by default; see gitignore.py). Symlinked folders are not followed, so a symlink loop cannot
+hang a run. Paths given explicitly are always checked, unless `--force-exclude` asks for excludes
+to apply to them too (as pre-commit needs).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 from .config import Settings
+from .gitignore import GitIgnore
+from .source import NOTEBOOK_SUFFIXES
 
 PYTHON_SUFFIXES = (".py",)
-UNSUPPORTED_SUFFIXES = (".ipynb",)
+SOURCE_SUFFIXES = PYTHON_SUFFIXES + NOTEBOOK_SUFFIXES
 
 
 @dataclass
@@ -41,6 +45,7 @@ def _is_virtualenv(folder: Path) -> bool:
 def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
     found = Discovery()
     seen = set()
+    gitignore = GitIgnore() if settings.respect_gitignore else None
 
     def add(path: Path) -> None:
         key = os.path.realpath(path)
@@ -57,8 +62,6 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
         if path.is_file():
             if settings.force_exclude and settings.is_excluded(path):
                 continue
-            if path.suffix in UNSUPPORTED_SUFFIXES:
-                continue  # pre-commit passes notebooks too; they are not analysed yet
             add(path)
             continue
         if not path.is_dir():
@@ -66,20 +69,26 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
             continue
         if settings.force_exclude and settings.is_excluded(path) and str(given) not in (".", ""):
             continue
+        top = path.resolve()
         for root, dirs, names in os.walk(path, followlinks=False, onerror=_walk_error(found)):
             folder = Path(root)
+            absolute = top / folder.relative_to(path)
             keep = []
             for name in sorted(dirs):
                 sub = folder / name
                 if settings.is_excluded(sub) or _is_virtualenv(sub):
                     continue
+                if gitignore is not None and gitignore.ignored(absolute / name, True, top):
+                    continue
                 keep.append(name)
             dirs[:] = keep
             for name in sorted(names):
-                if not name.endswith(PYTHON_SUFFIXES):
+                if not name.endswith(SOURCE_SUFFIXES):
                     continue
                 file = folder / name
                 if settings.is_excluded(file):
+                    continue
+                if gitignore is not None and gitignore.ignored(absolute / name, False, top):
                     continue
                 add(file)
     found.files.sort(key=lambda item: item[1])

@@ -118,6 +118,8 @@ class PositionIndex:
         self.parent_of = parent_of
         self._spans: Dict[cst.CSTNode, Span] = {}
         self._anchors: Optional[Dict[cst.CSTNode, Tuple[int, int, bool]]] = None
+        # Python's tree of the same text, when the engine already has it (parse_guard.py).
+        self.ast_tree: Optional[ast.Module] = None
         self._full: Optional[Dict[cst.CSTNode, Span]] = None
         self.fallbacks = 0  # how many nodes needed the whole-module provider (tests read this)
 
@@ -190,7 +192,7 @@ class PositionIndex:
         if _TrackingState is None:
             return None
         try:
-            tree = ast.parse(self.source.text)
+            tree = self.ast_tree or ast.parse(self.source.text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         ast_anchors = []

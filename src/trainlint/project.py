@@ -44,9 +44,15 @@ def run_project_phase(
         if not rule.project:
             continue
         try:
+            mine = []
             for diagnostic in rule.check_project(project):
+                if not isinstance(diagnostic, Diagnostic):
+                    raise TypeError(
+                        f"check_project() must yield Diagnostics, not {type(diagnostic).__name__}"
+                    )
                 if rule.code in project.settings.codes_for(diagnostic.path):
-                    found.append(diagnostic)
+                    mine.append(diagnostic)
+            found.extend(mine)  # all or nothing: a rule that fails halfway reports no findings
         except Exception as exc:  # one rule's bug must not stop the run
             from .engine import _crash
 

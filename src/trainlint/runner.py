@@ -8,16 +8,19 @@ are sorted by (path, cell, row, column, code).
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from . import engine, noqa
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
-from .fixes import WriteError, apply_fixes, fixable, write_atomic
+from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
 from .project import Project, run_project_phase
 from .rules import all_rules
 from .source import Source, SourceError
@@ -33,6 +36,7 @@ class FileState:
     source: Optional[Source] = None  # current text (changes while fixing)
     result: FileResult = field(default_factory=lambda: FileResult(path=""))
     fixed: int = 0
+    applied: List[Diagnostic] = field(default_factory=list)  # the findings fixed (--show-fixes)
     frozen: bool = False  # a fix round broke this file: no more fixing
 
 
@@ -63,13 +67,15 @@ class RunResult:
 
 
 def read_source(
-    path: Path, display: str
+    path: Path, display: str, data: Optional[bytes] = None
 ) -> Tuple[Optional[bytes], Optional[Source], Optional[Diagnostic], Optional[str]]:
-    """(bytes, source, TRL001 diagnostic, io error) for one file."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return None, None, None, f"{display}: cannot read: {exc.strerror or exc}"
+    """(bytes, source, TRL001 diagnostic, io error) for one file (`data`: its bytes, already
+    read, e.g. from standard input)."""
+    if data is None:
+        try:
+            data = read_regular_file(path)
+        except OSError as exc:
+            return None, None, None, f"{display}: cannot read: {exc.strerror or exc}"
     try:
         source = Source.from_bytes(display, data)
     except SourceError as exc:
@@ -80,6 +86,23 @@ def read_source(
             None,
         )
     return data, source, None, None
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of a regular file. Anything else named *.py (a FIFO, a socket, a symlink to
+    /dev/zero) raises OSError instead of blocking forever or reading without end."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def check_source(source: Source, settings: Settings) -> FileResult:
@@ -93,12 +116,18 @@ def run(
     fix: bool = False,
     unsafe: bool = False,
     diff: bool = False,
+    contents: Optional[Mapping[str, bytes]] = None,
+    progress: Optional[Callable[[int, int, str], None]] = None,
 ) -> RunResult:
+    """Check `files` ((path, display path) pairs). `contents`: display path -> bytes to use
+    instead of reading the file (standard input). `progress(done, total, display)` is called
+    after each file of the per-file phase."""
     out = RunResult(files=len(files))
     states: Dict[str, FileState] = {}
-    for path, display in files:
+    for done, (path, display) in enumerate(files, start=1):
         state = FileState(path=path, display=display)
-        data, source, broken, error = read_source(path, display)
+        given = contents.get(display) if contents else None
+        data, source, broken, error = read_source(path, display, given)
         state.original, state.source = data, source
         state.result = FileResult(path=display)
         if error is not None:
@@ -111,13 +140,15 @@ def run(
         else:
             state.result = check_source(source, settings)  # type: ignore[arg-type]
         states[display] = state
+        if progress is not None:
+            progress(done, len(files), display)
     out.states = states
 
     project_diags, project_crashes = _project_phase(states, settings)
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
             changed_any = False
-            by_file = _group(states, project_diags)
+            by_file = _group(states, project_diags, settings)
             for display, state in states.items():
                 if state.frozen or state.source is None:
                     continue
@@ -137,14 +168,10 @@ def run(
                     )
                     state.frozen = True
                     continue
-                new_source = Source(
-                    path=display,
-                    text=new_text,
-                    encoding=state.source.encoding,
-                    kind=state.source.kind,
-                )
+                new_source = state.source.with_text(new_text, edits_of(applied))
                 state.source = new_source
                 state.fixed += len(applied)
+                state.applied.extend(applied)
                 state.result = check_source(new_source, settings)
                 changed_any = True
             if not changed_any:
@@ -160,8 +187,9 @@ def run(
         if new_bytes == state.original:
             continue
         old_text = state.original.decode(state.source.encoding)
+        new_text = new_bytes.decode(state.source.encoding)  # a notebook's JSON, not its cells
         if diff:
-            out.changed.append((display, old_text, state.source.text))
+            out.changed.append((display, old_text, new_text))
             out.fixed += state.fixed
             continue
         try:
@@ -172,21 +200,18 @@ def run(
             state.source = Source.from_bytes(display, state.original)
             state.result = check_source(state.source, settings)
             state.fixed = 0
+            state.applied = []
             reverted = True
             continue
-        out.changed.append((display, old_text, state.source.text))
+        out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
     if reverted:
         project_diags, project_crashes = _project_phase(states, settings)
     for state in states.values():
         out.crashes.extend(state.result.crashes)
     out.crashes.extend(project_crashes)
-    by_file = _group(states, project_diags)
-    remaining: List[Diagnostic] = []
-    for display, diagnostics in by_file.items():
-        state = states.get(display)
-        noqa_map = state.result.noqa if state is not None else {}
-        remaining.extend(d for d in diagnostics if not _suppressed(d, noqa_map))
+    by_file = _group(states, project_diags, settings)
+    remaining: List[Diagnostic] = [d for diagnostics in by_file.values() for d in diagnostics]
     remaining.sort(key=Diagnostic.sort_key)
     out.diagnostics = remaining
     return out
@@ -200,8 +225,9 @@ def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
 
 
 def _group(
-    states: Dict[str, FileState], project_diags: List[Diagnostic]
+    states: Dict[str, FileState], project_diags: List[Diagnostic], settings: Settings
 ) -> Dict[str, List[Diagnostic]]:
+    """display path -> the findings `# noqa` leaves, plus TRL002 for noqa codes left unused."""
     by_file: Dict[str, List[Diagnostic]] = {}
     for display, state in states.items():
         by_file[display] = list(state.result.diagnostics)
@@ -210,8 +236,20 @@ def _group(
     for display, diagnostics in by_file.items():
         state = states.get(display)
         noqa_map = state.result.noqa if state is not None else {}
-        by_file[display] = [d for d in diagnostics if not _suppressed(d, noqa_map)]
+        kept = [d for d in diagnostics if not _suppressed(d, noqa_map)]
+        if noqa_map and state is not None and state.source is not None:
+            kept.extend(_unused_noqa(state.source, noqa_map, diagnostics, settings))
+        by_file[display] = kept
     return by_file
+
+
+def _unused_noqa(source: Source, noqa_map, diagnostics, settings: Settings) -> List[Diagnostic]:
+    from .rules.engine.trl002_unused_noqa import UnusedNoqa
+
+    codes = settings.codes_for(source.path)
+    if UnusedNoqa.code not in codes:
+        return []
+    return UnusedNoqa.check_noqa(source, noqa_map, diagnostics, codes)
 
 
 def _project_phase(states: Dict[str, FileState], settings: Settings):

@@ -2,8 +2,8 @@
 
 A `Source` is what every later stage sees: one Python text. For a `.py` file it is the decoded
 file, byte for byte (newline style, BOM and coding cookie are remembered so that a fix writes the
-file back in the same shape). Notebooks (a later stage) join their code cells into one text and
-keep a map back to (cell, row).
+file back in the same shape). A notebook (`.ipynb`, see notebook.py) is its code cells joined
+into one text, with a map back to (cell, row) and what is needed to write the file again.
 
 Positions inside trainlint are (row, col): rows 1-based, columns 0-based counted in characters.
 Offsets are indexes into `Source.text`.
@@ -18,7 +18,12 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .notebook import Notebook
+
+NOTEBOOK_SUFFIXES = (".ipynb",)
 
 # Python's tokenizer ends lines only at \r\n, \r and \n; str.splitlines() also splits at form feeds,
 # \x1c..\x1e and \u2028, which would shift every row after them.
@@ -62,6 +67,8 @@ class Source:
     # Notebook sources: for each cell that took part, (cell number, first row of the cell in
     # `text`). Empty for plain Python files.
     cells: List[Tuple[int, int]] = field(default_factory=list)
+    # Notebook sources: the file's JSON and its code cells (None for .py files).
+    notebook: Optional["Notebook"] = field(default=None, repr=False)
     _line_starts: Optional[List[int]] = field(default=None, repr=False)
     _lines: Optional[List[str]] = field(default=None, repr=False)
 
@@ -69,6 +76,13 @@ class Source:
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes) -> "Source":
+        """A notebook when `path` ends with .ipynb, else a Python file."""
+        if path.lower().endswith(NOTEBOOK_SUFFIXES):
+            return cls.from_notebook_bytes(path, data)
+        return cls.from_python_bytes(path, data)
+
+    @classmethod
+    def from_python_bytes(cls, path: str, data: bytes) -> "Source":
         """Decode a Python file the way Python would (BOM, PEP 263 cookie, default UTF-8)."""
         nul = data.find(b"\0")
         if nul >= 0:
@@ -99,8 +113,53 @@ class Source:
     def from_path(cls, path: Path, display: Optional[str] = None) -> "Source":
         return cls.from_bytes(display or str(path), path.read_bytes())
 
+    @classmethod
+    def from_notebook_bytes(cls, path: str, data: bytes) -> "Source":
+        """A notebook's code cells joined into one text (notebook.py); a file that is not a
+        valid nbformat 4 notebook raises SourceError with the position of the problem."""
+        from .notebook import NotebookError, build
+
+        bom = data.startswith(codecs.BOM_UTF8)
+        try:
+            raw = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            row = data.count(b"\n", 0, exc.start) + 1
+            col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1)
+            raise SourceError(
+                f"not a valid notebook: byte 0x{data[exc.start]:02x} is not valid UTF-8", row, col
+            )
+        try:
+            text, cells, notebook = build(raw, bom)
+        except NotebookError as exc:
+            raise SourceError(exc.message, exc.row, exc.col)
+        return cls(
+            path=path,
+            text=text,
+            encoding="utf-8-sig" if bom else "utf-8",
+            kind="notebook",
+            cells=cells,
+            notebook=notebook,
+        )
+
+    def with_text(self, text: str, edits: Sequence[Any] = ()) -> "Source":
+        """The same file with new text, after `edits` (offsets into this text) were applied; a
+        notebook keeps track of where each cell now starts and ends."""
+        if self.notebook is None:
+            return Source(path=self.path, text=text, encoding=self.encoding, kind=self.kind)
+        notebook = self.notebook.remap(edits)
+        source = Source(
+            path=self.path, text=text, encoding=self.encoding, kind=self.kind, notebook=notebook
+        )
+        source.cells = [(cell.number, source.position(cell.start)[0]) for cell in notebook.cells]
+        return source
+
     def to_bytes(self, text: Optional[str] = None) -> bytes:
-        """Encode (new) text the way the file was encoded (BOM included)."""
+        """Encode (new) text the way the file was encoded (BOM included); a notebook is written
+        back as JSON with only its changed cells' `source` replaced (fixes.render_notebook)."""
+        if self.notebook is not None:
+            from .fixes import render_notebook
+
+            return render_notebook(self if text is None else self.with_text(text))
         return (self.text if text is None else text).encode(self.encoding)
 
     # -- positions ----------------------------------------------------------------------------

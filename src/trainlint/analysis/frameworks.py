@@ -204,3 +204,29 @@ class Frameworks(Analysis):
     def _self_and_ancestors(self, node: cst.CSTNode):
         yield node
         yield from self.ctx.ancestors(node)
+
+
+# -- loaders prepared by a framework (TRL101) ---------------------------------------------------
+
+_LOADER_PREPARING = {
+    "setup_dataloaders": "fabric",  # lightning.fabric
+    "prepare_data_loader": "accelerat",
+    "prepare": "accelerat",
+}
+
+
+def loaders_prepared_by_framework(ctx) -> Optional[str]:
+    """The framework that prepares this file's DataLoaders anywhere in the file
+    (`fabric.setup_dataloaders(...)`, `accelerator.prepare(...)`), or None. Their batches arrive
+    on the device even in helper functions that receive the prepared loader as a parameter."""
+    for call in ctx.nodes(cst.Call):
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            continue
+        owner_word = _LOADER_PREPARING.get(func.attr.value)
+        if owner_word is None:
+            continue
+        owner = (dotted_name(func.value) or "").split(".")[-1].lower()
+        if owner_word in owner:
+            return "lightning" if owner_word == "fabric" else "accelerate"
+    return None

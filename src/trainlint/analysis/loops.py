@@ -33,7 +33,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from . import Analysis
-from .names import Names, dotted_name
+from .names import LOCAL_PREFIX, Names, dotted_name
 from ..walk import children
 from .scopes import Scopes
 
@@ -109,9 +109,11 @@ class Loops(Analysis):
                 return self.is_loader(inner, _depth + 1)
             return False
         if isinstance(expr, cst.Attribute):
-            return bool(_LOADER_NAME.search(expr.attr.value)) and not _NOT_LOADER_NAME.search(
+            if _LOADER_NAME.search(expr.attr.value) and not _NOT_LOADER_NAME.search(
                 expr.attr.value
-            )
+            ):
+                return True
+            return self._self_attribute_is_loader(expr, _depth)
         if isinstance(expr, cst.Name):
             name = expr.value
             bindings = self.scopes.lookup(name, expr)
@@ -127,6 +129,28 @@ class Loops(Analysis):
                 # A name that says it is a loader, unless it is bound to something that clearly
                 # is not one (a dict of loader kwargs, a class).
                 return not any(b.kind in ("class", "def", "import") for b in bindings)
+        return False
+
+    def _self_attribute_is_loader(self, expr: cst.Attribute, depth: int) -> bool:
+        """`self.train_data` assigned a loader in the class (`self.train_data = train_data`
+        with `train_data: DataLoader`, or `= DataLoader(...)`)."""
+        if not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+            return False
+        cls = next((a for a in self.ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        for node in self.ctx.tree.descendants(cls.body):
+            if isinstance(node, cst.Assign) and any(
+                isinstance(t.target, cst.Attribute)
+                and isinstance(t.target.value, cst.Name)
+                and t.target.value.value == "self"
+                and t.target.attr.value == expr.attr.value
+                for t in node.targets
+            ):
+                if not isinstance(node.value, cst.Attribute) and self.is_loader(
+                    node.value, depth + 1
+                ):
+                    return True
         return False
 
     def _is_loader_call(self, call: cst.Call) -> bool:
@@ -833,4 +857,1347 @@ def is_torch_dataloader(names: Names, call: cst.CSTNode) -> bool:
             return True
     if not qualified:
         return (dotted_name(call.func) or "").split(".")[-1] == "DataLoader"
+    return False
+
+
+# == Batch-element dataflow (TRL101) ===========================================================
+#
+# `BatchFlow.flow(source)` follows the names a batch source binds through the statements that see
+# them, in order: what is moved to the device (`.to`/`.cuda`/`.type_as`, comprehensions, helpers,
+# in-place moves of the whole batch), what is derived from an element without moving it
+# (`y = batch["labels"]`, `labels.long()`, `labels[:, 0]`, `x, y = batch`), and what holds a value
+# on the device (moved elements, outputs of a model on the device and what is computed from them,
+# until `.cpu()`/`.item()`/`.numpy()`). Where an element that was never moved meets the device it
+# records a finding: an argument of a moved model (inputs handed to a DataParallel / DDP
+# wrapper are moved by it), a loss or criterion call or `F.*loss*` next to a device value,
+# arithmetic or a comparison with one, `torch.cat`/`stack` with one. Branches are followed
+# separately and joined conservatively: an element moved on one path counts as moved.
+
+_TENSOR_PRESERVING = frozenset(
+    {
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "short",
+        "bool",
+        "byte",
+        "char",
+        "type",
+        "squeeze",
+        "unsqueeze",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "permute",
+        "transpose",
+        "t",
+        "contiguous",
+        "flatten",
+        "clone",
+        "detach",
+        "repeat",
+        "expand",
+        "expand_as",
+        "narrow",
+        "flip",
+        "pin_memory",
+        "squeeze_",
+        "unsqueeze_",
+        "requires_grad_",
+        "to",  # only when it is not a move (a dtype cast)
+    }
+)
+_NOT_TENSOR_RESULTS = frozenset(
+    {
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "size",
+        "dim",
+        "numel",
+        "nelement",
+        "stride",
+        "data_ptr",
+        "get_device",
+        "element_size",
+        "is_contiguous",
+        "keys",
+        "values",
+        "items",
+        "get",
+    }
+)
+_NOT_TENSOR_ATTRS = frozenset(
+    {"shape", "device", "dtype", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"}
+)
+_BINARY_METHODS = frozenset(
+    {
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "matmul",
+        "mm",
+        "bmm",
+        "add_",
+        "sub_",
+        "mul_",
+        "div_",
+        "masked_fill",
+        "masked_fill_",
+    }
+)
+_COMPARISON_OPS = (
+    cst.Equal,
+    cst.NotEqual,
+    cst.LessThan,
+    cst.LessThanEqual,
+    cst.GreaterThan,
+    cst.GreaterThanEqual,
+)
+_TORCH_JOIN = (
+    "torch.cat",
+    "torch.concat",
+    "torch.concatenate",
+    "torch.stack",
+    "torch.hstack",
+    "torch.vstack",
+    "torch.dstack",
+)
+_FUNCTIONAL_LOSS = re.compile(
+    r"^torch\.nn\.functional\.(\w*loss\w*|cross_entropy|binary_cross_entropy\w*|kl_div)$"
+)
+_LOSS_CALLEE = re.compile(r"(criterion|loss|crit$)", re.I)
+_MODEL_WORDS = frozenset(
+    {
+        "model",
+        "models",
+        "net",
+        "network",
+        "encoder",
+        "decoder",
+        "backbone",
+        "generator",
+        "discriminator",
+        "classifier",
+        "detector",
+        "segmentor",
+        "transformer",
+        "unet",
+        "vae",
+        "policy",
+        "critic",
+        "actor",
+        "head",
+        "teacher",
+        "student",
+        "module",
+        "ema",
+    }
+)
+# Module methods that take no batch (calling them is not running the model).
+_MODULE_NOT_FORWARD = frozenset(
+    {
+        "state_dict",
+        "load_state_dict",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "train",
+        "eval",
+        "to",
+        "cuda",
+        "cpu",
+        "apply",
+        "zero_grad",
+        "modules",
+        "named_modules",
+        "children",
+        "requires_grad_",
+        "half",
+        "float",
+        "double",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_buffer",
+        "add_module",
+        "get_submodule",
+        "no_sync",
+        "join",
+    }
+)
+# Batch items that are not tensors, or stay on the CPU by design (pack_padded_sequence lengths).
+_NON_TENSOR_WORDS = frozenset(
+    {
+        "path",
+        "paths",
+        "file",
+        "files",
+        "filename",
+        "filenames",
+        "fname",
+        "fnames",
+        "name",
+        "names",
+        "caption",
+        "captions",
+        "text",
+        "texts",
+        "sentence",
+        "sentences",
+        "prompt",
+        "prompts",
+        "question",
+        "questions",
+        "answer",
+        "answers",
+        "meta",
+        "metas",
+        "metadata",
+        "info",
+        "infos",
+        "url",
+        "urls",
+        "idx",
+        "idxs",
+        "index",
+        "indices",
+        "indexes",
+        "key",
+        "keys",
+        "str",
+        "string",
+        "strings",
+        "title",
+        "titles",
+        "word",
+        "words",
+        "len",
+        "lens",
+        "length",
+        "lengths",
+        "raw",
+        "uid",
+        "uids",
+        "img_metas",
+        "n",
+        "num",
+        "count",
+        "counts",
+    }
+)
+_TENSOR_ID_WORDS = frozenset(
+    {"input", "token", "position", "type", "label", "labels", "target", "targets", "class"}
+)
+_TEXT_CALLEE = re.compile(r"(token|tokenize|imread|open|path\.|join$|split$|format$)", re.I)
+_TEXT_METHODS = frozenset(
+    {"split", "lower", "upper", "strip", "startswith", "endswith", "encode", "format", "replace"}
+)
+_MOVING_LOADER = re.compile(
+    r"prefetch|(device|cuda|gpu).*(loader|iter|batch)|(loader|iter).*(device|cuda|gpu)", re.I
+)
+
+DEVICE = "<on the device>"  # the abstract value of anything on the device
+_MOVING_NODES = (cst.Call, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+@dataclass(eq=False)
+class Element:
+    """A value taken from a batch that has not been moved to the device."""
+
+    name: str  # what the code calls it: labels, batch["labels"], batch
+    source: "BatchSource" = field(repr=False)
+    # the For, or the statement line that bound the name
+    bound_at: Optional[cst.CSTNode] = field(repr=False)
+    root: bool = False  # the whole batch
+    fix_target: Optional[str] = None  # what a fix may assign (`labels`, `batch["labels"]`)
+    # the element this one was computed from
+    origin: Optional["Element"] = field(default=None, repr=False)
+    helper: Optional[Tuple[str, int]] = None  # imported helper (qualname, arg) that may move it
+    # `labels.to(device)` whose result was thrown away
+    discarded: Optional[cst.Call] = field(default=None, repr=False)
+    # the call that handed it to a helper of this file
+    via: Optional[cst.Call] = field(default=None, repr=False)
+    moved_keys: Set[str] = field(default_factory=set)
+    children: Dict[str, "Element"] = field(default_factory=dict, repr=False)
+
+    def lineage(self) -> List["Element"]:
+        out: List[Element] = []
+        current: Optional[Element] = self
+        while current is not None and current not in out:
+            out.append(current)
+            current = current.origin
+        return out
+
+    def derive(self, name: str, bound_at, root: bool = False, fix_target=None) -> "Element":
+        return Element(
+            name=name,
+            source=self.source,
+            bound_at=bound_at,
+            root=root,
+            fix_target=fix_target,
+            origin=self,
+            helper=self.helper,
+        )
+
+
+@dataclass
+class Unmoved:
+    """An element that never reached the device, at its first use next to the device."""
+
+    element: Element
+    use: cst.CSTNode  # the expression that carries the element into the sink
+    sink: cst.CSTNode  # the model call, loss call, operation or torch.cat/stack
+    kind: str  # model, loss, arithmetic, comparison, cat
+
+
+@dataclass
+class Flow:
+    source: "BatchSource"
+    findings: List[Unmoved] = field(default_factory=list)
+    moves: list = field(default_factory=list)  # devices.Move of this batch's elements
+    quiet: Optional[str] = None  # why nothing is reported for this source
+    helper: Optional[Tuple[str, int]] = None  # an imported collate_fn that may move the batch
+    bound_names: Set[str] = field(default_factory=set)  # names (re)bound in the body
+
+
+class BatchFlow(Analysis):
+    """Batch elements through the loop body (see the section comment above)."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        from .devices import Moves
+        from .frameworks import Frameworks
+
+        self.loops: Loops = ctx.analysis(Loops)
+        self.moves = ctx.analysis(Moves)
+        self.frameworks = ctx.analysis(Frameworks)
+        self.names: Names = ctx.analysis(Names)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self._flows: Dict[cst.CSTNode, Flow] = {}
+        from .frameworks import loaders_prepared_by_framework
+
+        self._prepared = loaders_prepared_by_framework(ctx)
+
+    def flows(self) -> List[Flow]:
+        return [self.flow(source) for source in self.loops.batch_sources()]
+
+    def flow(self, source: BatchSource) -> Flow:
+        found = self._flows.get(source.node)
+        if found is None:
+            found = self._flows[source.node] = self._run(source)
+        return found
+
+    # -- one source ---------------------------------------------------------------------------
+
+    def _run(self, source: BatchSource) -> Flow:
+        flow = Flow(source)
+        managed = self.frameworks.managed(source.node) or self._prepared
+        if managed is not None:
+            flow.quiet = f"managed by {managed}"
+            return flow
+        reason = self._loader_moves(source, flow)
+        if reason is not None:
+            flow.quiet = reason
+            return flow
+        body = self._body(source)
+        walker = _Walker(self, source, flow, body)
+        walker.start()
+        walker.block(body)
+        flow.bound_names = _bound_names(body)
+        return flow
+
+    def _body(self, source: BatchSource) -> List[cst.BaseStatement]:
+        """The statements that see the batch: the loop body, or what follows `next(...)` (also
+        after the `try`/`if` that holds it, up to the enclosing loop or function)."""
+        body = list(source.body)
+        if isinstance(source.node, cst.For):
+            return body
+        statement = self.ctx.parent(source.node)
+        current = statement
+        for _ in range(3):
+            block = self.ctx.parent(current) if current is not None else None
+            owner = self.ctx.parent(block) if block is not None else None
+            if not isinstance(owner, (cst.Try, cst.If, cst.ExceptHandler, cst.Else, cst.Finally)):
+                break
+            if isinstance(owner, (cst.ExceptHandler, cst.Else, cst.Finally)):
+                owner = self.ctx.parent(owner)
+            if isinstance(owner, cst.If) and isinstance(self.ctx.parent(owner), cst.If):
+                break
+            body.extend(_following(self.ctx, owner))
+            current = owner
+        return body
+
+    # -- loaders that deliver batches on the device -------------------------------------------
+
+    def _loader_moves(self, source: BatchSource, flow: Flow) -> Optional[str]:
+        start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
+        for call in self._loader_chain(start):
+            dotted = dotted_name(call.func) or ""
+            leaf = dotted.split(".")[-1]
+            if _MOVING_LOADER.search(leaf):
+                return f"`{leaf}` delivers batches on the device"
+            if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+                return f"`{leaf}(..., device=...)` delivers batches on the device"
+            local = self._local_definition(call.func)
+            if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                return f"`{leaf}` moves the batches"
+            if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
+                reason = self._dataloader_moves(call, flow)
+                if reason is not None:
+                    return reason
+        return None
+
+    def _loader_chain(self, expr: cst.CSTNode, depth: int = 0) -> List[cst.Call]:
+        """Calls that make the iterated object: wrappers, the DataLoader, through names."""
+        out: List[cst.Call] = []
+        if depth > 4 or expr is None:
+            return out
+        for node in [expr, *self.ctx.tree.descendants(expr)]:
+            if isinstance(node, cst.Call):
+                out.append(node)
+            elif isinstance(node, cst.Name):
+                for binding in self.scopes.lookup(node.value, node):
+                    value = binding.value
+                    if binding.kind == "unpack" and isinstance(binding.statement, cst.Assign):
+                        value = binding.statement.value  # train_iter, val_iter = make(...)
+                    if binding.kind in ("assign", "annassign", "unpack") and value is not None:
+                        out.extend(self._loader_chain(value, depth + 1))
+            elif isinstance(node, cst.Attribute) and _is_self(node.value):
+                for value in self._self_assignments(node):
+                    out.extend(self._loader_chain(value, depth + 1))
+        return out
+
+    def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
+        cls = next((a for a in self.ctx.ancestors(attr) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return []
+        out = []
+        for node in self.ctx.tree.descendants(cls.body):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    t = target.target
+                    if (
+                        isinstance(t, cst.Attribute)
+                        and _is_self(t.value)
+                        and t.attr.value == attr.attr.value
+                    ):
+                        out.append(node.value)
+        return out
+
+    def _dataloader_moves(self, call: cst.Call, flow: Flow) -> Optional[str]:
+        collate = None
+        dataset = call.args[0].value if call.args and call.args[0].keyword is None else None
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "collate_fn":
+                collate = arg.value
+            if arg.keyword is not None and arg.keyword.value == "dataset":
+                dataset = arg.value
+        if collate is not None:
+            if isinstance(collate, cst.Lambda) and self.moves.moves_in(collate.body):
+                return "its collate_fn moves the batch"
+            local = self._local_definition(collate)
+            if local is not None and self.moves.moves_in(local):
+                return "its collate_fn moves the batch"
+            if local is None and not _in_worker_processes(call):
+                # An imported collate_fn of the project may move the batch; with worker
+                # processes it cannot (CUDA cannot be used in forked workers).
+                helper = self.project_helper(collate)
+                if helper is not None:
+                    flow.helper = (helper, -1)
+        if isinstance(dataset, cst.Name):
+            for binding in self.scopes.lookup(dataset.value, dataset):
+                value = binding.value
+                if isinstance(value, cst.Call):
+                    local = self._local_definition(value.func)
+                    if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                        return "its dataset returns tensors on the device"
+        return None
+
+    def _local_definition(self, func: cst.BaseExpression) -> Optional[cst.CSTNode]:
+        """The def/class of this file that `func` names, if any."""
+        if isinstance(func, cst.Name):
+            for binding in self.scopes.lookup(func.value, func):
+                if isinstance(binding.node, (cst.FunctionDef, cst.ClassDef)):
+                    return binding.node
+        if isinstance(func, cst.Attribute) and _is_self(func.value):
+            found = self.loops.functions_named(func.attr.value)
+            if len(found) == 1:
+                return found[0]
+        return None
+
+    # -- imported helpers ---------------------------------------------------------------------
+
+    def project_helper(self, func: cst.BaseExpression) -> Optional[str]:
+        """The qualified name of an imported function that may belong to this project (so that
+        only the project phase can tell whether it moves its argument), else None."""
+        qualified = self.names.qualified(func)
+        if not qualified:
+            return None
+        for qualname in sorted(qualified):
+            if qualname.startswith(LOCAL_PREFIX):
+                return None
+            if qualname.startswith("."):
+                return qualname
+            top = qualname.split(".")[0]
+            if top in _THIRD_PARTY or top in _STDLIB:
+                return None
+            return qualname
+        return None
+
+    # -- what a callee is ---------------------------------------------------------------------
+
+    def model_call(
+        self, call: cst.Call, args_on_device: bool, siblings_moved: bool = False
+    ) -> Tuple[bool, bool]:
+        """(its output is on the device, its inputs must be) for a call that may run a model.
+
+        A model is on the device when it was moved (or wrapped), or, for a callee named like a
+        model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
+        moves other items of the same batch (DESIGN: "while the model or siblings were
+        moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
+        from .devices import MOVED, UNPLACED, WRAPPED
+
+        target = call.func
+        if isinstance(target, cst.Attribute) and target.attr.value == "forward":
+            target = target.value
+        if not self._may_be_model(target):
+            return False, False
+        placement = self.moves.placement(target)
+        modelish = _model_like(target)
+        plain = MOVED in placement
+        wrapped = WRAPPED in placement
+        # Sibling moves say nothing about a model seen built and never moved (`net =
+        # TrainerNet()` whose forward ships inputs elsewhere itself).
+        siblings = siblings_moved and UNPLACED not in placement
+        evidence = modelish and (args_on_device or siblings)
+        on_device = plain or wrapped or (modelish and args_on_device)
+        inputs = plain or (evidence and not wrapped)
+        return on_device, inputs
+
+    def _may_be_model(self, target: cst.BaseExpression) -> bool:
+        dotted = dotted_name(target)
+        if dotted is None:
+            return False
+        if isinstance(target, cst.Attribute) and target.attr.value in _MODULE_NOT_FORWARD:
+            return False
+        root = dotted.split(".")[0]
+        if root in ("self", "cls"):
+            if isinstance(target, cst.Attribute) and self.loops.functions_named(target.attr.value):
+                return False  # a method of the class, not a submodule
+            return True
+        head = target
+        while isinstance(head, cst.Attribute):
+            head = head.value
+        for binding in self.scopes.lookup(root, head):
+            if binding.kind in ("import", "def", "class"):
+                return False
+        return bool(self.scopes.lookup(root, head)) or not self.names.qualified(target)
+
+    def is_loss(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Call):  # nn.CrossEntropyLoss()(logits, labels)
+            return any(q.endswith("Loss") for q in self.names.qualified(func.func))
+        if any(_FUNCTIONAL_LOSS.match(q) for q in self.names.qualified(func)):
+            return True
+        dotted = dotted_name(func)
+        if dotted is None:
+            return False
+        if not _LOSS_CALLEE.search(dotted.split(".")[-1]):
+            return self._bound_to_loss_class(func)
+        root = dotted.split(".")[0]
+        if root in ("self", "cls"):
+            if isinstance(func, cst.Attribute) and self.loops.functions_named(func.attr.value):
+                return False
+            return True
+        head = func
+        while isinstance(head, cst.Attribute):
+            head = head.value
+        bindings = self.scopes.lookup(root, head)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if binding.kind in ("import", "def", "class"):
+                return False  # a function: it may move or convert what it gets
+            if binding.kind in ("assign", "annassign") and isinstance(binding.value, cst.Call):
+                local = self._local_definition(binding.value.func)
+                if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                    return False  # a criterion of this file that moves its targets itself
+        return True
+
+    def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
+        """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound
+        only to instances of a class named `...Loss` (not one of this file that moves things)."""
+        if not isinstance(func, cst.Name):
+            return False
+        bindings = self.scopes.lookup(func.value, func)
+        if not bindings:
+            return False
+        for binding in bindings:
+            value = binding.value
+            if binding.kind not in ("assign", "annassign") or not isinstance(value, cst.Call):
+                return False
+            if isinstance(value.func, cst.Call):
+                return False
+            names = set(self.names.qualified(value.func))
+            dotted = dotted_name(value.func)
+            if dotted:
+                names.add(dotted)
+            if not any(n.split(".")[-1].endswith("Loss") for n in names):
+                return False
+            local = self._local_definition(value.func)
+            if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                return False
+        return True
+
+    def is_join(self, call: cst.Call) -> bool:
+        return self.names.is_(call.func, *_TORCH_JOIN)
+
+    def is_torch_function(self, call: cst.Call) -> bool:
+        return any(q.startswith("torch.") for q in self.names.qualified(call.func))
+
+
+class _Walker:
+    """Abstract interpretation of one batch source's statements (names -> Element | DEVICE)."""
+
+    def __init__(
+        self,
+        analysis: BatchFlow,
+        source: BatchSource,
+        flow: Flow,
+        body: Sequence[cst.CSTNode],
+        reported: Optional[Set[int]] = None,
+        stack: Tuple[cst.FunctionDef, ...] = (),
+    ) -> None:
+        self.a = analysis
+        self.ctx = analysis.ctx
+        self.moves = analysis.moves
+        self.source = source
+        self.flow = flow
+        self.body = body
+        self.state: Dict[str, object] = {}
+        self.reported: Set[int] = set() if reported is None else reported
+        self.textual: Optional[Set[str]] = None
+        self.structured: Set[str] = set()
+        # Moves seen in the batch's own code (a helper's moves name the helper's variables).
+        self.sibling_moves: list = flow.moves if not stack else []
+        self.stack = stack
+        self.siblings_moved = False  # does the loop move any item of this batch?
+
+    def start(self) -> None:
+        source = self.source
+        bound_at = source.binding_statement
+        if isinstance(bound_at, cst.Assign):
+            bound_at = self.ctx.parent(bound_at)
+        for root in source.roots:
+            self.state[root] = Element(
+                root, source, bound_at, root=True, fix_target=root, helper=self.flow.helper
+            )
+        for name, path in source.elements.items():
+            fix = name if "*" not in path else None
+            self.state[name] = Element(
+                name, source, bound_at, fix_target=fix, helper=self.flow.helper
+            )
+        self.structured = self._structured_roots()
+        self.siblings_moved = self._moves_batch_items()
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def block(self, statements) -> None:
+        for statement in statements:
+            self.statement(statement)
+
+    def statement(self, stmt: cst.CSTNode) -> None:
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in stmt.body:
+                self.small(small, stmt)
+        elif isinstance(stmt, cst.If):
+            self.sinks_in(stmt.test)
+            before = dict(self.state)
+            self.block(_block(stmt.body))
+            after_body = self.state
+            self.state = dict(before)
+            if isinstance(stmt.orelse, cst.Else):
+                self.block(_block(stmt.orelse.body))
+            elif isinstance(stmt.orelse, cst.If):
+                self.statement(stmt.orelse)
+            self.state = _join(after_body, self.state)
+        elif isinstance(stmt, cst.For):
+            self.sinks_in(stmt.iter)
+            for name in _target_names(stmt.target):
+                self.state.pop(name, None)
+            self.block(_block(stmt.body))
+            if stmt.orelse is not None:
+                self.block(_block(stmt.orelse.body))
+        elif isinstance(stmt, cst.While):
+            self.sinks_in(stmt.test)
+            self.block(_block(stmt.body))
+        elif isinstance(stmt, cst.With):
+            for item in stmt.items:
+                self.sinks_in(item.item)
+                if item.asname is not None:
+                    for name in _target_names(item.asname.name):
+                        self.state.pop(name, None)
+            self.block(_block(stmt.body))
+        elif isinstance(stmt, cst.Try):
+            before = dict(self.state)
+            self.block(_block(stmt.body))
+            after_body = self.state
+            for handler in stmt.handlers:
+                self.state = dict(before)
+                self.block(_block(handler.body))
+                after_body = _join(after_body, self.state)
+            self.state = after_body
+            if stmt.orelse is not None:
+                self.block(_block(stmt.orelse.body))
+            if stmt.finalbody is not None:
+                self.block(_block(stmt.finalbody.body))
+
+    def small(self, node: cst.CSTNode, line: cst.CSTNode) -> None:
+        self.sinks_in(node)
+        if isinstance(node, cst.Assign):
+            self._note_moves(node.value)
+            for target in node.targets:
+                self.bind(target.target, node.value, line)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self._note_moves(node.value)
+            self.bind(node.target, node.value, line)
+        elif isinstance(node, cst.AugAssign):
+            left, right = self.value(node.target), self.value(node.value)
+            self._pair(left, right, node.target, node.value, node, "arithmetic")
+        elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+            self._statement_call(node.value)
+        elif isinstance(node, cst.Del):
+            for name in _target_names(node.target):
+                self.state.pop(name, None)
+
+    def _note_moves(self, value: cst.BaseExpression) -> None:
+        """Moves of this batch's elements: the device expression a fix should use."""
+        if not self.moves.is_moved(value):
+            return
+        names = {n.value for n in _walk_names(value)}
+        if any(isinstance(self.state.get(n), Element) for n in names):
+            self.sibling_moves.extend(self.moves.moves_in(value))
+
+    def _statement_call(self, call: cst.Call) -> None:
+        move = self.moves.move(call)
+        if move is not None and isinstance(move.receiver, cst.Name):
+            current = self.state.get(move.receiver.value)
+            if isinstance(current, Element):
+                if current.root:
+                    # BatchEncoding.to / a dict-like batch moves in place.
+                    self.state[move.receiver.value] = DEVICE
+                else:
+                    changed = _copy(current)
+                    changed.discarded = call
+                    self.state[move.receiver.value] = changed
+            return
+        for index, arg in enumerate(call.args):
+            if not isinstance(arg.value, cst.Name):
+                continue
+            current = self.state.get(arg.value.value)
+            if not isinstance(current, Element):
+                continue
+            if self.moves.mover_call(call, index):
+                self.state[arg.value.value] = DEVICE  # moved in place by a helper
+                continue
+            helper = self.a.project_helper(call.func)
+            if helper is not None:
+                changed = _copy(current)
+                changed.helper = (helper, index)
+                self.state[arg.value.value] = changed
+
+    # -- bindings -----------------------------------------------------------------------------
+
+    def bind(self, target: cst.BaseExpression, value: cst.BaseExpression, line) -> None:
+        if isinstance(target, cst.Name):
+            new = self.assigned(value, target.value, line)
+            if new is None:
+                self.state.pop(target.value, None)
+            else:
+                self.state[target.value] = new
+            return
+        if isinstance(target, (cst.Tuple, cst.List)):
+            self._bind_many(target, value, line)
+            return
+        if isinstance(target, (cst.Subscript, cst.Attribute)) and isinstance(
+            target.value, cst.Name
+        ):
+            base = self.state.get(target.value.value)
+            if not isinstance(base, Element) or self.value(value) is not DEVICE:
+                return
+            key = _key_text(self.ctx, target)
+            if key is None:
+                self.state[target.value.value] = DEVICE  # batch[k] = v.to(dev) for every k
+            else:
+                changed = _copy(base)
+                changed.moved_keys = set(base.moved_keys) | {key}
+                self.state[target.value.value] = changed
+
+    def _bind_many(self, target, value, line) -> None:
+        elements = [e.value for e in target.elements]
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and len(value.elements) == len(elements)
+            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+        ):
+            for t, v in zip(elements, value.elements):
+                self.bind(t, v.value, line)
+            return
+        current = DEVICE if self.moves.is_moved(value) else self.value(value)
+        for t in elements:
+            for name in _target_names(t):
+                if current is DEVICE:
+                    self.state[name] = DEVICE
+                elif isinstance(current, Element):
+                    fix = name if isinstance(t, cst.Name) else None
+                    self.state[name] = current.derive(name, line, fix_target=fix)
+                else:
+                    self.state.pop(name, None)
+
+    def assigned(self, value: cst.BaseExpression, name: str, line) -> object:
+        if self.moves.is_moved(value):
+            return DEVICE
+        current = self.value(value)
+        if current is DEVICE or current is None:
+            return current
+        assert isinstance(current, Element)
+        alias = current.root and isinstance(value, cst.Name)
+        derived = current.derive(name, line, root=alias, fix_target=name)
+        if alias:
+            derived.moved_keys = set(current.moved_keys)
+        return derived
+
+    # -- values -------------------------------------------------------------------------------
+
+    def value(self, expr: cst.CSTNode, depth: int = 0) -> object:
+        """Element (not on the device), DEVICE, or None (anything else / unknown)."""
+        if depth > 12:
+            return None
+        d = depth + 1
+        if isinstance(expr, cst.Name):
+            return self.state.get(expr.value)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute(expr, d)
+        if isinstance(expr, cst.Subscript):
+            return self._subscript(expr, d)
+        if isinstance(expr, cst.Call):
+            return self._call_value(expr, d)
+        if isinstance(expr, cst.BinaryOperation):
+            return _combine(self.value(expr.left, d), self.value(expr.right, d))
+        if isinstance(expr, cst.UnaryOperation):
+            return self.value(expr.expression, d)
+        if isinstance(expr, cst.Comparison):
+            found = self.value(expr.left, d)
+            for target in expr.comparisons:
+                found = _combine(found, self.value(target.comparator, d))
+            return found
+        if isinstance(expr, cst.IfExp):
+            body, orelse = self.value(expr.body, d), self.value(expr.orelse, d)
+            if DEVICE in (body, orelse):
+                return DEVICE
+            if isinstance(body, Element) and isinstance(orelse, Element):
+                return body
+            return None
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.List, cst.Tuple)):
+            return DEVICE if self.moves.is_moved(expr) else None
+        return None
+
+    def _attribute(self, expr: cst.Attribute, d: int) -> object:
+        base = self.value(expr.value, d)
+        attr = expr.attr.value
+        if isinstance(base, Element):
+            if base.root:
+                return self._child(base, f"{base.name}.{attr}", attr, None)
+            return base if attr in ("T", "mT", "H", "data") else None
+        if base is DEVICE:
+            return None if attr in _NOT_TENSOR_ATTRS else DEVICE
+        return None
+
+    def _subscript(self, expr: cst.Subscript, d: int) -> object:
+        base = self.value(expr.value, d)
+        if isinstance(base, Element):
+            key = _key_text(self.ctx, expr)
+            if not base.root:
+                if base.moved_keys:  # a list of tensors moved item by item: images[0] = ...
+                    return DEVICE if key in base.moved_keys else None
+                return base  # a slice of a tensor stays where the tensor is
+            display = self.ctx.code(expr)
+            if "\n" in display or len(display) > 40:
+                return None
+            fix = display if key is not None and key.startswith(("'", '"')) else None
+            return self._child(base, display, key, fix)
+        return DEVICE if base is DEVICE else None
+
+    def _dict_item(self, root: Element, method: str, call: cst.Call) -> object:
+        """`batch.pop("labels")` / `batch.get("labels")`: the item, like `batch["labels"]`."""
+        if method not in ("pop", "get") or not call.args or call.args[0].keyword is not None:
+            return None
+        key = call.args[0].value
+        if not isinstance(key, cst.SimpleString):
+            return None
+        return self._child(root, f"{root.name}[{key.value}]", key.value, None)
+
+    def _child(self, root: Element, display: str, key, fix) -> object:
+        if key is not None and key in root.moved_keys:
+            return DEVICE
+        found = root.children.get(display)
+        if found is None:
+            found = root.children[display] = Element(
+                name=display,
+                source=root.source,
+                bound_at=root.bound_at,
+                fix_target=fix,
+                origin=root,
+                helper=root.helper,
+            )
+        elif found.helper != root.helper:
+            found = _copy(found)
+            found.helper = root.helper
+        return found
+
+    def _call_value(self, call: cst.Call, d: int) -> object:
+        if self.moves.move(call) is not None or self.moves.is_moved(call):
+            return DEVICE
+        func = call.func
+        if isinstance(func, cst.Attribute):
+            receiver = self.value(func.value, d)
+            method = func.attr.value
+            if isinstance(receiver, Element):
+                if receiver.root:
+                    return self._dict_item(receiver, method, call)
+                return receiver if method in _TENSOR_PRESERVING else None
+            if receiver is DEVICE:
+                return None if method in _NOT_TENSOR_RESULTS else DEVICE
+        args = [self.value(a.value, d) for a in call.args]
+        if self.a.is_torch_function(call):
+            if DEVICE in args:
+                return DEVICE
+            return next((a for a in args if isinstance(a, Element) and not a.root), None)
+        on_device, _ = self.a.model_call(call, DEVICE in args)
+        return DEVICE if on_device else None
+
+    # -- sinks --------------------------------------------------------------------------------
+
+    def sinks_in(self, node: cst.CSTNode) -> None:
+        for child in _own_nodes(node):
+            if isinstance(child, cst.Call):
+                self._call_sink(child)
+            elif isinstance(child, cst.BinaryOperation):
+                left, right = self.value(child.left), self.value(child.right)
+                self._pair(left, right, child.left, child.right, child, "arithmetic")
+            elif isinstance(child, cst.Comparison):
+                left_expr = child.left
+                for target in child.comparisons:
+                    if isinstance(target.operator, _COMPARISON_OPS):
+                        left, right = self.value(left_expr), self.value(target.comparator)
+                        self._pair(left, right, left_expr, target.comparator, child, "comparison")
+                    left_expr = target.comparator
+
+    def _pair(self, left, right, left_expr, right_expr, sink, kind) -> None:
+        if left is DEVICE and isinstance(right, Element):
+            self.report(right, right_expr, sink, kind)
+        elif right is DEVICE and isinstance(left, Element):
+            self.report(left, left_expr, sink, kind)
+
+    def _call_sink(self, call: cst.Call) -> None:
+        move = self.moves.move(call)
+        if move is not None:
+            if move.receiver is not None and isinstance(self.value(move.receiver), Element):
+                self.sibling_moves.append(move)  # `model(images.to(device))`: a sibling move
+            return
+        func = call.func
+        values = [(arg, self.value(arg.value)) for arg in call.args]
+        on_device_args = any(v is DEVICE for _, v in values)
+        if self.a.is_join(call) and call.args:
+            items = call.args[0].value
+            if isinstance(items, (cst.List, cst.Tuple)):
+                found = [(e.value, self.value(e.value)) for e in items.elements]
+                if any(v is DEVICE for _, v in found):
+                    for expr, v in found:
+                        if isinstance(v, Element):
+                            self.report(v, expr, call, "cat")
+            return
+        if isinstance(func, cst.Attribute) and func.attr.value in _BINARY_METHODS and call.args:
+            receiver = self.value(func.value)
+            first = values[0][1]
+            self._pair(receiver, first, func.value, call.args[0].value, call, "comparison")
+            return
+        if self.a.is_loss(call):
+            if on_device_args:
+                for arg, v in values:
+                    if isinstance(v, Element) and not arg.star:
+                        self.report(v, arg.value, call, "loss")
+            return
+        if self.a.is_torch_function(call):
+            return
+        _, inputs = self.a.model_call(call, on_device_args, self.siblings_moved)
+        if not inputs:
+            self._follow(call, values)
+            return
+        for arg, v in values:
+            if not isinstance(v, Element):
+                continue
+            if arg.star == "*":
+                continue
+            if v.root and arg.star != "**" and v.name in self.structured:
+                continue  # the model gets the whole structured batch and may place it itself
+            self.report(v, arg.value, call, "model")
+
+    def report(self, element: Element, use: cst.CSTNode, sink: cst.CSTNode, kind: str) -> None:
+        lineage = element.lineage()
+        if any(id(e) in self.reported for e in lineage):
+            return
+        if not self._tensor_like(lineage):
+            return
+        # One finding per element and what it was derived from (the whole batch aside: its
+        # other items are still reported).
+        self.reported.update(id(e) for e in lineage if e is element or not e.root)
+        self.flow.findings.append(Unmoved(element, use, sink, kind))
+
+    # -- same-file helpers --------------------------------------------------------------------
+
+    def _follow(self, call: cst.Call, values) -> None:
+        """An element handed to a function of this file: follow it into the function's body."""
+        if len(self.stack) >= 2:
+            return
+        function = self.moves._function_for(call.func)
+        if function is None or function in self.stack:
+            return
+        if not any(isinstance(v, Element) and not v.root for _, v in values):
+            return
+        params = [p.name.value for p in function.params.params]
+        offset = (
+            1
+            if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute)
+            else 0
+        )
+        state: Dict[str, object] = {}
+        position = offset
+        for arg, value in values:
+            if arg.star:
+                return  # *args / **kwargs: cannot tell which parameter gets what
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif position < len(params):
+                name = params[position]
+                position += 1
+            else:
+                continue
+            if value is DEVICE:
+                state[name] = DEVICE
+            elif isinstance(value, Element) and not value.root:
+                param = value.derive(name, None)
+                param.via = call
+                state[name] = param
+        if not any(isinstance(v, Element) for v in state.values()):
+            return
+        body = _block(function.body)
+        inner = _Walker(
+            self.a, self.source, self.flow, body, self.reported, self.stack + (function,)
+        )
+        inner.siblings_moved = self.siblings_moved
+        inner.state = state
+        inner.block(body)
+
+    # -- what an element is -------------------------------------------------------------------
+
+    def _tensor_like(self, lineage: List[Element]) -> bool:
+        if self.textual is None:
+            self.textual = self._textual_names()
+        for element in lineage:
+            name = element.name
+            if not _looks_tensor(name):
+                return False
+            if name in self.textual:
+                return False
+        return True
+
+    def _textual_names(self) -> Set[str]:
+        """Batch names used as text: handed to a tokenizer, split, opened, formatted."""
+        found: Set[str] = set()
+        tracked = set(self.state)
+        for statement in self.body:
+            for node in _own_nodes(statement):
+                if not isinstance(node, cst.Call):
+                    continue
+                func = node.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _TEXT_METHODS:
+                    if isinstance(func.value, cst.Name) and func.value.value in tracked:
+                        found.add(func.value.value)
+                dotted = dotted_name(func) or ""
+                if dotted and _TEXT_CALLEE.search(dotted):
+                    for arg in node.args:
+                        if isinstance(arg.value, cst.Name) and arg.value.value in tracked:
+                            found.add(arg.value.value)
+        return found
+
+    def _moves_batch_items(self) -> bool:
+        """Does the code that sees the batch move any item of it (anywhere, on any path)?"""
+        names = set(self.source.elements) | set(self.source.roots)
+        nodes = [node for statement in self.body for node in _own_nodes(statement)]
+        for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
+            for node in nodes:
+                if isinstance(node, cst.Assign) and _names_of(node.value) & names:
+                    for target in node.targets:
+                        names |= _target_names(target.target)
+        for statement in self.body:
+            for node in _own_nodes(statement):
+                if isinstance(node, _MOVING_NODES) and self.moves.is_moved(node):
+                    if self.moves._data_names(node) & names and not _follows_a_tensor(
+                        self.moves, node
+                    ):
+                        return True
+        return False
+
+    def _structured_roots(self) -> Set[str]:
+        """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""
+        roots = set(self.source.roots)
+        found: Set[str] = set()
+        for statement in self.body:
+            for node in _own_nodes(statement):
+                if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(
+                    node.value, cst.Name
+                ):
+                    if node.value.value in roots:
+                        found.add(node.value.value)
+                elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Name):
+                    if node.value.value in roots and any(
+                        isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
+                    ):
+                        found.add(node.value.value)
+        return found
+
+
+# -- helpers for the dataflow -----------------------------------------------------------------
+
+_STDLIB = frozenset(
+    getattr(
+        __import__("sys"),
+        "stdlib_module_names",
+        {"os", "sys", "re", "json", "math", "time", "random", "logging", "functools", "copy"},
+    )
+)
+_THIRD_PARTY = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "scipy",
+        "pandas",
+        "sklearn",
+        "PIL",
+        "cv2",
+        "tqdm",
+        "wandb",
+        "tensorboard",
+        "tensorboardX",
+        "transformers",
+        "datasets",
+        "tokenizers",
+        "accelerate",
+        "timm",
+        "lightning",
+        "pytorch_lightning",
+        "mmcv",
+        "mmengine",
+        "mmdet",
+        "mmseg",
+        "mmpretrain",
+        "detectron2",
+        "ignite",
+        "deepspeed",
+        "apex",
+        "einops",
+        "matplotlib",
+        "yaml",
+        "omegaconf",
+        "hydra",
+        "clip",
+        "open_clip",
+        "fairseq",
+        "peft",
+        "evaluate",
+        "torchmetrics",
+        "kornia",
+        "albumentations",
+        "h5py",
+        "pycocotools",
+    }
+)
+
+
+def _own_nodes(node: cst.CSTNode):
+    """`node` and its descendants in document order, not entering nested def/class/lambda."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(reversed(children(current)))
+
+
+def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:
+    """`target.to(output.device)`: a move to wherever another tensor already is, which says
+    nothing about where the model lives (device-agnostic code, model parallelism)."""
+    found = moves.moves_in(node)
+    return bool(found) and all(
+        isinstance(m.device, cst.Attribute) and m.device.attr.value == "device" for m in found
+    )
+
+
+def _names_of(node: cst.CSTNode) -> Set[str]:
+    return {n.value for n in _walk_names(node)}
+
+
+def _walk_names(node: cst.CSTNode):
+    return (n for n in _own_nodes(node) if isinstance(n, cst.Name))
+
+
+def _target_names(target: cst.CSTNode) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: Set[str] = set()
+        for element in target.elements:
+            out |= _target_names(element.value)
+        return out
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
+
+
+def _bound_names(statements) -> Set[str]:
+    found: Set[str] = set()
+    for statement in statements:
+        for node in _own_nodes(statement):
+            if isinstance(node, cst.Assign):
+                for t in node.targets:
+                    found |= _target_names(t.target)
+            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+                found |= _target_names(node.target)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                found |= _target_names(node.target)
+            elif isinstance(node, cst.AsName):
+                found |= _target_names(node.name)
+    return found
+
+
+def _copy(element: Element) -> Element:
+    from dataclasses import replace
+
+    return replace(element, moved_keys=set(element.moved_keys))
+
+
+def _combine(left: object, right: object) -> object:
+    if left is DEVICE or right is DEVICE:
+        return DEVICE
+    if isinstance(left, Element) and not left.root:
+        return left
+    if isinstance(right, Element) and not right.root:
+        return right
+    return None
+
+
+def _join(a: Dict[str, object], b: Dict[str, object]) -> Dict[str, object]:
+    """Two paths meet: an element stays unmoved only where both paths agree it is."""
+    out: Dict[str, object] = {}
+    for name in set(a) | set(b):
+        left, right = a.get(name), b.get(name)
+        if left is right:
+            value = left
+        elif isinstance(left, Element) and isinstance(right, Element):
+            value = left if left.source is right.source and left.name == right.name else None
+        elif left is DEVICE or right is DEVICE:
+            value = (
+                DEVICE
+                if (left is DEVICE or isinstance(left, Element))
+                and (right is DEVICE or isinstance(right, Element))
+                else None
+            )
+        else:
+            value = None
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _key_text(ctx, node: cst.CSTNode) -> Optional[str]:
+    """The literal key of `batch["labels"]` / `batch[2]` / `batch.labels`, else None."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(
+            index.value, (cst.SimpleString, cst.Integer)
+        ):
+            return ctx.code(index.value)
+    return None
+
+
+def _in_worker_processes(call: cst.Call) -> bool:
+    """Does this DataLoader(...) load in worker processes (num_workers given and not 0)?"""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "num_workers":
+            value = arg.value
+            return not (isinstance(value, cst.Integer) and int(value.value, 0) == 0)
+    return False
+
+
+def _is_self(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "self"
+
+
+def _words(name: str) -> List[str]:
+    name = re.sub(r"\[.*?\]|\W", "_", name)
+    name = re.sub(r"([a-z])([A-Z])", r"\1_\2", name)
+    return [w for w in re.split(r"[_\d]+", name.lower()) if w]
+
+
+def _looks_tensor(name: str) -> bool:
+    """False for batch items named like paths, ids, texts, metadata or CPU-side lengths."""
+    if "[" in name:  # batch["image_path"]: judge by the key
+        inner = re.findall(r"\[['\"]?([^\]'\"]*)['\"]?\]", name)
+        name = inner[-1] if inner else name
+    elif "." in name:
+        name = name.rsplit(".", 1)[-1]
+    words = _words(name)
+    if not words:
+        return True
+    if name.lower() in _NON_TENSOR_WORDS:
+        return False
+    last = words[-1]
+    if words[0] in ("num", "n") and len(words) > 1:
+        return False  # num_answers, n_boxes: counts
+    if last in ("id", "ids"):
+        return any(w in _TENSOR_ID_WORDS for w in words[:-1])
+    return last not in _NON_TENSOR_WORDS
+
+
+def _model_like(target: cst.BaseExpression) -> bool:
+    dotted = dotted_name(target) or ""
+    for part in dotted.split("."):
+        if part in ("self", "cls"):
+            continue
+        for word in _words(part):
+            if word in _MODEL_WORDS or word.endswith("net") or word.startswith("model"):
+                return True
+        if re.match(r"^net[A-Z]", part):
+            return True
     return False

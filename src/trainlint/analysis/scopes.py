@@ -80,7 +80,8 @@ class Scopes(Analysis):
         scope: Optional[Scope] = self.scope_of(at)
         first = True
         while scope is not None:
-            if name in scope.globals_:
+            if name in scope.globals_ and scope is not self.module_scope:
+                # (`global x` at module level is legal and means nothing)
                 scope = self.module_scope
                 first = False
                 continue

@@ -1,9 +1,12 @@
-"""Reporters: turn the remaining findings of a run into text, JSON, ... Nothing else formats."""
+"""Reporters: turn the remaining findings of a run into text, JSON, SARIF, GitHub annotations.
+Nothing else formats."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, TextIO
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, TextIO, Tuple
 
 from ..diagnostics import Diagnostic
 from ..source import Source
@@ -19,6 +22,12 @@ class ReportContext:
     color: bool = False
     fixed: int = 0  # findings fixed in this run (for the summary line)
     fix_mode: bool = False
+    show_fixes: bool = False  # --show-fixes: the change each fix makes / what --fix fixed
+    # display path -> the findings --fix fixed in that file (for --show-fixes)
+    applied: Dict[str, List[Diagnostic]] = field(default_factory=dict)
+    # The repository (or project) root: SARIF and GitHub annotations name files relative to it.
+    root: Optional[Path] = None
+    _positions: Dict[str, object] = field(default_factory=dict, repr=False)
 
     def line_of(self, diagnostic: Diagnostic) -> Optional[str]:
         source = self.sources.get(diagnostic.path)
@@ -26,8 +35,48 @@ class ReportContext:
             return None
         return source.line(diagnostic.text_row or diagnostic.row)
 
+    def relative(self, path: str) -> str:
+        """`path` relative to the root, posix style; absolute when outside it."""
+        absolute = Path(os.path.abspath(path))
+        root = self.root or Path.cwd()
+        try:
+            return absolute.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            return absolute.as_posix()
+
+    def file_position(self, d: Diagnostic, row: int, col: int, cell: Optional[int]):
+        """(1-based line, 0-based column) in the file on disk: for a notebook cell, the line of
+        the notebook's JSON that holds that line of the cell."""
+        if cell is None:
+            return row, col
+        source = self.sources.get(d.path)
+        positions = self._positions.get(d.path)
+        if positions is None:
+            from ..notebook import FilePositions
+
+            if source is not None and source.notebook is not None:
+                raw = source.to_bytes().decode("utf-8-sig")
+            else:
+                try:
+                    raw = Path(d.path).read_bytes().decode("utf-8-sig")
+                except (OSError, UnicodeDecodeError):
+                    raw = ""
+            positions = self._positions[d.path] = FilePositions(raw)
+        return positions.locate(cell, row, col)  # type: ignore[attr-defined]
+
+    def related_location(self, path: str, row: int, col: int) -> Tuple[Optional[int], int, int]:
+        """(cell, row, col) for a related site: rows of a notebook's joined text are mapped to
+        the cell."""
+        source = self.sources.get(path)
+        if source is not None and source.notebook is not None:
+            located = source.cell_of(row)
+            if located is not None:
+                return located[0], located[1], col
+        return None, row, col
+
 
 def get_reporter(name: str) -> Callable[..., None]:
+    from . import github, sarif
     from . import json as json_report
     from . import text
 
@@ -36,10 +85,14 @@ def get_reporter(name: str) -> Callable[..., None]:
         "full": text.report_full,
         "concise": text.report_concise,
         "json": json_report.report,
+        "sarif": sarif.report,
+        "github": github.report,
     }
     return reporters[name]
 
 
-FORMATS = ("text", "full", "concise", "json")
+FORMATS = ("text", "full", "concise", "json", "sarif", "github")
+# Formats meant for people (colour, progress, summaries); the others are for programs.
+HUMAN_FORMATS = ("text", "full", "concise")
 
 Writer = TextIO

@@ -1,0 +1,1277 @@
+"""What one iteration of a training or evaluation loop does: the facts the loop rules share.
+
+Built on `loops.py` (same-file helpers, `under_no_grad`) and kept in its own module so that the
+batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
+
+1. Events. `event(node)` says what a call or assignment does to training state:
+   - `backward`: `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward`,
+     `accelerator.backward(loss)` / `engine.backward(loss)` (the receiver tells them apart);
+   - `step`: an optimizer step, `optimizer.step()`, `scaler.step(optimizer)`; with a closure
+     argument (LBFGS) the step runs its own forward/backward (`closure=True`);
+   - `zero`: `optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`, `p.grad.zero_()`,
+     `del p.grad`, `torch._foreach_zero_`, a call to a helper named like `zero_grad`/`reset_grad`;
+     `full` is False for one parameter's gradient (freezing tricks between backward and step);
+   - `eval` / `train`: `model.eval()`, `model.train()`, `model.train(False)`,
+     `model = Net().eval()`.
+   Receivers are given in the analysed loop's own terms: inside a helper, a parameter is replaced
+   by the argument of the call that reached it (`evaluate(net, ...)` -> `net.eval()`).
+
+2. Flows. `flow(node)` turns a loop body (or any block) into a small tree: `Seq`, `Alt`
+   (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
+   (continue/break/return/raise) and `Helper` (the body of a same-file function it calls, two
+   levels deep, where `return` only leaves the helper). `run()` pushes a set of abstract states
+   through it with a rule's transfer function, so "a `zero_grad()` between `backward()` and
+   `step()` on some path" or "an `eval()` reaching the next `backward()`" is decided on the loop
+   as a whole (statements inside if/with/try, helpers, the wrap-around to the next iteration).
+
+3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
+   decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
+   the function, or because every same-file caller of the enclosing function is).
+
+4. Loops. `step_loops()` (loops that run `backward()` and an optimizer `step()`),
+   `is_step_loop(loop)` (a `backward()` runs in the loop's own iteration, not only in a nested
+   loop: the "hot" loop), `graph_names(loop)` (names holding tensors with an autograd graph:
+   backpropagated losses and what is computed from them or from loss functions),
+   `eval_loops()` (evaluation loops: over a validation/test loader or in an evaluation function,
+   calling a model, with no backward/step).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from . import Analysis
+from .calls import keyword, positional
+from .loops import Loops
+from .names import Names, dotted_name
+from .scopes import Scopes
+
+# -- recognising things ---------------------------------------------------------------------------
+
+_OPTIMIZER_CLASSES = {
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Adagrad",
+    "Adadelta",
+    "RMSprop",
+    "Rprop",
+    "ASGD",
+    "LBFGS",
+    "NAdam",
+    "RAdam",
+    "SparseAdam",
+    "Lamb",
+    "LAMB",
+    "Lion",
+    "Adafactor",
+    "FusedAdam",
+    "FusedLAMB",
+    "FusedSGD",
+    "DeepSpeedCPUAdam",
+    "ZeroRedundancyOptimizer",
+    "LARS",
+    "build_optimizer",
+    "create_optimizer",
+    "create_optimizer_v2",
+    "get_optimizer",
+    "make_optimizer",
+}
+_OPTIMIZER_NAME = re.compile(r"optim|^opt(?:$|[_\d]|[A-Z])|_opt(?:$|[_\d]|[A-Z])", re.I)
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|warmup|^lr|_lr|option", re.I)
+_SCALER_NAME = re.compile(r"scaler", re.I)
+_ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
+_LOSS_FUNCTIONS = {
+    "cross_entropy",
+    "nll_loss",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "kl_div",
+    "cosine_embedding_loss",
+    "margin_ranking_loss",
+    "triplet_margin_loss",
+    "ctc_loss",
+    "poisson_nll_loss",
+    "gaussian_nll_loss",
+    "hinge_embedding_loss",
+    "multilabel_margin_loss",
+    "soft_margin_loss",
+    "multi_margin_loss",
+}
+_LOSS_NAME = re.compile(r"loss|criterion|(^|_)err(or)?($|_|[A-Z])|^err", re.I)
+_MODEL_NAME = re.compile(
+    r"^(model|net|network|module|classifier|encoder|decoder|backbone|generator|discriminator)s?$"
+    r"|model$|^net[A-Z_\d]|^net$|_net$|Net$|^model_",
+    re.I,
+)
+_NOT_MODEL_NAME = re.compile(
+    r"(_fn|_func|_cls|_class|_name|_path|_dir|_type|_config|_cfg|_args|_kwargs|_list)$", re.I
+)
+# Detaching reads: what they return holds no autograd graph.
+_DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
+_DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
+_EVAL_FUNCTION = re.compile(
+    r"(^|_)(eval|evaluate|evaluation|evaluator|valid|validate|validation|val|test|testing|"
+    r"infer|inference|predict|prediction|predictions)(_|$|\d)",
+    re.I,
+)
+_EVAL_LOADER = re.compile(r"(^|_|\.)(val|valid|validation|test|testing|eval|evaluation|dev)", re.I)
+_TRAIN_WORD = re.compile(r"train", re.I)
+_NO_GRAD = (
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    """Something a call or assignment does to the training state."""
+
+    kind: str  # backward, step, zero, eval, train
+    node: cst.CSTNode  # the call or assignment
+    receiver: Optional[str]  # optimizer / module text in the analysed block's terms
+    site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)
+    via: Tuple[cst.FunctionDef, ...] = ()
+    full: bool = True  # zero: the whole model or optimizer, not one parameter
+    closure: bool = False  # step(closure): the closure runs its own forward and backward
+
+
+# -- flows ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Ev:
+    event: Event
+
+
+@dataclass(frozen=True, eq=False)
+class Seq:
+    items: Tuple[object, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Alt:
+    branches: Tuple[object, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Repeat:
+    body: object
+    node: cst.CSTNode
+
+
+@dataclass(frozen=True, eq=False)
+class Exit:
+    kind: str  # continue, break, return, raise
+
+
+@dataclass(frozen=True, eq=False)
+class Helper:
+    body: object
+    call: cst.Call
+
+
+@dataclass
+class Outcome:
+    normal: Set = field(default_factory=set)
+    cont: Set = field(default_factory=set)
+    brk: Set = field(default_factory=set)
+    ret: Set = field(default_factory=set)
+
+
+Transfer = Callable[[Event, object], Iterable[object]]
+
+
+def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
+    """Push abstract states through a flow; `transfer(event, state)` gives the next states."""
+    current = set(states)
+    if isinstance(flow, Ev):
+        out = set()
+        for state in current:
+            out.update(transfer(flow.event, state))
+        return Outcome(normal=out)
+    if isinstance(flow, Seq):
+        result = Outcome()
+        for item in flow.items:
+            if not current:
+                break
+            step = run(item, current, transfer)
+            result.cont |= step.cont
+            result.brk |= step.brk
+            result.ret |= step.ret
+            current = step.normal
+        result.normal = current
+        return result
+    if isinstance(flow, Alt):
+        result = Outcome()
+        for branch in flow.branches:
+            step = run(branch, current, transfer)
+            result.normal |= step.normal
+            result.cont |= step.cont
+            result.brk |= step.brk
+            result.ret |= step.ret
+        return result
+    if isinstance(flow, Repeat):
+        entry = set(current)
+        brk: Set = set()
+        ret: Set = set()
+        for _ in range(8):  # states are small finite sets: a few rounds reach the fixpoint
+            step = run(flow.body, entry, transfer)
+            brk |= step.brk
+            ret |= step.ret
+            grown = entry | step.normal | step.cont
+            if grown == entry:
+                break
+            entry = grown
+        return Outcome(normal=entry | brk, ret=ret)
+    if isinstance(flow, Exit):
+        if flow.kind == "continue":
+            return Outcome(cont=current)
+        if flow.kind == "break":
+            return Outcome(brk=current)
+        if flow.kind == "return":
+            return Outcome(ret=current)
+        return Outcome()  # raise: this path ends
+    if isinstance(flow, Helper):
+        step = run(flow.body, current, transfer)
+        return Outcome(normal=step.normal | step.ret)
+    return Outcome(normal=current)
+
+
+def events_of(flow) -> Iterator[Event]:
+    """The flow's events in document order."""
+    if isinstance(flow, Ev):
+        yield flow.event
+    elif isinstance(flow, Seq):
+        for item in flow.items:
+            yield from events_of(item)
+    elif isinstance(flow, Alt):
+        for branch in flow.branches:
+            yield from events_of(branch)
+    elif isinstance(flow, (Repeat, Helper)):
+        yield from events_of(flow.body)
+
+
+def own_events(flow) -> Iterator[Event]:
+    """Events of one iteration that do not run inside a nested loop (including helpers' loops)."""
+    if isinstance(flow, Ev):
+        yield flow.event
+    elif isinstance(flow, Seq):
+        for item in flow.items:
+            yield from own_events(item)
+    elif isinstance(flow, Alt):
+        for branch in flow.branches:
+            yield from own_events(branch)
+    elif isinstance(flow, Helper):
+        yield from own_events(flow.body)
+
+
+_EMPTY = Seq(())
+
+
+class TrainingSteps(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.names: Names = ctx.analysis(Names)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self.loops: Loops = ctx.analysis(Loops)
+        self._flows: Dict[cst.CSTNode, object] = {}
+        self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
+        self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
+        self._module_like: Optional[Set[str]] = None
+        self._trained: Optional[Set[str]] = None
+        self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
+
+    # -- recognising calls --------------------------------------------------------------------
+
+    def is_backward(self, call: cst.CSTNode) -> bool:
+        if not isinstance(call, cst.Call):
+            return False
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return True
+        return self.names.is_(func, "torch.autograd.backward")
+
+    def is_autograd_grad(self, call: cst.CSTNode) -> bool:
+        return isinstance(call, cst.Call) and (
+            self.names.is_(call.func, "torch.autograd.grad")
+            or (dotted_name(call.func) or "").endswith("autograd.grad")
+        )
+
+    def backward_tensor(self, call: cst.Call) -> Optional[cst.BaseExpression]:
+        """What is backpropagated: `x` of `x.backward()`, `scaler.scale(x).backward()`,
+        `accelerator.backward(x)`, `torch.autograd.backward(x)`."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            receiver = func.value
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+                if receiver.func.attr.value == "scale" and receiver.args:  # GradScaler
+                    return receiver.args[0].value
+            if self._is_engine(receiver) and call.args:
+                return call.args[0].value
+            return receiver
+        if call.args:
+            return call.args[0].value
+        return None
+
+    def _is_engine(self, expr: cst.BaseExpression) -> bool:
+        """`accelerator.backward(loss)`, `engine.backward(loss)`, `fabric.backward(loss)`."""
+        text = (dotted_name(expr) or "").split(".")[-1].lower()
+        return any(word in text for word in ("accelerat", "engine", "fabric", "trainer"))
+
+    def is_optimizer(self, expr: cst.CSTNode) -> bool:
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return False
+        key = (dotted, self.ctx.tree.index.get(expr, -1))
+        found = self._optimizer_cache.get(key)
+        if found is None:
+            found = self._optimizer_cache[key] = self._is_optimizer(expr, dotted)
+        return found
+
+    def _is_optimizer(self, expr: cst.CSTNode, dotted: str) -> bool:
+        leaf = dotted.split(".")[-1]
+        if isinstance(expr, cst.Name):
+            for binding in self.scopes.lookup(expr.value, expr):
+                value = binding.value
+                if isinstance(value, cst.Call):
+                    if self._optimizer_constructor(value):
+                        return True
+                    if self._scheduler_constructor(value):
+                        return False
+        if _NOT_OPTIMIZER_NAME.search(leaf):
+            return False
+        return bool(_OPTIMIZER_NAME.search(leaf))
+
+    def _optimizer_constructor(self, call: cst.Call) -> bool:
+        for qualname in self.names.qualified(call.func):
+            if qualname.startswith("torch.optim.") and ".lr_scheduler" not in qualname:
+                if "swa_utils" not in qualname:
+                    return True
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        return leaf in _OPTIMIZER_CLASSES
+
+    def _scheduler_constructor(self, call: cst.Call) -> bool:
+        for qualname in self.names.qualified(call.func):
+            if "lr_scheduler" in qualname:
+                return True
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        return "Scheduler" in leaf or leaf.endswith("LR") or "schedule" in leaf
+
+    def optimizer_modules(self, optimizer: str) -> Set[str]:
+        """Texts of the modules whose parameters an optimizer (by its dotted text) updates."""
+        found: Set[str] = set()
+        for assign in self.ctx.nodes(cst.Assign):
+            if not isinstance(assign.value, cst.Call):
+                continue
+            if not any(dotted_name(t.target) == optimizer for t in assign.targets):
+                continue
+            if not self._optimizer_constructor(assign.value):
+                continue
+            params = positional(assign.value, 0) or keyword(assign.value, "params")
+            if params is None:
+                continue
+            for node in [params, *self.ctx.tree.descendants(params)]:
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                    if node.func.attr.value in ("parameters", "named_parameters"):
+                        owner = dotted_name(node.func.value)
+                        if owner:
+                            found.add(_strip_wrapper(owner))
+                            found.update(self._attribute_aliases(owner, assign))
+        return found
+
+    def _attribute_aliases(self, name: str, at: cst.CSTNode) -> Set[str]:
+        """`self.model = model` in the function of `at`: "self.model" for "model"."""
+        function = self.scopes.enclosing_function(at)
+        if function is None or "." in name:
+            return set()
+        out = set()
+        for node in self.ctx.tree.descendants(function):
+            if isinstance(node, cst.Assign) and dotted_name(node.value) == name:
+                for target in node.targets:
+                    text = dotted_name(target.target)
+                    if text and text.startswith("self."):
+                        out.add(text)
+        return out
+
+    # -- events -------------------------------------------------------------------------------
+
+    def event(
+        self,
+        node: cst.CSTNode,
+        mapping: Optional[Dict[str, str]] = None,
+        site: Optional[cst.CSTNode] = None,
+        via: Tuple[cst.FunctionDef, ...] = (),
+    ) -> Optional[Event]:
+        """What `node` (a Call, Assign, AugAssign, Del) does to training state, if anything."""
+        site = site or node
+        if isinstance(node, cst.Call):
+            return self._call_event(node, mapping, site, via)
+        if isinstance(node, (cst.Assign, cst.AnnAssign)):
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
+            for target in targets:
+                if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+                    return self._grad_reset(node, target.value, mapping, site, via)
+            return None
+        if isinstance(node, cst.Del):
+            target = node.target
+            if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+                return self._grad_reset(node, target.value, mapping, site, via)
+        return None
+
+    def _grad_reset(self, node, param, mapping, site, via) -> Event:
+        """`p.grad = None` / `p.grad.zero_()`: every parameter's gradient when it runs in a loop
+        over `model.parameters()`, else one parameter's (a freezing trick)."""
+        owner = self.parameters_loop_owner(node, param)
+        if owner is not None:
+            return Event("zero", node, self._map(owner, mapping), site, via, full=True)
+        return Event("zero", node, self._map(param, mapping), site, via, full=False)
+
+    def parameters_loop_owner(self, node, param) -> Optional[cst.CSTNode]:
+        """For `for p in model.parameters(): p.grad = None`: `model`."""
+        name = dotted_name(param)
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+                return None
+            if isinstance(ancestor, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+                ancestor = ancestor.for_in
+            if isinstance(ancestor, (cst.For, cst.CompFor)):
+                target = ancestor.target
+                if dotted_name(target) != name:
+                    continue
+                iterable = ancestor.iter
+                if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
+                    if iterable.func.attr.value == "parameters":
+                        return iterable.func.value
+                return None
+        return None
+
+    def _call_event(self, call, mapping, site, via) -> Optional[Event]:
+        func = call.func
+        if self.is_backward(call):
+            receiver = func.value if isinstance(func, cst.Attribute) else None
+            if self.names.is_(func, "torch.autograd.backward"):
+                receiver = None
+            return Event("backward", call, self._map(receiver, mapping), site, via)
+        if isinstance(func, cst.Attribute):
+            attr = func.attr.value
+            owner = func.value
+            if attr == "step":
+                if self.is_optimizer(owner):
+                    closure = bool(call.args) and not any(
+                        a.keyword is not None and a.keyword.value != "closure" for a in call.args
+                    )
+                    return Event(
+                        "step", call, self._map(owner, mapping), site, via, closure=closure
+                    )
+                leaf = (dotted_name(owner) or "").split(".")[-1]
+                if _SCALER_NAME.search(leaf) and call.args:
+                    target = call.args[0].value
+                    return Event("step", call, self._map(target, mapping), site, via)
+                return None
+            if attr == "zero_grad":
+                return Event("zero", call, self._map(owner, mapping), site, via)
+            if attr in ("zero_", "fill_") and _is_grad(owner):
+                return self._grad_reset(call, _grad_owner(owner), mapping, site, via)
+            if attr == "eval" and not call.args:
+                return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
+            if attr == "train":
+                mode = positional(call, 0) or keyword(call, "mode")
+                if mode is None or (isinstance(mode, cst.Name) and mode.value == "True"):
+                    return Event(
+                        "train", call, self._mode_receiver(call, owner, mapping), site, via
+                    )
+                if isinstance(mode, cst.Name) and mode.value == "False":
+                    return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
+                return None
+            if _ZERO_HELPER.search(attr):
+                return Event("zero", call, None, site, via)
+            return None
+        if isinstance(func, cst.Name):
+            if func.value == "_foreach_zero_" or self.names.is_(func, "torch._foreach_zero_"):
+                return Event("zero", call, None, site, via, full=False)
+            if _ZERO_HELPER.search(func.value):
+                return Event("zero", call, None, site, via)
+        elif self.names.is_(func, "torch._foreach_zero_"):
+            return Event("zero", call, None, site, via, full=False)
+        return None
+
+    def _mode_receiver(self, call, owner, mapping) -> Optional[str]:
+        """`model.eval()` -> "model"; `model = Net().eval()` -> "model";
+        `model.to(device).train()` -> "model"."""
+        parent = self.ctx.parent(call)
+        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+            return self._map(parent.targets[0].target, mapping)
+        return self._map(module_root(owner), mapping)
+
+    def _map(self, expr, mapping: Optional[Dict[str, str]]) -> Optional[str]:
+        if expr is None:
+            return None
+        text = dotted_name(expr)
+        if text is None:
+            return None
+        if mapping:
+            root, _, rest = text.partition(".")
+            if root in mapping:
+                mapped = mapping[root]
+                return f"{mapped}.{rest}" if rest else mapped
+        return text
+
+    # -- flows --------------------------------------------------------------------------------
+
+    def flow(self, node: cst.CSTNode):
+        """The flow of one iteration of a For/While loop, or of any statement or block."""
+        found = self._flows.get(node)
+        if found is None:
+            if isinstance(node, cst.For):
+                found = self._block(node.body, None, None, (), 2)
+            elif isinstance(node, cst.While):
+                found = Seq(
+                    (
+                        self._expr(node.test, None, None, (), 2),
+                        self._block(node.body, None, None, (), 2),
+                    )
+                )
+            else:
+                found = self._statement(node, None, None, (), 2)
+            self._flows[node] = found
+        return found
+
+    def _block(self, body, mapping, site, via, follow):
+        if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            statements = body.body
+        elif isinstance(body, (list, tuple)):
+            statements = body
+        else:
+            statements = [body]
+        return Seq(tuple(self._statement(s, mapping, site, via, follow) for s in statements))
+
+    def _statement(self, stmt, mapping, site, via, follow):
+        args = (mapping, site, via, follow)
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return Seq(tuple(self._small(s, *args) for s in stmt.body))
+        if isinstance(stmt, cst.If):
+            orelse = _EMPTY
+            if isinstance(stmt.orelse, cst.If):
+                orelse = self._statement(stmt.orelse, *args)
+            elif isinstance(stmt.orelse, cst.Else):
+                orelse = self._block(stmt.orelse.body, *args)
+            return Seq((self._expr(stmt.test, *args), Alt((self._block(stmt.body, *args), orelse))))
+        if isinstance(stmt, cst.For):
+            items = [self._expr(stmt.iter, *args), Repeat(self._block(stmt.body, *args), stmt)]
+            if stmt.orelse is not None:
+                items.append(self._block(stmt.orelse.body, *args))
+            return Seq(tuple(items))
+        if isinstance(stmt, cst.While):
+            body = Seq((self._expr(stmt.test, *args), self._block(stmt.body, *args)))
+            items = [Repeat(body, stmt)]
+            if stmt.orelse is not None:
+                items.append(self._block(stmt.orelse.body, *args))
+            return Seq(tuple(items))
+        if isinstance(stmt, cst.With):
+            items = [self._expr(item.item, *args) for item in stmt.items]
+            return Seq(tuple(items) + (self._block(stmt.body, *args),))
+        if isinstance(stmt, cst.Try) or type(stmt).__name__ == "TryStar":
+            main = [self._block(stmt.body, *args)]
+            if stmt.orelse is not None:
+                main.append(self._block(stmt.orelse.body, *args))
+            branches = [Seq(tuple(main))]
+            for handler in stmt.handlers:
+                branches.append(self._block(handler.body, *args))
+            items = [Alt(tuple(branches))]
+            if stmt.finalbody is not None:
+                items.append(self._block(stmt.finalbody.body, *args))
+            return Seq(tuple(items))
+        if type(stmt).__name__ == "Match":
+            return Seq(
+                (
+                    self._expr(stmt.subject, *args),
+                    Alt(tuple(self._block(case.body, *args) for case in stmt.cases) + (_EMPTY,)),
+                )
+            )
+        return _EMPTY  # def, class: their bodies do not run here
+
+    def _small(self, small, mapping, site, via, follow):
+        items = []
+        own = self.event(small, mapping, site, via) if site is not None else self.event(small)
+        if own is not None:
+            items.append(Ev(own))
+        items.append(self._expr(small, mapping, site, via, follow))
+        if isinstance(small, cst.Continue):
+            items.append(Exit("continue"))
+        elif isinstance(small, cst.Break):
+            items.append(Exit("break"))
+        elif isinstance(small, cst.Return):
+            items.append(Exit("return"))
+        elif isinstance(small, cst.Raise):
+            items.append(Exit("raise"))
+        return Seq(tuple(items))
+
+    def _expr(self, node, mapping, site, via, follow):
+        items = []
+        for child in _own_nodes(node):
+            if not isinstance(child, cst.Call):
+                continue
+            event = self.event(child, mapping, site or child, via)
+            if event is not None:
+                items.append(Ev(event))
+            if follow > 0:
+                target = self.loops.callee(child)
+                if target is not None and target not in via:
+                    inner_map = self._parameter_map(child, target, mapping)
+                    body = self._block(
+                        target.body, inner_map, site or child, via + (target,), follow - 1
+                    )
+                    items.append(Helper(body, child))
+        return Seq(tuple(items))
+
+    def _parameter_map(self, call: cst.Call, target: cst.FunctionDef, mapping) -> Dict[str, str]:
+        """Parameter name -> the caller's argument text (in the caller's own terms)."""
+        params = list(target.params.posonly_params) + list(target.params.params)
+        if (
+            params
+            and params[0].name.value in ("self", "cls")
+            and isinstance(call.func, cst.Attribute)
+        ):
+            params = params[1:]
+        out: Dict[str, str] = {}
+        index = 0
+        for arg in call.args:
+            if arg.star:
+                break
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif index < len(params):
+                name = params[index].name.value
+                index += 1
+            else:
+                continue
+            text = self._map(arg.value, mapping)
+            if text is not None:
+                out[name] = text
+        for param in params + list(target.params.kwonly_params):
+            # Unbound parameters keep their own name only if it cannot be confused.
+            out.setdefault(param.name.value, "<param:" + param.name.value + ">")
+        return out
+
+    # -- grad mode ----------------------------------------------------------------------------
+
+    def grad_disabled(self, node: cst.CSTNode, _depth: int = 2) -> bool:
+        """Does `node` run with autograd off (no graph is recorded)?"""
+        if self.loops.under_no_grad(node) or self._spelled_no_grad(node):
+            return True
+        function = self.scopes.enclosing_function(node)
+        if self._disabled_before(node, function):
+            return True
+        if function is None or _depth <= 0:
+            return False
+        cached = self._no_grad_functions.get(function)
+        if cached is None:
+            callers = self.callers(function)
+            cached = bool(callers) and all(self.grad_disabled(c, _depth - 1) for c in callers)
+            self._no_grad_functions[function] = cached
+        return cached
+
+    def _spelled_no_grad(self, node: cst.CSTNode) -> bool:
+        """`with torch.no_grad():` where `torch` comes from a star import (names do not
+        resolve): trust the spelling."""
+        for ancestor in self.ctx.ancestors(node):
+            items = []
+            if isinstance(ancestor, cst.With):
+                items = [item.item for item in ancestor.items]
+            elif isinstance(ancestor, cst.FunctionDef):
+                items = [d.decorator for d in ancestor.decorators]
+            for expr in items:
+                func = expr.func if isinstance(expr, cst.Call) else expr
+                text = dotted_name(func) or ""
+                if text.split(".")[-1] in ("no_grad", "inference_mode"):
+                    return True
+        return False
+
+    def _disabled_before(self, node, function) -> bool:
+        """`torch.set_grad_enabled(False)` or `stack.enter_context(torch.no_grad())` earlier in
+        the same function (or module), at the function's top level."""
+        index = self.ctx.tree.index
+        at = index.get(node, -1)
+        scope_node = function if function is not None else self.ctx.module
+        for call in self.ctx.nodes(cst.Call):
+            if index.get(call, -1) >= at or index.get(call, -1) < index.get(scope_node, 0):
+                continue
+            if self.scopes.enclosing_function(call) is not function:
+                continue
+            if self.names.is_(
+                call.func, "torch.set_grad_enabled", "torch.autograd.set_grad_enabled"
+            ):
+                arg = positional(call, 0)
+                parent = self.ctx.parent(call)
+                if (
+                    isinstance(arg, cst.Name)
+                    and arg.value == "False"
+                    and isinstance(parent, cst.Expr)
+                ):
+                    return True
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "enter_context":
+                inner = positional(call, 0)
+                if isinstance(inner, cst.Call) and self.names.is_(inner.func, *_NO_GRAD):
+                    return True
+        return False
+
+    def callers(self, function: cst.FunctionDef) -> List[cst.Call]:
+        """Same-file call sites that run `function`."""
+        if self._callers is None:
+            table: Dict[cst.FunctionDef, List[cst.Call]] = {}
+            for call in self.ctx.nodes(cst.Call):
+                target = self.loops.callee(call)
+                if target is not None:
+                    table.setdefault(target, []).append(call)
+            self._callers = table
+        return self._callers.get(function, [])
+
+    def is_called_elsewhere(self, function: cst.FunctionDef) -> bool:
+        """Is the function's name used other than by calls (passed as a callback, exported)?"""
+        name = function.name.value
+        for node in self.ctx.nodes(cst.Name):
+            if node.value != name or node is function.name:
+                continue
+            parent = self.ctx.parent(node)
+            if isinstance(parent, cst.Call) and parent.func is node:
+                continue
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                grand = self.ctx.parent(parent)
+                if isinstance(grand, cst.Call) and grand.func is parent:
+                    continue
+            return True
+        return False
+
+    # -- loops --------------------------------------------------------------------------------
+
+    def library_owned(self, node: cst.CSTNode) -> Optional[str]:
+        """The framework that runs the loop, the optimizer and the train/eval modes around
+        `node`: Lightning `LightningModule` hooks, HF Trainer / MMEngine / detectron2
+        subclasses, ignite handlers. Accelerate, Fabric and DeepSpeed run the user's own loop
+        (they do not detach totals, reset gradients for Accelerate/Fabric, or set eval mode), so
+        their code is not owned; DeepSpeed's `engine.backward`/`engine.step` is recognised by
+        the rules themselves."""
+        from .frameworks import Frameworks
+
+        frameworks: Frameworks = self.ctx.analysis(Frameworks)
+        reason = frameworks.managed(node)
+        if reason in ("transformers", "mmengine", "detectron2", "ignite"):
+            return reason
+        if reason == "lightning":
+            for ancestor in self.ctx.ancestors(node):
+                if isinstance(ancestor, cst.ClassDef) and frameworks.class_framework(ancestor):
+                    return reason
+        return None
+
+    def file_backpropagates(self) -> bool:
+        """Cheap: does anything in the file call `.backward(...)` or `autograd.backward`?"""
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+                return True
+        return False
+
+    def all_loops(self) -> List[cst.CSTNode]:
+        loops = list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While))
+        index = self.ctx.tree.index
+        loops.sort(key=lambda n: index.get(n, 0))
+        return loops
+
+    def has_backward(self, loop: cst.CSTNode) -> bool:
+        return any(e.kind == "backward" for e in events_of(self.flow(loop)))
+
+    def is_step_loop(self, loop: cst.CSTNode) -> bool:
+        """A backward runs in the loop's own iteration (not only inside a nested loop)."""
+        return any(e.kind == "backward" for e in own_events(self.flow(loop)))
+
+    def is_batch_loop(self, loop: cst.CSTNode) -> bool:
+        """A `for` over a DataLoader (each iteration is one batch)."""
+        return any(source.node is loop for source in self.loops.batch_sources())
+
+    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        return self.loops.enclosing_loops(node)
+
+    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
+        backpropagated there, what a loss function or loss attribute returns, and what is
+        computed from those without detaching."""
+        names: Set[str] = set()
+        for event in events_of(self.flow(loop)):
+            if event.kind == "backward" and not event.via and isinstance(event.node, cst.Call):
+                tensor = self.backward_tensor(event.node)
+                for leaf in name_leaves(tensor):
+                    names.add(leaf)
+        assigns = [
+            n
+            for n in self.ctx.tree.descendants(loop)
+            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+        ]
+        for _ in range(3):
+            grown = False
+            for assign in assigns:
+                value = assign.value
+                if value is None:
+                    continue
+                if not self.carries_graph(value, names):
+                    continue
+                targets = (
+                    [t.target for t in assign.targets]
+                    if isinstance(assign, cst.Assign)
+                    else [assign.target]
+                )
+                for target in targets:
+                    if isinstance(target, (cst.Tuple, cst.List)):
+                        # `loss, logs = compute(...)`: only loss-named parts.
+                        for element in target.elements:
+                            text = dotted_name(element.value)
+                            if text and _LOSS_NAME.search(text.split(".")[-1]):
+                                if text not in names:
+                                    names.add(text)
+                                    grown = True
+                        continue
+                    text = dotted_name(target)
+                    if text and text not in names:
+                        names.add(text)
+                        grown = True
+            if not grown:
+                break
+        return names
+
+    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 3) -> bool:
+        """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
+        or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
+        `loss = outputs.loss` outside the block holds no graph.)"""
+        root = leaf
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if not isinstance(root, cst.Name) or _depth <= 0:
+            return False
+        bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
+        if not bindings:
+            return False
+        loops = self.loops.enclosing_loops(root)
+        if loops:
+            # Bound earlier in the same iteration: that binding is the one in effect.
+            index = self.ctx.tree.index
+            at = index.get(root, -1)
+            inside = [
+                b
+                for b in bindings
+                if index.get(b.statement, -1) < at
+                and loops[0] in set(self.ctx.ancestors(b.statement))
+            ]
+            if inside:
+                bindings = [max(inside, key=lambda b: index.get(b.statement, -1))]
+        for binding in bindings:
+            if binding.kind not in ("assign", "unpack", "annassign", "with", "for"):
+                return False
+            statement = binding.statement
+            if self.grad_disabled(statement):
+                continue
+            value = getattr(statement, "value", None)
+            if binding.kind == "assign" and value is not None:
+                if self._detaching(value):
+                    continue
+                if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+                    if self.recorded_without_grad(value, _depth - 1):
+                        continue
+            return False
+        return True
+
+    def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
+        """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
+        return any(True for _ in self.graph_leaves(expr, names))
+
+    def graph_leaves(self, expr: cst.CSTNode, names: Set[str]) -> Iterator[cst.CSTNode]:
+        """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if self._detaching(node):
+                continue
+            text = dotted_name(node)
+            if text is not None and text in names:
+                yield node
+                continue
+            if isinstance(node, cst.Call) and self._is_loss_call(node):
+                yield node
+                continue
+            if isinstance(node, cst.Attribute) and re.search(r"(^|_)loss", node.attr.value):
+                yield node
+                continue
+            if isinstance(node, cst.Subscript) and _loss_key(node):
+                yield node
+                continue
+            if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+                continue
+            if isinstance(node, cst.Call):
+                # Arguments of an unknown call may or may not reach its result: follow only
+                # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
+                func = node.func
+                if isinstance(func, cst.Attribute):
+                    stack.append(func.value)
+                if self._tensor_function(node):
+                    stack.extend(a.value for a in node.args)
+                continue
+            stack.extend(_expression_children(node))
+
+    def _detaching(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Attribute) and node.attr.value in _DETACHING_ATTRS:
+            return True
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING_ATTRS:
+                return True
+            if isinstance(func, cst.Name) and func.value in _DETACHING_CALLS:
+                return True
+            dotted = dotted_name(func) or ""
+            if dotted.startswith(("np.", "numpy.", "math.")):
+                return True
+        return False
+
+    def _is_loss_call(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        leaf = dotted.split(".")[-1]
+        if leaf in _LOSS_FUNCTIONS:
+            return True
+        return bool(re.search(r"loss|criterion", leaf, re.I)) and not leaf.startswith(
+            ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
+        )
+
+    def _tensor_function(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
+
+    # -- models -------------------------------------------------------------------------------
+
+    def module_like(self) -> Set[str]:
+        """Dotted texts used like nn.Modules in this file (`.eval()`, `.train()`,
+        `.parameters()`, `.state_dict()`, `.load_state_dict()`, `.zero_grad()`)."""
+        if self._module_like is None:
+            found: Set[str] = set()
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value in (
+                    "eval",
+                    "train",
+                    "parameters",
+                    "named_parameters",
+                    "state_dict",
+                    "load_state_dict",
+                    "zero_grad",
+                    "modules",
+                    "children",
+                ):
+                    text = dotted_name(func.value)
+                    if text and not self.is_optimizer(func.value):
+                        found.add(text)
+            self._module_like = found
+        return self._module_like
+
+    def is_model(self, expr: cst.CSTNode) -> bool:
+        text = dotted_name(expr)
+        if text is None:
+            return False
+        leaf = text.split(".")[-1]
+        if _NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
+            return False
+        if text in self.module_like():
+            return True
+        return bool(_MODEL_NAME.search(leaf))
+
+    def trained_models(self) -> Set[str]:
+        """Modules trained in this file: `.train()` is called on them, or their parameters go
+        to an optimizer."""
+        if self._trained is None:
+            found: Set[str] = set()
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if not isinstance(func, cst.Attribute):
+                    continue
+                if func.attr.value == "train":
+                    mode = positional(call, 0) or keyword(call, "mode")
+                    if mode is None or (isinstance(mode, cst.Name) and mode.value == "True"):
+                        text = dotted_name(func.value)
+                        if text:
+                            found.add(_strip_wrapper(text))
+                elif self._optimizer_constructor(call):
+                    params = positional(call, 0) or keyword(call, "params")
+                    if params is None:
+                        continue
+                    for node in [params, *self.ctx.tree.descendants(params)]:
+                        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                            if node.func.attr.value in ("parameters", "named_parameters"):
+                                owner = dotted_name(node.func.value)
+                                if owner:
+                                    found.add(_strip_wrapper(owner))
+            # Modules called in a loop that backpropagates in its own iteration.
+            for loop in self.all_loops():
+                if not self.file_backpropagates() or not self.is_step_loop(loop):
+                    continue
+                for node in _own_nodes(loop.body):
+                    if isinstance(node, cst.Call) and self.is_model(node.func):
+                        text = dotted_name(node.func)
+                        if text:
+                            found.add(_strip_wrapper(text))
+            self._trained = found
+        return self._trained
+
+    # -- evaluation loops ---------------------------------------------------------------------
+
+    def eval_loops(self) -> List[Tuple[cst.For, cst.Call]]:
+        """(loop, first model call) for evaluation loops: over a validation/test loader or in an
+        evaluation function, calling a model, with no backward/step/autograd.grad."""
+        out = []
+        for loop in self.ctx.nodes(cst.For):
+            call = self.eval_loop_model_call(loop)
+            if call is not None:
+                out.append((loop, call))
+        return out
+
+    def eval_loop_model_call(self, loop: cst.For) -> Optional[cst.Call]:
+        function = self.scopes.enclosing_function(loop)
+        function_name = function.name.value if function is not None else ""
+        if _TRAIN_WORD.search(function_name):
+            return None
+        iterable = _peel(loop.iter)
+        loader_text = dotted_name(iterable) or self.ctx.code(iterable)
+        over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
+        eval_named = bool(_EVAL_FUNCTION.search(function_name))
+        eval_loader = over_loader and bool(_EVAL_LOADER.search(loader_text))
+        if not (eval_loader or (eval_named and over_loader)):
+            return None
+        if _TRAIN_WORD.search(loader_text):
+            return None
+        for event in events_of(self.flow(loop)):
+            if event.kind in ("backward", "step"):
+                return None
+        for node in self.ctx.tree.descendants(loop.body):
+            if isinstance(node, cst.Call) and self.is_autograd_grad(node):
+                return None
+        for node in _own_nodes(loop.body):
+            if isinstance(node, cst.Call) and self.is_model(node.func):
+                return node
+        return None
+
+    def _loader_name_unwrapped(self, loop: cst.For) -> Optional[str]:
+        for source in self.loops.batch_sources():
+            if source.node is loop:
+                return source.loader_text
+        return None
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _own_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and its descendants in document order, not entering nested def/class/lambda."""
+    from ..walk import children
+
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(reversed(children(current)))
+
+
+def _expression_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    from ..walk import children
+
+    return children(node)
+
+
+def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
+    """Dotted names inside an expression (`(loss / k)` -> "loss"; `scaler.scale(loss)` -> ...)."""
+    if expr is None:
+        return
+    text = dotted_name(expr)
+    if text is not None:
+        yield text
+        return
+    if isinstance(expr, cst.BinaryOperation):
+        yield from name_leaves(expr.left)
+        yield from name_leaves(expr.right)
+    elif isinstance(expr, cst.UnaryOperation):
+        yield from name_leaves(expr.expression)
+    elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if expr.func.attr.value in ("mean", "sum", "float", "to", "squeeze"):
+            yield from name_leaves(expr.func.value)
+        elif dotted_name(expr.func) in ("torch.stack", "torch.cat", "torch.sum", "torch.mean"):
+            for arg in expr.args:
+                yield from name_leaves(arg.value)
+    elif isinstance(expr, cst.Call) and dotted_name(expr.func) == "sum":
+        for arg in expr.args:
+            yield from name_leaves(arg.value)
+
+
+_MODULE_RETURNING = {
+    "to",
+    "cuda",
+    "cpu",
+    "float",
+    "half",
+    "double",
+    "bfloat16",
+    "train",
+    "eval",
+    "requires_grad_",
+    "to_empty",
+}
+
+
+def module_root(expr: cst.CSTNode) -> cst.CSTNode:
+    """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
+    for _ in range(6):
+        if (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in _MODULE_RETURNING
+        ):
+            expr = expr.func.value
+            continue
+        break
+    return expr
+
+
+def _is_grad(expr: cst.CSTNode) -> bool:
+    """`p.grad` or `p.grad.data`."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
+
+
+def _grad_owner(expr: cst.Attribute) -> cst.CSTNode:
+    if expr.attr.value == "data":
+        expr = expr.value  # type: ignore[assignment]
+    return expr.value
+
+
+def _loss_key(node: cst.Subscript) -> bool:
+    """`out["loss"]`, `outputs['loss']`."""
+    if len(node.slice) != 1:
+        return False
+    index = node.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return False
+    value = index.value
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "loss"
+
+
+def _strip_wrapper(text: str) -> str:
+    return text[: -len(".module")] if text.endswith(".module") else text
+
+
+def _peel(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`enumerate(tqdm(loader))` -> `loader`."""
+    for _ in range(4):
+        if isinstance(expr, cst.Call) and expr.args:
+            leaf = (dotted_name(expr.func) or "").split(".")[-1]
+            if leaf in ("enumerate", "tqdm", "iter", "track", "zip", "islice", "log_every"):
+                expr = expr.args[0].value
+                continue
+        break
+    return expr
+
+
+def frozen(items: Iterable[object]) -> FrozenSet[object]:
+    return frozenset(items)
+
+
+# -- models whose train/eval mode changes nothing -------------------------------------------------
+
+_MODE_DEPENDENT = re.compile(
+    r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|^training$|rnn|lstm|gru|"
+    r"transformer|attention|^train$|^eval$|^apply$",
+    re.IGNORECASE,
+)
+
+
+def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
+    """Is `name` an instance of a same-file `nn.Module` class that behaves the same in train and
+    eval mode (no dropout, normalisation with running statistics, recurrent or attention layers,
+    no `self.training` read, and only `torch.nn` layers as submodules)? Then a missing
+    `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
+    if not name or "." in name:
+        return False
+    bindings = steps.scopes.lookup(name, at)
+    if not bindings:
+        return False
+    for binding in bindings:
+        value = binding.value
+        if binding.kind != "assign" or value is None:
+            return False
+        for _ in range(4):  # Net().to(device), Net().cuda()
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
+            ):
+                value = value.func.value
+                continue
+            break
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+            return False
+        if not _mode_free_class(steps, value.func.value, value):
+            return False
+    return True
+
+
+def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
+    classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
+    if len(classes) != 1 or not isinstance(classes[0].node, cst.ClassDef):
+        return False
+    node: cst.ClassDef = classes[0].node
+    if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
+        return False
+    found_ok = True
+
+    class Scan(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal found_ok
+            if _MODE_DEPENDENT.search(n.value):
+                found_ok = False
+
+        def visit_Call(self, call: cst.Call) -> None:
+            nonlocal found_ok
+            # Submodules must be torch layers: a user class may hide a Dropout.
+            func = call.func
+            qualified = steps.names.qualified(func)
+            if isinstance(func, cst.Name) and func.value in ("super", "range", "len", "int"):
+                return
+            torch_layer = any(q.startswith("torch.") for q in qualified)
+            local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
+            if not isinstance(func, cst.Name) and local:
+                return
+            if not torch_layer:
+                found_ok = False
+
+    node.visit(Scan())
+    return found_ok
+
+
+def is_test_file(path: str) -> bool:
+    """`tests/...`, `test_*.py`, `*_test.py`."""
+    parts = path.replace("\\", "/").split("/")
+    name = parts[-1]
+    return (
+        "tests" in parts[:-1]
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )

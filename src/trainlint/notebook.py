@@ -1,0 +1,606 @@
+"""Jupyter notebooks (.ipynb): reading one into the Python text trainlint analyses.
+
+A notebook is JSON (nbformat 4). Its code cells are joined into one Python text, in order, with
+an empty separator line between two cells; each cell's text ends with a newline (one is added
+when the cell has none, and taken off again when the cell is written back). IPython syntax that
+is not Python is masked line by line so the text parses, keeping the number of lines:
+
+- line magics and shell escapes at the start of a statement (`%matplotlib inline`,
+  `!pip install x`, `!!ls`, `files = !ls`, `?obj`, `obj??`, `pip install x`) become `...`
+  (an assignment keeps its target: `files = ...`); their continuation lines become comments;
+- a cell magic whose body is Python (`%%time`, `%%timeit`, `%%capture`, ...) masks its first
+  line only; any other cell magic (`%%bash`, `%%writefile`, `%%html`, ...) leaves the whole
+  cell out, like a markdown cell;
+- a cell that still does not parse on its own is left out too and reported as TRL001 in that
+  cell (Jupyter runs each cell separately, so the others are still checked).
+
+Cells are numbered as they appear in the notebook, markdown cells included (cell N is
+`cells[N-1]` in the file, and "Cell N" in VS Code); rows are counted inside the cell.
+
+Writing a fixed notebook back (`fixes.render_notebook`) replaces only the `source` values of
+the cells whose code changed; every other byte of the file is kept. This module also provides
+the small JSON parser that finds where each value sits in the file (`parse_spans`), which both
+the writer and the position of nbformat errors need.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from json.decoder import scanstring
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+# -- a JSON parser that remembers where values are -------------------------------------------
+
+Path_ = Tuple[Any, ...]
+Span = Tuple[int, int]
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_CONSTANTS = {"true": True, "false": False, "null": None, "NaN": float("nan")}
+
+
+class JsonSpanError(ValueError):
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
+    """(value, spans): the decoded JSON and, for every path `keep(path)` accepts, the (start, end)
+    offsets of that value in `text`. Paths are tuples of keys and list indexes."""
+    spans: Dict[Path_, Span] = {}
+    keep = keep or (lambda path: True)
+
+    def skip(pos: int) -> int:
+        return _WS.match(text, pos).end()  # type: ignore[union-attr]
+
+    def value(pos: int, path: Path_) -> Tuple[Any, int]:
+        pos = skip(pos)
+        start = pos
+        if pos >= len(text):
+            raise JsonSpanError("unexpected end of the file", pos)
+        ch = text[pos]
+        if ch == '"':
+            result, pos = scanstring(text, pos + 1, True)
+        elif ch == "{":
+            result = {}
+            pos = skip(pos + 1)
+            if text.startswith("}", pos):
+                pos += 1
+            else:
+                while True:
+                    pos = skip(pos)
+                    if not text.startswith('"', pos):
+                        raise JsonSpanError("expected a key", pos)
+                    key, pos = scanstring(text, pos + 1, True)
+                    pos = skip(pos)
+                    if not text.startswith(":", pos):
+                        raise JsonSpanError("expected ':'", pos)
+                    result[key], pos = value(pos + 1, path + (key,))
+                    pos = skip(pos)
+                    if text.startswith(",", pos):
+                        pos += 1
+                        continue
+                    if text.startswith("}", pos):
+                        pos += 1
+                        break
+                    raise JsonSpanError("expected ',' or '}'", pos)
+        elif ch == "[":
+            result = []
+            pos = skip(pos + 1)
+            if text.startswith("]", pos):
+                pos += 1
+            else:
+                while True:
+                    item, pos = value(pos, path + (len(result),))
+                    result.append(item)
+                    pos = skip(pos)
+                    if text.startswith(",", pos):
+                        pos += 1
+                        continue
+                    if text.startswith("]", pos):
+                        pos += 1
+                        break
+                    raise JsonSpanError("expected ',' or ']'", pos)
+        else:
+            match = _NUMBER.match(text, pos)
+            if match:
+                number = match.group()
+                result = float(number) if any(c in number for c in ".eE") else int(number)
+                pos = match.end()
+            else:
+                for word, constant in (*_CONSTANTS.items(), ("Infinity", float("inf"))):
+                    if text.startswith(word, pos):
+                        result, pos = constant, pos + len(word)
+                        break
+                else:
+                    raise JsonSpanError("expected a value", pos)
+        if keep(path):
+            spans[path] = (start, pos)
+        return result, pos
+
+    try:
+        result, end = value(0, ())
+    except RecursionError:
+        raise JsonSpanError("nested too deeply", 0)
+    end = skip(end)
+    if end != len(text):
+        raise JsonSpanError("extra data after the notebook", end)
+    return result, spans
+
+
+def line_col(text: str, pos: int) -> Tuple[int, int]:
+    """1-based row and 0-based column of an offset."""
+    row = text.count("\n", 0, pos) + 1
+    return row, pos - (text.rfind("\n", 0, pos) + 1)
+
+
+def _cell_paths(path: Path_) -> bool:
+    return (path[:1] == ("cells",) and len(path) <= 4) or len(path) <= 1
+
+
+# -- IPython masking --------------------------------------------------------------------------
+
+# Cell magics whose body is Python: only their first line is masked.
+PYTHON_CELL_MAGICS = frozenset(
+    {"time", "timeit", "capture", "prun", "debug", "memit", "mprun", "px", "autopx", "scalene"}
+)
+_MASK = "..."
+_HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.]+|[\w.\[\]()]+\s*\?{1,2})\s*$")
+_ASSIGN_MAGIC_RE = re.compile(
+    r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=)\s*(?:%|!)"
+)
+# IPython's automagic runs `cd data` or `pip install x` without the `%`. Such a line is masked
+# only when it does not parse as Python on its own (`pwd` alone is just a name).
+AUTOMAGICS = frozenset(
+    "alias autoreload bookmark cat cd conda config cp dhist env history load_ext ls mamba "
+    "matplotlib mkdir mv pdb pip popd precision pushd pwd reload_ext rm rmdir run store sx "
+    "system time timeit who whos xmode".split()
+)
+# A name, whitespace, then arguments that do not start an assignment or a call (`config = {`
+# continues on the next line and is Python, not the `%config` magic).
+_AUTOMAGIC_RE = re.compile(
+    r"^\s*(?P<name>[a-z_]+)(?:\s+(?![=(\[{,:;]|(?:[-+*/%&|^@<>]|\*\*|//|<<|>>)=)\S.*)?\s*$"
+)
+_STRING_START = re.compile(r"(?i)(?:rb|br|fr|rf|b|r|u|f)?('''|\"\"\"|'|\")")
+
+
+def _line_body(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def _newline_of(line: str) -> str:
+    return line[len(_line_body(line)) :]
+
+
+def _is_magic(line: str) -> bool:
+    stripped = line.lstrip(" \t")
+    if not stripped or stripped[0] == "#":
+        return False
+    if stripped[0] in "%!" and not stripped.startswith("!="):
+        return True
+    if stripped[0] == "?" or _HELP_RE.match(_line_body(line)):
+        return True
+    if _ASSIGN_MAGIC_RE.match(line):
+        return True
+    automagic = _AUTOMAGIC_RE.match(_line_body(line))
+    if automagic and automagic.group("name") in AUTOMAGICS:
+        return _parses(stripped) is not None
+    return False
+
+
+class _Scanner:
+    """Just enough of Python's tokenizer to know whether a line starts a new statement: open
+    brackets, open (triple-quoted) strings and backslash continuations."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote: Optional[str] = None  # the open string's delimiter
+        self.raw = False
+        self.continued = False
+
+    def at_statement_start(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def feed(self, line: str) -> None:
+        body = _line_body(line)
+        i, n = 0, len(body)
+        self.continued = False
+        while i < n:
+            if self.quote is not None:
+                if body[i] == "\\" and not self.raw:
+                    i += 2
+                    continue
+                if body.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = None
+                    continue
+                if body[i] == "\\" and self.raw:
+                    i += 2  # a raw string still cannot end with an odd backslash before a quote
+                    continue
+                i += 1
+                continue
+            ch = body[i]
+            if ch == "#":
+                break
+            if ch in "([{":
+                self.depth += 1
+            elif ch in ")]}":
+                self.depth = max(0, self.depth - 1)
+            elif ch in "'\"" or ch.isalpha():
+                match = _STRING_START.match(body, i)
+                if match and (ch in "'\"" or match.start(1) > i):
+                    prefix = body[i : match.start(1)]
+                    self.quote = match.group(1)
+                    self.raw = "r" in prefix.lower()
+                    i = match.end()
+                    continue
+                if ch.isalpha():
+                    while i < n and (body[i].isalnum() or body[i] == "_"):
+                        i += 1
+                    continue
+            elif ch == "\\" and i == n - 1:
+                self.continued = True
+            i += 1
+        if self.quote is not None and len(self.quote) == 1:
+            # A one-quote string ends at the end of its line, unless continued with a backslash.
+            if not body.endswith("\\"):
+                self.quote = None
+        if self.quote is not None and len(self.quote) == 1 and body.endswith("\\"):
+            self.continued = False
+
+
+def mask_cell(code: str) -> Optional[str]:
+    """The cell's text with IPython syntax masked (same number of lines), or None when the cell
+    is not Python (a cell magic such as `%%bash`)."""
+    from .source import split_lines
+
+    lines = split_lines(code)
+    out: List[str] = []
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        name = lines[first].lstrip()[2:].split(None, 1)
+        if not name or name[0] not in PYTHON_CELL_MAGICS:
+            return None
+    scanner = _Scanner()
+    in_magic = False  # inside a magic's backslash-continued lines
+    for line in lines:
+        body = _line_body(line)
+        if in_magic:
+            out.append("#" + _newline_of(line) if not body else "#" + body + _newline_of(line))
+            in_magic = body.endswith("\\")
+            continue
+        if scanner.at_statement_start() and _is_magic(line):
+            indent = body[: len(body) - len(body.lstrip(" \t"))]
+            assign = _ASSIGN_MAGIC_RE.match(line)
+            if assign:
+                masked = assign.group("target").rstrip() + " " + _MASK
+            else:
+                masked = indent + _MASK
+            out.append(masked + _newline_of(line))
+            in_magic = body.endswith("\\")
+            continue
+        scanner.feed(line)
+        out.append(line)
+    return "".join(out)
+
+
+# -- the notebook ------------------------------------------------------------------------------
+
+
+@dataclass
+class CodeCell:
+    """One code cell that takes part in the analysis."""
+
+    number: int  # 1-based position in the notebook's cells (markdown cells counted)
+    start: int  # offsets of the cell's text in the joined text (changes as fixes apply)
+    end: int
+    original: str  # the cell's code as in the file, plus the newline added for joining
+    masked: str  # what the analysis saw: `original` with IPython syntax masked
+    added_newline: bool
+    # The masked lines: (start, end) of the masked text in the joined text (moved as fixes
+    # apply; None once an edit touched it), the masked text, and the line as in the file.
+    masks: List[Tuple[Optional[Tuple[int, int]], str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Notebook:
+    """What a notebook Source needs to map positions back and to write the file again."""
+
+    raw: str  # the file's JSON text (decoded; without a BOM)
+    bom: bool = False
+    cells: List[CodeCell] = field(default_factory=list)
+    # Code cells left out because they do not parse: (cell number, message, row, col).
+    broken: List[Tuple[int, str, int, int]] = field(default_factory=list)
+    language: str = "python"
+
+    def cell(self, number: int) -> Optional[CodeCell]:
+        for cell in self.cells:
+            if cell.number == number:
+                return cell
+        return None
+
+    def remap(self, edits: Sequence[Any]) -> "Notebook":
+        """The same notebook after `edits` (offsets into the old joined text) were applied.
+
+        An insertion exactly at a cell's end belongs to that cell (a line added after its last
+        statement); one exactly at its start also belongs to it (a line added before its first
+        statement). The empty separator line between cells keeps the two apart."""
+
+        def moved(pos: int, at_end: bool) -> int:
+            delta = 0
+            for edit in edits:
+                start, end, content = edit.start, edit.end, edit.content
+                if end < pos or (end == pos and (start < end or at_end)):
+                    delta += len(content) - (end - start)
+            return pos + delta
+
+        def moved_span(span: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+            if span is None:
+                return None
+            a, b = span
+            for edit in edits:
+                if (edit.start < b and edit.end > a) or a < edit.start < b:
+                    return None  # an edit changed the masked line itself
+            return moved(a, True), moved(b, False)
+
+        cells = [
+            CodeCell(
+                c.number,
+                moved(c.start, False),
+                moved(c.end, True),
+                c.original,
+                c.masked,
+                c.added_newline,
+                [(moved_span(span), masked, line) for span, masked, line in c.masks],
+            )
+            for c in self.cells
+        ]
+        return Notebook(self.raw, self.bom, cells, list(self.broken), self.language)
+
+    def unmasked(self, cell: CodeCell, text: str) -> str:
+        """The cell's current code (from the joined `text`) with its masked lines put back."""
+        out = text[cell.start : cell.end]
+        spans = [m for m in cell.masks if m[0] is not None]
+        for span, masked, line in sorted(spans, key=lambda m: m[0], reverse=True):
+            a, b = span[0] - cell.start, span[1] - cell.start  # type: ignore[index]
+            if 0 <= a <= b <= len(out) and out[a:b] == masked:
+                out = out[:a] + line + out[b:]
+        return out
+
+
+class NotebookError(ValueError):
+    """Not a notebook trainlint can read: message and a 1-based row / 0-based col in the file."""
+
+    def __init__(self, message: str, row: int = 1, col: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.row = row
+        self.col = col
+
+
+def _source_text(value: Any) -> Optional[str]:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return None
+
+
+def _where(raw: str, path: Path_) -> Tuple[int, int]:
+    """Position of the value at `path` (or of its nearest ancestor) in the file."""
+    try:
+        _, spans = parse_spans(raw, keep=lambda p: p == path[: len(p)])
+    except JsonSpanError:
+        return 1, 0
+    for n in range(len(path), -1, -1):
+        if path[:n] in spans:
+            return line_col(raw, spans[path[:n]][0])
+    return 1, 0
+
+
+def _language(data: Dict[str, Any]) -> str:
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        return "python"
+    for key, name_key in (("kernelspec", "language"), ("language_info", "name")):
+        info = metadata.get(key)
+        if isinstance(info, dict) and isinstance(info.get(name_key), str):
+            return info[name_key].lower()
+    return "python"
+
+
+def load(raw: str) -> Tuple[Dict[str, Any], List[Tuple[int, str]]]:
+    """Validate the nbformat structure trainlint relies on; (notebook, [(number, code)] for
+    every code cell). Raises NotebookError with the position of the problem."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise NotebookError(
+            f"not a valid notebook: invalid JSON: {exc.msg}", exc.lineno, exc.colno - 1
+        )
+    except RecursionError:
+        raise NotebookError("not a valid notebook: the JSON is nested too deeply")
+
+    def fail(message: str, path: Path_) -> NotebookError:
+        row, col = _where(raw, path)
+        return NotebookError(f"not a valid notebook: {message}", row, col)
+
+    if not isinstance(data, dict):
+        raise fail(f"the top-level JSON value is {_kind(data)}, not an object", ())
+    version = data.get("nbformat")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise fail("no integer `nbformat` key (is this a Jupyter notebook?)", ("nbformat",))
+    if version != 4:
+        raise fail(
+            f"nbformat {version} is not supported (convert it: "
+            "`jupyter nbconvert --to notebook --nbformat 4`)",
+            ("nbformat",),
+        )
+    if not isinstance(data.get("metadata"), dict):
+        raise fail("`metadata` must be an object", ("metadata",))
+    cells = data.get("cells")
+    if not isinstance(cells, list):
+        raise fail("`cells` must be a list", ("cells",))
+    code: List[Tuple[int, str]] = []
+    for index, cell in enumerate(cells):
+        number = index + 1
+        where = ("cells", index)
+        if not isinstance(cell, dict):
+            raise fail(f"cell {number} is {_kind(cell)}, not an object", where)
+        kind = cell.get("cell_type")
+        if not isinstance(kind, str):
+            raise fail(f"cell {number} has no `cell_type`", where)
+        text = _source_text(cell.get("source"))
+        if text is None:
+            raise fail(
+                f"cell {number}: `source` must be a string or a list of strings",
+                where + ("source",),
+            )
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise fail(f"cell {number}: `metadata` must be an object", where + ("metadata",))
+        if kind == "code":
+            if not isinstance(cell.get("outputs", []), list):
+                raise fail(f"cell {number}: `outputs` must be a list", where + ("outputs",))
+            code.append((number, text))
+    return data, code
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number"
+    )
+
+
+def _parses(code: str) -> Optional[Tuple[str, int, int]]:
+    """None when `code` parses as Python, else (message, row, col)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            ast.parse(code)
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg}", exc.lineno or 1, max((exc.offset or 1) - 1, 0)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"cannot parse: {exc}", 1, 0
+    return None
+
+
+SEPARATOR = "\n"  # the empty line between two cells in the joined text
+
+
+def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Notebook]:
+    """(joined text, [(cell number, first row)], Notebook) for a notebook's JSON text."""
+    from .source import split_lines
+
+    data, code_cells = load(raw)
+    notebook = Notebook(raw=raw, bom=bom, language=_language(data))
+    if notebook.language not in ("python", "python3", "ipython", "ipython3"):
+        return "", [], notebook  # an R or Julia notebook: nothing for us to read
+    parts: List[str] = []
+    length = 0
+    rows: List[Tuple[int, int]] = []
+    row = 1
+    for number, original in code_cells:
+        masked = mask_cell(original)
+        if masked is None or not masked.strip():
+            continue
+        problem = _parses(masked)
+        if problem is not None:
+            message, prow, pcol = problem
+            notebook.broken.append((number, message + " (this cell is not analysed)", prow, pcol))
+            continue
+        added = not original.endswith(("\n", "\r"))
+        if added:
+            original += "\n"
+            masked += "\n"
+        if parts:
+            parts.append(SEPARATOR)
+            length += len(SEPARATOR)
+            row += 1
+        rows.append((number, row))
+        masks = []
+        offset = length
+        for masked_line, line in zip(split_lines(masked), split_lines(original)):
+            if masked_line != line:
+                body, original_body = _line_body(masked_line), _line_body(line)
+                masks.append(((offset, offset + len(body)), body, original_body))
+            offset += len(masked_line)
+        notebook.cells.append(
+            CodeCell(number, length, length + len(masked), original, masked, added, masks)
+        )
+        parts.append(masked)
+        length += len(masked)
+        row += _count_rows(masked)
+    return "".join(parts), rows, notebook
+
+
+def _count_rows(text: str) -> int:
+    from .source import split_lines
+
+    return len(split_lines(text))
+
+
+# -- positions in the file ---------------------------------------------------------------------
+
+
+class FilePositions:
+    """Where a (cell, row, col) of a notebook sits in its JSON file: the line of the JSON string
+    that holds that line of the cell (what GitHub annotations and SARIF regions point at)."""
+
+    def __init__(self, raw: str) -> None:
+        self.raw = raw
+        self._spans: Optional[Dict[Path_, Span]] = None
+        self._data: Any = None
+
+    def _load(self) -> bool:
+        if self._spans is None:
+            try:
+                self._data, self._spans = parse_spans(self.raw, keep=_source_paths)
+            except JsonSpanError:
+                self._data, self._spans = None, {}
+        return self._data is not None
+
+    def locate(self, cell: int, row: int, col: int) -> Tuple[int, int]:
+        """(1-based line, 0-based column) in the file; (1, 0) when the cell is not found."""
+        from .source import split_lines
+
+        if not self._load():
+            return 1, 0
+        assert self._spans is not None
+        path: Path_ = ("cells", cell - 1, "source")
+        try:
+            value = self._data["cells"][cell - 1]["source"]
+        except (KeyError, IndexError, TypeError):
+            return 1, 0
+        if path not in self._spans:
+            return 1, 0
+        text = value if isinstance(value, str) else "".join(value)
+        lines = split_lines(text)
+        offset = sum(len(line) for line in lines[: max(row - 1, 0)]) + max(col, 0)
+        offset = min(offset, len(text))
+        if isinstance(value, str):
+            item, inner, span = value, offset, self._spans[path]
+        else:
+            start = 0
+            item, inner, span = "", 0, self._spans[path]
+            for j, part in enumerate(value):
+                if offset < start + len(part) or j == len(value) - 1:
+                    item, inner, span = (
+                        part,
+                        min(offset - start, len(part)),
+                        self._spans[path + (j,)],
+                    )
+                    break
+                start += len(part)
+        line, column = line_col(self.raw, span[0])
+        if item or isinstance(value, str):
+            column += 1 + len(json.dumps(item[:inner], ensure_ascii=False)) - 2
+        return line, column
+
+
+def _source_paths(path: Path_) -> bool:
+    return len(path) in (3, 4) and path[0] == "cells" and path[2] == "source"

@@ -1,0 +1,1 @@
+"""Device placement rules (TRL1xx): tensors, models and devices that do not line up."""

@@ -1,0 +1,435 @@
+"""TRL101 batch-not-on-device."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...analysis.devices import Moves
+from ...analysis.loops import BatchFlow, Element, Flow, Unmoved
+from ...diagnostics import Diagnostic, Severity
+from ..base import PendingFix, PendingReport, Rule
+
+_SAME_DEVICE = '"Expected all tensors to be on the same device"'
+
+
+class BatchNotOnDevice(Rule):
+    """## What it does
+    Reports a tensor from a DataLoader batch that meets the device without ever being moved
+    there. A typical case: `for images, labels in train_loader:` moves `images` with
+    `.to(device)` but hands `labels` to `criterion(logits, labels)` as it came from the loader.
+
+    Batch elements are followed from the loop (`for x, y in loader`, `enumerate(...)`, `tqdm(...)`,
+    nested and starred unpacking, `batch["labels"]`, `batch[2]`, `batch.labels`,
+    `x, y = batch`, `next(iter(loader))`) through the names derived from them, and reported at
+    their first use next to the device, also inside a function of the same file the loop hands
+    them to (`train_step(model, images, labels)`):
+    - an argument of a model that was moved (`model.to(device)`, `.cuda()`, a model passed into a
+      function from a call site that moved it), or of a callee named like a model (`model`,
+      `net`, `self.encoder`, ...) while the loop moves other items of the same batch;
+    - a loss: a criterion object (named like one, or bound to an instance of a `...Loss` class
+      such as `dice = smp.losses.DiceLoss(...)`), `nn.XxxLoss()(...)` or `F.*loss*` whose other
+      argument is a model output or a moved tensor;
+    - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
+
+    ## Why is this bad
+    CUDA kernels need all their operands on one device. The loop runs until the first such use
+    and then stops with
+
+        RuntimeError: Expected all tensors to be on the same device, but found at least two
+        devices, cuda:0 and cpu!
+
+    (or, inside a convolution or linear layer, "Input type (torch.FloatTensor) and weight type
+    (torch.cuda.FloatTensor) should be the same"). The extra tensors of a batch (tags, masks,
+    box targets) are the ones that get forgotten: an image-tagging project's finetuning loop moved
+    `image` but passed `image_tag` and `parse_tag` from the same batch straight into
+    `model(image, caption, image_tag, parse_tag, ...)`, in two training functions and in the
+    pretraining script.
+
+    Inputs handed straight to a `DataParallel`, `FullyShardedDataParallel` or
+    `DistributedDataParallel(device_ids=[...])` wrapper are moved by the wrapper, so they are
+    not reported when only the wrapper can reach the call; they are when the unwrapped model can
+    too (`if args.distributed: model = DDP(model, ...)` leaves the single-GPU path unwrapped).
+
+    Not reported: elements moved by a helper (`to_device(batch, device)`, `send_to_device`,
+    `move_to_device`, `batch_to_device`, `recursive_to`, `move_to`, any function of the same file
+    whose body moves its argument or maps a mover over it, and the names listed in the
+    `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
+    by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
+    a prefetcher); items that are not tensors (paths, ids, captions, lengths, or names used as
+    text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; scripts that
+    never move anything to a device; code whose device placement a framework manages
+    (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
+    code).
+
+    When the batch is handed to a function imported from the project that may move it in place
+    (`utils.to_cuda(batch)`), only the project phase of `trainlint check` can tell: it reads that
+    function from the other file and reports only if it does not move its argument. Under flake8,
+    which sees one file at a time, and when the other file is not part of the run, those findings
+    are not reported (never a guess). Names configured with `device-movers` in
+    `[tool.trainlint]` are read by `trainlint`; flake8 runs with the built-in names only.
+
+    ## Example
+    ```python
+    for images, labels in train_loader:
+        images = images.to(device, non_blocking=True)
+        logits = model(images)
+        loss = criterion(logits, labels)  # labels are still on the CPU
+    ```
+
+    ## Use instead
+    ```python
+    for images, labels in train_loader:
+        labels = labels.to(device, non_blocking=True)
+        images = images.to(device, non_blocking=True)
+        logits = model(images)
+        loss = criterion(logits, labels)
+    ```
+
+    ## Fix safety
+    The fix inserts `name = name.to(<device>)` right after the name is bound (the first line of
+    the loop body, after moves already there), with the device expression the sibling moves of
+    the same batch use, and `non_blocking=True` when they use it. It is offered only when exactly
+    one such device expression exists. It is unsafe: the element may be something `.to()` does
+    not accept (a list, a custom object), or the code may rely on it staying on the CPU.
+    """
+
+    code = "TRL101"
+    name = "batch-not-on-device"
+    severity = Severity.ERROR
+    fix = "unsafe"
+    markers = ("torch", ".to(", ".cuda(", "type_as(", "DataParallel", "device")
+    options = {"device-movers": list}
+    project = True
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._deferred: List[Tuple[Tuple[str, int], PendingReport]] = []
+
+    # -- the per-file phase -------------------------------------------------------------------
+
+    def finish(self) -> None:
+        flow_analysis = self.ctx.analysis(BatchFlow)
+        seen: Set[cst.CSTNode] = set()
+        for flow in flow_analysis.flows():
+            if flow.quiet is not None:
+                continue
+            for finding in flow.findings:
+                if finding.use in seen:
+                    continue  # the same use reached from two sources (try/except StopIteration)
+                seen.add(finding.use)
+                self._finding(flow, finding)
+
+    def _finding(self, flow: Flow, finding: Unmoved) -> None:
+        element = finding.element
+        message = self._message(flow, finding)
+        fix = self._fix(flow, element)
+        related = [(flow.source.binding_statement, "the batch is unpacked here")]
+        carrier = next((e for e in element.lineage() if e.via is not None), None)
+        if carrier is not None:
+            related.append((carrier.via, f"passed to this function as `{carrier.name}`"))
+        first_move = next((m.call for m in flow.moves), None)
+        if first_move is not None:
+            related.append((first_move, "other items of the batch are moved here"))
+        helper = element.helper or flow.helper
+        if helper is None:
+            self.report(finding.use, message, fix=fix, related=related)
+            return
+        pending = PendingReport(
+            self, finding.use, None, message, self.severity, fix, tuple(related)
+        )
+        self._deferred.append((helper, pending))
+
+    def _message(self, flow: Flow, finding: Unmoved) -> str:
+        element = finding.element
+        source = flow.source
+        loader = _short(source.loader_text, 40)
+        sink = self._describe(finding.sink, finding.use)
+        named = element
+        passed = ""
+        carrier = next((e for e in element.lineage() if e.via is not None), None)
+        if carrier is not None and carrier.origin is not None and carrier.via is not None:
+            named = carrier.origin
+            callee = _short(self.ctx.code(carrier.via.func), 30)
+            passed = (
+                f"; it is passed to `{callee}(...)` on {self._line(carrier.via)} as "
+                f"`{carrier.name}`, where"
+            )
+        text = (
+            f"`{named.name}` comes from the `{loader}` batch "
+            f"({self._line(source.binding_statement)}) and is never moved "
+            "to the device"
+        )
+        discarded = next((e.discarded for e in element.lineage() if e.discarded), None)
+        if discarded is not None:
+            text += (
+                f" (`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} "
+                "returns a moved copy that is thrown away)"
+            )
+        if passed:
+            return f"{text}{passed} `{sink}` will fail with {_SAME_DEVICE}"
+        return f"{text}; `{sink}` will fail with {_SAME_DEVICE}"
+
+    def _line(self, node: cst.CSTNode) -> str:
+        """`line 12`, or `cell 3, line 4` in a notebook (rows as the reports show them)."""
+        row = self.ctx.span(node)[0]
+        cell = self.ctx.source.cell_of(row)
+        if cell is not None:
+            return f"cell {cell[0]}, line {cell[1]}"
+        return f"line {row}"
+
+    def _describe(self, sink: cst.CSTNode, use: cst.CSTNode) -> str:
+        """The sink as the message shows it: short, with the element's own text kept."""
+        code = self.ctx.code
+        whole = " ".join(code(sink).split())
+        if len(whole) <= 60:
+            return whole
+        if isinstance(sink, cst.Call):
+            head = _short(code(sink.func), 40)
+            parts = []
+            for index, arg in enumerate(sink.args):
+                text = " ".join(code(arg.value).split())
+                if arg.keyword is not None:
+                    text = f"{arg.keyword.value}={text}"
+                elif arg.star:
+                    text = f"{arg.star}{text}"
+                if arg.value is use or len(text) <= 20:
+                    parts.append(_short(text, 40))
+                else:
+                    parts.append("...")
+                if len(", ".join(parts)) > 50 and index < len(sink.args) - 1:
+                    parts.append("...")
+                    break
+            shown = ", ".join(parts)
+            while ", ..., ..." in shown:
+                shown = shown.replace(", ..., ...", ", ...")
+            return f"{head}({shown})"
+        if isinstance(sink, cst.BinaryOperation):
+            left = code(sink.left) if sink.left is use else "..."
+            right = code(sink.right) if sink.right is use else "..."
+            op = code(sink.operator).strip() if hasattr(sink, "operator") else "?"
+            return f"{_short(left, 30)} {op} {_short(right, 30)}"
+        if isinstance(sink, cst.Comparison):
+            pieces = [_short(code(sink.left), 30) if sink.left is use else "..."]
+            for target in sink.comparisons:
+                value = target.comparator
+                pieces.append(code(target.operator).strip())
+                pieces.append(_short(code(value), 30) if value is use else "...")
+            return " ".join(pieces)
+        return _short(whole, 60)
+
+    # -- the fix ------------------------------------------------------------------------------
+
+    def _fix(self, flow: Flow, reported: Element) -> Optional[PendingFix]:
+        # A value handed to a helper of this file is fixed in the caller, where it is bound.
+        element: Optional[Element] = reported
+        carrier = next((e for e in reported.lineage() if e.via is not None), None)
+        if carrier is not None:
+            element = carrier.origin
+        if element is None or not element.fix_target or element.bound_at is None:
+            return None
+        target = element.fix_target
+        if target is None or element.bound_at is None:
+            return None
+        discarded = element.discarded
+        if (
+            discarded is not None
+            and isinstance(discarded.func, cst.Attribute)
+            and self.ctx.code(discarded.func.value) == target
+        ):
+            # `labels.to(device)` on its own line: keep its result.
+            text = self.ctx.code(discarded)
+            return self.unsafe_fix(
+                f"Keep the moved copy: `{target} = {_short(text, 40)}`",
+                self.ctx.replace(discarded, f"{target} = {text}"),
+            )
+        device = self._device_text(flow)
+        if device is None:
+            return None
+        method, device_text, non_blocking = device
+        args = device_text
+        if non_blocking:
+            args = f"{args}, non_blocking=True" if args else "non_blocking=True"
+        line = f"{target} = {target}.{method}({args})"
+        edit = self._insertion(element.bound_at, line)
+        if edit is None:
+            return None
+        shown = device_text or method
+        return self.unsafe_fix(f"Move `{target}` to `{shown}` right after it is bound", edit)
+
+    def _device_text(self, flow: Flow) -> Optional[Tuple[str, str, bool]]:
+        """(method, device expression, non_blocking) when the batch's moves agree on one."""
+        found: Dict[Tuple[str, str], bool] = {}
+        for move in flow.moves:
+            if move.method == "type_as":
+                continue
+            method = "cuda" if move.method == "cuda" else "to"
+            text = self.ctx.code(move.device) if move.device is not None else ""
+            if method == "to" and not text:
+                continue
+            key = (method, " ".join(text.split()))
+            found[key] = found.get(key, False) or move.non_blocking
+        if len(found) != 1:
+            return None
+        (method, text), non_blocking = next(iter(found.items()))
+        # The device expression must mean the same at the insertion point.
+        unstable = flow.bound_names | set(flow.source.elements) | set(flow.source.roots)
+        if text:
+            names = {n.value for n in _names(cst.parse_expression(text))}
+            if names & (unstable - {"self"}):
+                return None
+        return method, text, non_blocking
+
+    def _insertion(self, bound_at: cst.CSTNode, line: str):
+        moves = self.ctx.analysis(Moves)
+        if isinstance(bound_at, (cst.For, cst.While)):
+            body = bound_at.body
+            if not isinstance(body, cst.IndentedBlock) or not body.body:
+                return None
+            run = _leading_moves(list(body.body), moves)
+            if run:
+                return self.ctx.line_after(run[-1], line)
+            return self.ctx.body_start(bound_at, line)
+        if isinstance(bound_at, cst.SimpleStatementLine):
+            block = self.ctx.parent(bound_at)
+            statements = list(getattr(block, "body", []) or [])
+            following = []
+            if bound_at in statements:
+                following = statements[statements.index(bound_at) + 1 :]
+            run = _leading_moves(following, moves)
+            return self.ctx.line_after(run[-1] if run else bound_at, line)
+        return None
+
+    # -- the project phase --------------------------------------------------------------------
+
+    def facts(self) -> Optional[Dict[str, Any]]:
+        moves = self.ctx.analysis(Moves)
+        movers: Dict[str, List[int]] = {}
+        for statement in self.ctx.module.body:
+            if isinstance(statement, cst.FunctionDef):
+                movers[statement.name.value] = sorted(moves.moved_params(statement))
+        deferred = []
+        if self._deferred:
+            from ...engine import resolve_reports
+
+            diagnostics = resolve_reports(self.ctx, [p for _, p in self._deferred])
+            for ((helper, arg), _), diagnostic in zip(self._deferred, diagnostics):
+                deferred.append({"helper": helper, "arg": arg, "diagnostic": diagnostic.to_dict()})
+        return {"functions": movers, "deferred": deferred}
+
+    @classmethod
+    def check_project(cls, project) -> Iterable[Diagnostic]:
+        facts = project.facts(cls.code)
+        if not any(f.get("deferred") for f in facts.values()):
+            return []
+        modules = _module_index(project)
+        out = []
+        for display, data in facts.items():
+            importer = project.paths.get(display)
+            for entry in data.get("deferred", []):
+                target = _resolve(entry["helper"], importer, project.root, modules)
+                if target is None or target not in facts:
+                    continue  # cannot know what the helper does: stay quiet
+                module, function = target, entry["helper"].rsplit(".", 1)[-1]
+                functions = facts[module].get("functions", {})
+                if function not in functions:
+                    continue  # re-exported or not a plain function: unknown
+                moved = functions[function]
+                arg = entry["arg"]
+                if moved and (arg < 0 or arg in moved):
+                    continue  # the helper moves it
+                out.append(Diagnostic.from_dict(entry["diagnostic"]))
+        return out
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    if "(" in text and text.endswith(")"):
+        head = text.split("(", 1)[0]
+        if len(head) + 5 <= limit:
+            return f"{head}(...)"
+    return text[: limit - 3] + "..."
+
+
+def _names(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            yield current
+        stack.extend(current.children)
+
+
+def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
+    """The statements at the start of `statements` that only move things to the device."""
+    run = []
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            break
+        if not all(
+            isinstance(small, cst.Assign) and moves.is_moved(small.value)
+            for small in statement.body
+        ):
+            break
+        run.append(statement)
+    return run
+
+
+def _module_index(project) -> Dict[Path, str]:
+    """absolute file path -> display path, for the files of this run."""
+    index = {}
+    for display, path in project.paths.items():
+        try:
+            index[Path(os.path.realpath(path))] = display
+        except OSError:
+            continue
+    return index
+
+
+def _resolve(helper: str, importer: Optional[Path], root: Path, modules: Dict[Path, str]):
+    """The display path of the project file that defines `helper` (a qualified name such as
+    `utils.to_cuda` or `.misc.to_cuda`), or None when it is not among the files of the run."""
+    module = helper.rsplit(".", 1)[0] if "." in helper.lstrip(".") else ""
+    if not module or importer is None:
+        return None
+    here = Path(os.path.realpath(importer)).parent
+    if module.startswith("."):
+        level = len(module) - len(module.lstrip("."))
+        base = here
+        for _ in range(level - 1):
+            base = base.parent
+        bases = [base]
+        module = module.lstrip(".")
+    else:
+        bases = [here, *[p for p in here.parents if _within(p, root)]]
+        if Path(os.path.realpath(root)) not in bases:
+            bases.append(Path(os.path.realpath(root)))
+    parts = module.split(".")
+    for base in bases:
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py"),
+            base.joinpath(*parts, "__init__.py"),
+        ):
+            found = modules.get(candidate)
+            if found is not None:
+                return found
+    return None
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(os.path.realpath(root))
+        return True
+    except ValueError:
+        return False
+
+
+__all__ = ["BatchNotOnDevice"]

@@ -1,0 +1,153 @@
+"""TRL102 hardcoded-device-index."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from ...analysis.devices import DeviceChoices, HardcodedIndex
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+_TAIL = (
+    'on a machine with fewer GPUs it fails with "CUDA error: invalid device ordinal", and the '
+    "current device stays GPU 0, so `.cuda()`, custom CUDA ops and the CUDA context still use "
+    'GPU 0; use "cuda" and choose the GPU with CUDA_VISIBLE_DEVICES'
+)
+
+
+_NO_FIX_FORMS = ("device_ids", "output_device", "set_device", "device_context")
+
+
+class HardcodedDeviceIndex(Rule):
+    """## What it does
+    Reports a literal CUDA index other than 0 written into placement code: `"cuda:1"`,
+    `torch.device("cuda", 1)`, `.cuda(1)`, `.to(1)`, `torch.cuda.set_device(1)`,
+    `device_ids=[1, 2]`, `output_device=1`, and the defaults that choose a GPU: a parameter
+    `device="cuda:1"`, a dataclass or config field, an argparse option
+    `add_argument("--device", default="cuda:1")` or `add_argument("--gpu", type=int, default=1)`.
+
+    ## Why is this bad
+    The script now runs only on machines with at least two GPUs, and only with GPU 1 free. On a
+    laptop, a one-GPU node or under a scheduler that hands out `CUDA_VISIBLE_DEVICES=3` it fails:
+
+        RuntimeError: CUDA error: invalid device ordinal
+
+    Worse, `"cuda:1"` moves tensors but does not change the *current* device: `.cuda()`,
+    `torch.cuda.*` calls, the CUDA context and custom CUDA ops (compiled extensions that launch
+    on the current device) keep using GPU 0 (see TRL103). The portable way to choose a GPU is
+    outside the code: `CUDA_VISIBLE_DEVICES=1 python train.py` with `device = "cuda"`.
+
+    Not reported: `"cuda"` and `"cuda:0"`; code that deliberately places parts of one model on
+    several GPUs (a class, function or script that uses two or more different literal indices:
+    model parallelism); code under `if torch.cuda.device_count() > 1:`; tests; and strings that
+    are only compared, printed, offered as `choices=` or used as mapping keys
+    (`map_location={"cuda:1": "cuda:0"}`).
+
+    ## Example
+    ```python
+    parser.add_argument("--device", default="cuda:1")
+    model = Detector().to("cuda:1")
+    ```
+
+    ## Use instead
+    ```python
+    parser.add_argument("--device", default="cuda")  # CUDA_VISIBLE_DEVICES=1 python train.py
+    model = Detector().to("cuda")
+    ```
+
+    ## Fix safety
+    The fix replaces the literal device with `"cuda"` (`.cuda(1)` becomes `.cuda()`,
+    `torch.device("cuda", 1)` becomes `torch.device("cuda")`). It is unsafe: the code then runs
+    on the current device, GPU 0 unless `CUDA_VISIBLE_DEVICES` or `torch.cuda.set_device` says
+    otherwise, so the GPU must now be chosen when launching. Device lists, `set_device(1)` and
+    integer option defaults get no fix, nor do other literals of the statement they are in.
+    """
+
+    code = "TRL102"
+    name = "hardcoded-device-index"
+    severity = Severity.WARNING
+    fix = "unsafe"
+    markers = ("cuda", "device", "gpu", "dev_id")
+
+    def finish(self) -> None:
+        choices = self.ctx.analysis(DeviceChoices)
+        sites = choices.hardcoded_indices()
+        # `DataParallel(m.to("cuda:1"), device_ids=[1, 2])`: the literals of one statement go
+        # together; rewriting only the fixable ones would split the placement.
+        unfixable = set()
+        for site in sites:
+            if site.form in _NO_FIX_FORMS:
+                unfixable.add(self.ctx.statement_of(site.node))
+        for site in sites:
+            fix = None
+            if self.ctx.statement_of(site.node) not in unfixable:
+                fix = self._fix(site)
+            self.report(site.node, self._message(site), fix=fix)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _message(self, site: HardcodedIndex) -> str:
+        code = self.ctx.code(site.node)
+        where = f"GPU {site.index}"
+        if site.form == "device_ids":
+            return (
+                f"`device_ids={code}` hardcodes GPU numbers: {_TAIL}; leave `device_ids` out "
+                "for DataParallel (it uses every visible GPU), or pass the local rank for DDP"
+            )
+        if site.form == "set_device":
+            return f"`set_device({code})` hardcodes {where}: {_TAIL}"
+        if site.form == "option_default":
+            return f"this option defaults to {code}, hardcoding {where}: {_TAIL}"
+        if site.form == "param_default":
+            return f"this parameter defaults to {code}, hardcoding {where}: {_TAIL}"
+        if site.form == "field_default":
+            return f"this field defaults to {code}, hardcoding {where}: {_TAIL}"
+        if site.form == "output_device":
+            return f"`output_device={code}` hardcodes {where}: {_TAIL}"
+        if site.form == "constant":
+            return f"{code} hardcodes {where} as a setting: {_TAIL}"
+        if site.form in ("cuda", "to", "device", "keyword", "output_device", "device_context"):
+            call = self.ctx.code(site.call) if site.call is not None else code
+            if len(call) > 60 or "\n" in call:
+                method = getattr(getattr(site.call, "func", None), "attr", None)
+                call = f".{method.value}({code})" if method is not None else code
+            return f"`{call}` hardcodes {where}: {_TAIL}"
+        return f"{code} hardcodes {where}: {_TAIL}"
+
+    # -- fixes --------------------------------------------------------------------------------
+
+    def _fix(self, site: HardcodedIndex) -> Optional[PendingFix]:
+        ctx = self.ctx
+        node = site.node
+        if site.form in ("string", "option_default", "param_default", "field_default"):
+            if not isinstance(node, cst.SimpleString) or "f" in node.prefix.lower():
+                return None
+            if "b" in node.prefix.lower():
+                return None
+            text = f"{node.prefix}{node.quote}cuda{node.quote}"
+            return self.unsafe_fix(f"Use {text}", ctx.replace(node, text))
+        call = site.call
+        if call is None or not isinstance(node, cst.Integer):
+            return None
+        if site.form in ("to", "keyword"):
+            return self.unsafe_fix('Use "cuda"', ctx.replace(node, '"cuda"'))
+        if site.form == "cuda" or (site.form == "device" and len(call.args) > 1):
+            args = [a for a in call.args if a.value is not node]
+            if len(args) == len(call.args):
+                return None
+            if not args:
+                return self.unsafe_fix("Use the current device", ctx.replace(node, ""))
+            last = args[-1]
+            if call.args[-1].comma is cst.MaybeSentinel.DEFAULT or not isinstance(
+                call.args[-1].comma, cst.Comma
+            ):
+                args[-1] = last.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            new_call = call.with_changes(args=args)
+            return self.unsafe_fix(
+                "Use the current device", ctx.replace(call, ctx.module.code_for_node(new_call))
+            )
+        if site.form == "device":
+            return self.unsafe_fix('Use "cuda"', ctx.replace(node, '"cuda"'))
+        return None

@@ -1,0 +1,402 @@
+"""TRL105 new-tensor-off-device."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...analysis.devices import (
+    COMBINING_FUNCTIONS,
+    COMBINING_METHODS,
+    DeviceTensors,
+    is_test_file,
+    reads_of_binding,
+)
+from ...analysis.frameworks import Frameworks
+from ...analysis.names import dotted_name
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+# Wrappers whose forward copies the inputs to the module's device: DDP when given device_ids
+# (first), DataParallel (scatter).
+_INPUT_MOVING_WRAPPERS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+)
+
+# A file that never mentions any of these cannot be running on an accelerator.
+_ACCELERATOR_HINTS = (
+    "cuda",
+    "gpu",
+    "accelerat",
+    "device",
+    "lightning",
+    "deepspeed",
+)
+# Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
+_SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
+_DEFAULT_DEVICE_CONTEXTS = ("torch.set_default_device", "torch.device context")
+_LOSS_FUNCTIONS = frozenset(
+    {
+        "cross_entropy",
+        "nll_loss",
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy",
+        "binary_cross_entropy_with_logits",
+        "kl_div",
+        "cosine_embedding_loss",
+        "margin_ranking_loss",
+        "soft_margin_loss",
+        "multilabel_soft_margin_loss",
+        "triplet_margin_loss",
+        "poisson_nll_loss",
+        "gaussian_nll_loss",
+        "cosine_similarity",
+    }
+)
+# Stops: past these the value is no longer a CPU tensor next to device tensors.
+_STOP_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "size", "dim", "numel"})
+
+Sink = Tuple[cst.CSTNode, List[cst.Name], str]  # (where, device partners, what it meets)
+
+
+class NewTensorOffDevice(Rule):
+    """## What it does
+    Reports a tensor created without `device=` (`torch.zeros`, `ones`, `full`, `empty`,
+    `rand`, `randn`, `randint`, `randperm`, `arange`, `linspace`, `logspace`, `eye`, and
+    `torch.tensor([...])`) inside `forward` or a training step, when the new tensor is then
+    combined with a tensor on the model's device: arithmetic or comparison with it,
+    `torch.cat`/`stack`/`where`/`matmul` with it, `x.masked_fill(mask, ...)`, a loss with a model
+    output, or a call of a layer that has parameters.
+
+    ## Why is this bad
+    Factories create their tensor on the default device, the CPU. The code works on a CPU-only
+    laptop and fails on the first GPU run:
+
+        RuntimeError: Expected all tensors to be on the same device, but found at least two
+        devices, cuda:0 and cpu!
+
+    or, for an RNN's initial state, "Input and hidden tensors are not at the same device".
+    Masks, position ids, noise and targets built inside `forward` are the usual culprits.
+
+    Not reported: `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
+    afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`), 0-dim tensors such as
+    `torch.tensor(2.0)` (PyTorch accepts CPU scalars next to CUDA tensors), code under
+    `torch.set_default_device(...)` or `with torch.device(...):`, files that never mention a
+    device or an accelerator (CPU-only code), and test files (`tests/`, `test_*.py`: a test
+    picks its devices itself and fails loudly on a mismatch). Layers without parameters (`nn.ReLU`,
+    `nn.Dropout`, pooling) accept CPU inputs and are not counted.
+
+    ## Example
+    ```python
+    def forward(self, x, lengths):
+        mask = torch.arange(x.size(1))[None, :] < lengths[:, None]
+        noise = torch.randn(x.shape)
+        return self.encoder(x + noise, mask)
+    ```
+
+    ## Use instead
+    ```python
+    def forward(self, x, lengths):
+        mask = torch.arange(x.size(1), device=x.device)[None, :] < lengths[:, None]
+        noise = torch.randn(x.shape, device=x.device)
+        return self.encoder(x + noise, mask)
+    ```
+
+    ## Fix safety
+    The fix adds `device=<t>.device`, where `<t>` is the device tensor the new tensor is
+    combined with, or else the device tensor bound last before it (a `forward` argument, a
+    moved batch), and only when that name is already bound where the tensor is created. It is unsafe: on a CPU-only run nothing changes, but code
+    that relied on the tensor being on the CPU (a later `.numpy()`) would now need a copy.
+    """
+
+    code = "TRL105"
+    name = "new-tensor-off-device"
+    severity = Severity.ERROR
+    fix = "unsafe"
+    markers = ("torch",)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if self._cpu_only() or is_test_file(ctx):
+            return
+        self.tensors: DeviceTensors = ctx.analysis(DeviceTensors)
+        frameworks: Frameworks = ctx.analysis(Frameworks)
+        for call in ctx.nodes(cst.Call):
+            if not self.tensors.factory_without_device(call):
+                continue
+            if frameworks.managed(call) in _DEFAULT_DEVICE_CONTEXTS:
+                continue
+            scope = self.tensors.scope_node(call)
+            sink = self._follow(call, scope, 0, set())
+            if sink is None:
+                continue
+            where, partners, meets = sink
+            partner = self._partner(call, scope, partners)
+            self.report(
+                call,
+                self._message(call, meets, partner),
+                fix=self._fix(call, partner),
+                related=(
+                    [(where, "combined with a device tensor here")] if where is not call else []
+                ),
+            )
+
+    # -- where the new tensor goes ------------------------------------------------------------
+
+    def _follow(self, expr: cst.CSTNode, scope, depth: int, seen: Set[cst.CSTNode]):
+        """Follow the value of `expr` up the expression and through names; the first place
+        where it meets a device tensor, or None."""
+        if depth > 4 or expr in seen:
+            return None
+        seen.add(expr)
+        tensors = self.tensors
+        current = expr
+        while True:
+            parent = self.ctx.parent(current)
+            if parent is None:
+                return None
+            if isinstance(parent, cst.Attribute) and parent.value is current:
+                call = self.ctx.parent(parent)
+                method = parent.attr.value
+                if isinstance(call, cst.Call) and call.func is parent:
+                    if method in ("to", "cuda", "type_as"):
+                        if method != "to" or tensors._moves_to_device(call):
+                            return None  # moved
+                        current = call
+                        continue
+                    if method in _STOP_METHODS:
+                        return None
+                    if method in COMBINING_METHODS:
+                        sink = self._args_sink(call, current, scope)
+                        if sink is not None:
+                            return sink
+                    current = call
+                    continue
+                if method in ("shape", "device", "dtype", "ndim"):
+                    return None
+                current = parent
+                continue
+            if isinstance(parent, cst.Subscript) and parent.value is current:
+                current = parent
+                continue
+            if isinstance(parent, (cst.SubscriptElement, cst.Index, cst.Slice)):
+                return None  # used as an index: CPU indices into CUDA tensors are fine
+            if isinstance(parent, cst.UnaryOperation):
+                current = parent
+                continue
+            if isinstance(parent, cst.BinaryOperation):
+                other = parent.right if parent.left is current else parent.left
+                if tensors.on_device(other, scope):
+                    return parent, tensors.device_partners(other, scope), "operand"
+                current = parent
+                continue
+            if isinstance(parent, cst.ComparisonTarget):
+                comparison = self.ctx.parent(parent)
+                if isinstance(comparison, cst.Comparison):
+                    others = [comparison.left] + [
+                        c.comparator for c in comparison.comparisons if c is not parent
+                    ]
+                    sink = self._any_on_device(comparison, others, scope, "operand")
+                    if sink is not None:
+                        return sink
+                    current = comparison
+                    continue
+                return None
+            if isinstance(parent, cst.Comparison) and parent.left is current:
+                others = [c.comparator for c in parent.comparisons]
+                sink = self._any_on_device(parent, others, scope, "operand")
+                if sink is not None:
+                    return sink
+                current = parent
+                continue
+            if isinstance(parent, (cst.Element, cst.StarredElement)):
+                container = self.ctx.parent(parent)
+                if isinstance(container, (cst.List, cst.Tuple)):
+                    current = container
+                    continue
+                return None
+            if isinstance(parent, cst.Arg):
+                call = self.ctx.parent(parent)
+                if not isinstance(call, cst.Call):
+                    return None
+                return self._call_sink(call, parent, current, scope, depth, seen)
+            if isinstance(parent, cst.IfExp) and parent.test is not current:
+                current = parent
+                continue
+            if isinstance(parent, cst.AugAssign):
+                if parent.value is current and tensors.on_device(parent.target, scope):
+                    partners = tensors.device_partners(parent.target, scope)
+                    return parent, partners, "operand"
+                return None
+            if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is current:
+                targets = (
+                    [t.target for t in parent.targets]
+                    if isinstance(parent, cst.Assign)
+                    else [parent.target]
+                )
+                for target in targets:
+                    if not isinstance(target, cst.Name):
+                        continue
+                    for use in reads_of_binding(self.ctx, target, parent):
+                        if self.tensors.scope_node(use) is not scope:
+                            continue
+                        found = self._use_sink(use, scope, depth + 1, seen)
+                        if found is not None:
+                            return found
+                return None
+            return None
+
+    def _use_sink(self, use: cst.Name, scope, depth, seen):
+        parent = self.ctx.parent(use)
+        if isinstance(parent, cst.AugAssign) and parent.target is use:
+            if self.tensors.on_device(parent.value, scope):
+                return parent, self.tensors.device_partners(parent.value, scope), "operand"
+            return None
+        return self._follow(use, scope, depth, seen)
+
+    def _call_sink(self, call: cst.Call, arg: cst.Arg, current, scope, depth, seen):
+        tensors = self.tensors
+        names = self.ctx.names
+        func = call.func
+        others = [a.value for a in call.args if a is not arg]
+        if names.is_(func, *COMBINING_FUNCTIONS):
+            return self._any_on_device(call, others, scope, "operand")
+        if isinstance(func, cst.Attribute) and func.attr.value in COMBINING_METHODS:
+            if tensors.on_device(func.value, scope):
+                return call, tensors.device_partners(func.value, scope), "operand"
+            return None
+        if tensors.calls_device_model(call, scope):
+            if self._wrapper_moves_inputs(func):
+                return None
+            partners: List[cst.Name] = []
+            for other in others:
+                partners.extend(tensors.device_partners(other, scope))
+            return call, partners, "model"
+        if self._is_loss(func):
+            return self._any_on_device(call, others, scope, "loss")
+        qualified = names.qualified(func)
+        if any(q.startswith("torch.") for q in qualified) and (call.args and call.args[0] is arg):
+            # torch.tril(torch.ones(T, T)), torch.flip(...): still the new CPU tensor
+            return self._follow(call, scope, depth, seen)
+        return None
+
+    def _wrapper_moves_inputs(self, func: cst.CSTNode) -> bool:
+        """`ddp_model(torch.randn(...))` where `ddp_model = DDP(model, device_ids=[i])` or
+        `DataParallel(model)`: the wrapper copies its inputs to its device before forward."""
+        if not isinstance(func, cst.Name):
+            return False
+        names = self.ctx.names
+        for assign in self.ctx.nodes(cst.Assign):
+            if not any(
+                isinstance(t.target, cst.Name) and t.target.value == func.value
+                for t in assign.targets
+            ):
+                continue
+            value = assign.value
+            if not isinstance(value, cst.Call):
+                continue
+            if names.is_(value.func, *_INPUT_MOVING_WRAPPERS[1:]):
+                return True
+            if names.is_(value.func, _INPUT_MOVING_WRAPPERS[0]) and (
+                len(value.args) > 1
+                or any(
+                    a.keyword is not None and a.keyword.value == "device_ids" for a in value.args
+                )
+            ):
+                return True
+        return False
+
+    def _any_on_device(self, where, exprs, scope, meets: str):
+        tensors = self.tensors
+        for other in exprs:
+            if tensors.on_device(other, scope):
+                return where, tensors.device_partners(other, scope), meets
+        return None
+
+    def _args_sink(self, call: cst.Call, receiver, scope):
+        others = [a.value for a in call.args]
+        return self._any_on_device(call, others, scope, "operand")
+
+    def _is_loss(self, func: cst.CSTNode) -> bool:
+        dotted = dotted_name(func) or ""
+        leaf = dotted.split(".")[-1].lower()
+        if leaf in _LOSS_FUNCTIONS:
+            return True
+        return "loss" in leaf or "criterion" in leaf
+
+    # -- report -------------------------------------------------------------------------------
+
+    def _partner(self, call: cst.Call, scope, partners: List[cst.Name]) -> Optional[str]:
+        index = self.ctx.tree.index
+        at = index.get(call, 0)
+        for partner in partners:
+            bindings = self.ctx.scopes.lookup(partner.value, call)
+            if bindings and all(b.kind == "param" or index.get(b.node, at) < at for b in bindings):
+                return partner.value
+        # Else the device tensor bound last before the new one (everything a step touches on
+        # the device is on the same device).
+        names = self.tensors.device_names(scope)
+        best, best_at = None, (-1, -1)
+        for name in names:
+            bindings = self.ctx.scopes.lookup(name, call)
+            if not bindings:
+                continue
+            if not all(b.kind == "param" or index.get(b.node, at) < at for b in bindings):
+                continue
+            # Prefer inputs (moved batches, forward's arguments) over intermediate results.
+            moved = any(_is_move(b.value) for b in bindings)
+            param = all(b.kind == "param" for b in bindings)
+            if param and any(getattr(b.node, "default", None) is not None for b in bindings):
+                continue  # `targets=None` may be None
+            where = max(index.get(b.node, 0) for b in bindings)
+            rank = (2, where) if moved else (1, -where) if param else (0, where)
+            if best is None or rank > best_at or (rank == best_at and name < best):
+                best, best_at = name, rank
+        return best
+
+    def _message(self, call: cst.Call, meets: str, partner: Optional[str]) -> str:
+        text = self.ctx.code(call)
+        if len(text) > 40 or "\n" in text:
+            text = self.ctx.code(call.func) + "(...)"
+        if meets == "model":
+            use = "passed to a layer or model on the device"
+        elif meets == "loss":
+            use = "passed to a loss together with a device tensor"
+        else:
+            use = "combined with a tensor on the device"
+        advice = f"`device={partner}.device`" if partner else "`device=` of the tensor it meets"
+        return (
+            f"`{text}` creates its tensor on the CPU (no `device=`) and is then {use}: on a GPU "
+            'this fails with "Expected all tensors to be on the same device, but found at '
+            f'least two devices, cuda:0 and cpu!"; create it with {advice}'
+        )
+
+    def _fix(self, call: cst.Call, partner: Optional[str]) -> Optional[PendingFix]:
+        if partner is None or not call.args:
+            return None
+        last = call.args[-1]
+        return self.unsafe_fix(
+            f"Create it on the device: `device={partner}.device`",
+            self.ctx.insert_after(last.value, f", device={partner}.device"),
+        )
+
+    def _cpu_only(self) -> bool:
+        text = self.ctx.source.text
+        if any(hint in text for hint in _ACCELERATOR_HINTS):
+            return False
+        return _SHORT_ACCELERATOR_HINTS.search(text) is None
+
+
+def _is_move(value) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in ("to", "cuda")
+    )

@@ -1,0 +1,284 @@
+"""TRL402 hidden-state-not-detached."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from ...analysis.names import dotted_name
+from ...analysis.steps import TrainingSteps
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+_STATE_NAME = re.compile(
+    r"(^|_)(h|c|hx|cx|hn|cn|h0|c0|hidden|hiddens|hid|state|states|memory|memories|mems|mem|"
+    r"carry|rnn_state|lstm_state|hidden_state|hidden_states)(_|\d|$)",
+    re.I,
+)
+_RECURRENT_CALLEE = re.compile(r"rnn|lstm|gru|cell|recurren|decoder|encoder|model|net", re.I)
+_TENSOR_MAKERS = {
+    "zeros",
+    "ones",
+    "randn",
+    "rand",
+    "empty",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "randn_like",
+    "new_zeros",
+    "new_ones",
+    "tensor",
+}
+
+
+class HiddenStateNotDetached(Rule):
+    """## What it does
+    Reports a recurrent state (an RNN/LSTM/GRU hidden state, a memory, a carry) that a training
+    loop feeds back into the model on the next batch without `.detach()`:
+    `output, hidden = model(data, hidden)` in a loop that calls `backward()`, with `hidden`
+    coming from the previous iteration.
+
+    ## Why is this bad
+    The returned hidden state still references the previous batch's graph. The first
+    `backward()` frees that graph; the second batch's loss depends on it through `hidden`, so
+    the second `backward()` fails:
+
+        RuntimeError: Trying to backward through the graph a second time (or directly access
+        saved tensors after they have already been freed). Saved intermediate values of the
+        graph are freed when you call .backward() or autograd.grad(). Specify
+        retain_graph=True if you need to backward through the graph a second time ...
+
+    Adding `retain_graph=True`, as the message suggests, hides the error but backpropagates
+    through the entire history every step: time and memory grow until the run dies (TRL403).
+    Truncated backpropagation through time detaches the state at each batch boundary.
+
+    ## Example
+    ```python
+    hidden = model.init_hidden(batch_size)
+    for data, targets in batches:
+        optimizer.zero_grad()
+        output, hidden = model(data, hidden)
+        loss = criterion(output, targets)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    def repackage_hidden(h):
+        if isinstance(h, torch.Tensor):
+            return h.detach()
+        return tuple(repackage_hidden(v) for v in h)
+
+    hidden = model.init_hidden(batch_size)
+    for data, targets in batches:
+        hidden = repackage_hidden(hidden)
+        ...
+    ```
+
+    Not reported: a state reset or detached each batch (any re-binding of it inside the loop,
+    `h.detach_()`), a state carried only across the timesteps of one sequence with one
+    backward after it (`for t in range(T): out, h = cell(x[t], h)` then `loss.backward()`),
+    generation under `torch.no_grad()`, loops without a backward, framework-managed code.
+
+    ## Fix safety
+    The fix inserts a line that detaches the state before the call (with the file's own
+    `repackage_hidden`-style helper when it has one; else `.detach()`, or a tuple of detached
+    tensors for an LSTM `(h, c)` state). It is unsafe: gradients no longer flow into earlier
+    batches, which is what truncated backpropagation through time means, but it changes what
+    the model learns compared with a run that never crashed.
+    """
+
+    code = "TRL402"
+    name = "hidden-state-not-detached"
+    severity = Severity.ERROR
+    fix = "unsafe"
+    markers = ("backward",)
+
+    def finish(self) -> None:
+        self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
+        if not self.steps.file_backpropagates():
+            return
+        for assign in self.ctx.nodes(cst.Assign):
+            call = assign.value
+            if not isinstance(call, cst.Call):
+                continue
+            carried = self._fed_back(assign, call)
+            if not carried:
+                continue
+            if self.steps.library_owned(assign) or self.steps.grad_disabled(assign):
+                continue
+            for loop in self.steps.enclosing_loops(assign):
+                if self._rebound_in(carried, loop, assign):
+                    break  # reset or detached each iteration of this loop (and of outer ones)
+                if not self.steps.has_backward(loop):
+                    continue  # timesteps of one sequence: one backward after this loop
+                self._report(assign, call, carried, loop)
+                break
+
+    def _fed_back(self, assign: cst.Assign, call: cst.Call) -> List[str]:
+        """Names both passed to the call and bound from its result: the recurrent state."""
+        bound: List[str] = []
+        for target in assign.targets:
+            bound.extend(_target_names(target.target))
+        if not bound:
+            return []
+        passed: Set[str] = set()
+        for arg in call.args:
+            value = arg.value
+            text = dotted_name(value)
+            if text is not None:
+                passed.add(text)
+            elif isinstance(value, (cst.Tuple, cst.List)):
+                for element in value.elements:
+                    inner = dotted_name(element.value)
+                    if inner is not None:
+                        passed.add(inner)
+        carried = [name for name in bound if name in passed]
+        if not carried:
+            return []
+        callee = dotted_name(call.func) or ""
+        if any(_STATE_NAME.search(name.split(".")[-1]) for name in carried):
+            return carried
+        if _RECURRENT_CALLEE.search(callee.split(".")[-1]) and re.search(
+            r"rnn|lstm|gru|cell|recurren", callee, re.I
+        ):
+            return carried
+        return []
+
+    def _rebound_in(self, names: List[str], loop, assign) -> bool:
+        """Is the state re-bound (reset, detached) somewhere else in the loop?"""
+        for node in self.ctx.tree.descendants(loop):
+            if node is assign:
+                continue
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    if set(_target_names(target.target)) & set(names):
+                        return True
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+                if dotted_name(node.target) in names:
+                    return True
+            elif isinstance(node, cst.For) and set(_target_names(node.target)) & set(names):
+                return True
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                if node.func.attr.value in ("detach_", "zero_", "fill_", "copy_"):
+                    root = node.func.value
+                    while isinstance(root, cst.Subscript):
+                        root = root.value
+                    if dotted_name(root) in names:
+                        return True
+        return False
+
+    def _report(self, assign: cst.Assign, call: cst.Call, names: List[str], loop) -> None:
+        shown = ", ".join(f"`{n}`" for n in names)
+        verb = "are" if len(names) > 1 else "is"
+        self.report(
+            call,
+            f"{shown} {verb} carried into the next batch with its autograd graph: the next "
+            "backward() goes through this batch's freed graph (\"Trying to backward through "
+            'the graph a second time"); detach the state at the start of each batch',
+            fix=self._fix(assign, call, names, loop),
+            related=[(loop, "the loop that carries the state")],
+        )
+
+    # -- fix ----------------------------------------------------------------------------------
+
+    def _fix(
+        self, assign: cst.Assign, call: cst.Call, names: List[str], loop
+    ) -> Optional[PendingFix]:
+        line = self.ctx.parent(assign)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        if any("." in n for n in names):
+            return None
+        in_tuple_arg = self._passed_in_tuple(call, names)
+        if len(names) > 1 or in_tuple_arg:
+            left = ", ".join(names)
+            right = ", ".join(f"{n}.detach()" for n in names)
+            code = f"{left} = {right}"
+            message = f"Detach the state before the call: `{code}`"
+            if any(self._maybe_none(n, loop) for n in names):
+                return None
+            return self.unsafe_fix(message, self.ctx.line_before(line, code))
+        name = names[0]
+        helper = self._detach_helper()
+        if helper is not None:
+            code = f"{name} = {helper}({name})"
+        elif self._is_tensor(name, loop):
+            code = f"{name} = {name}.detach()"
+        else:
+            code = (
+                f"{name} = tuple(t.detach() for t in {name}) if isinstance({name}, tuple) "
+                f"else {name}.detach()"
+            )
+        if self._maybe_none(name, loop) and helper is None:
+            code = f"if {name} is not None:\n    {code}"
+        return self.unsafe_fix(
+            f"Detach `{name}` before it is fed back", self.ctx.line_before(line, code)
+        )
+
+    def _passed_in_tuple(self, call: cst.Call, names: List[str]) -> bool:
+        for arg in call.args:
+            if isinstance(arg.value, (cst.Tuple, cst.List)):
+                for element in arg.value.elements:
+                    if dotted_name(element.value) in names:
+                        return True
+        return False
+
+    def _detach_helper(self) -> Optional[str]:
+        """A function of this file that returns its argument detached (`repackage_hidden`)."""
+        for function in self.ctx.nodes(cst.FunctionDef):
+            params = function.params.params
+            if len(params) != 1 or self.steps.scopes.enclosing_function(function) is not None:
+                continue
+            if not re.search(r"detach|repackage", function.name.value, re.I):
+                continue
+            body_code = self.ctx.code(function.body)
+            if ".detach()" in body_code or ".data" in body_code:
+                return function.name.value
+        return None
+
+    def _initial_values(self, name: str, loop) -> List[cst.BaseExpression]:
+        index = self.ctx.tree.index
+        function = self.steps.scopes.enclosing_function(loop)
+        scope = function if function is not None else self.ctx.module
+        out = []
+        for node in self.ctx.tree.descendants(scope):
+            if isinstance(node, cst.Assign) and index[node] < index[loop]:
+                for target in node.targets:
+                    if dotted_name(target.target) == name:
+                        out.append(node.value)
+        return out
+
+    def _maybe_none(self, name: str, loop) -> bool:
+        return any(
+            isinstance(v, cst.Name) and v.value == "None" for v in self._initial_values(name, loop)
+        )
+
+    def _is_tensor(self, name: str, loop) -> bool:
+        values = self._initial_values(name, loop)
+        if not values:
+            return False
+        for value in values:
+            if not isinstance(value, cst.Call):
+                return False
+            leaf = (dotted_name(value.func) or "").split(".")[-1]
+            if leaf not in _TENSOR_MAKERS:
+                return False
+        return True
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    text = dotted_name(target)
+    if text is not None:
+        return [text]
+    out: List[str] = []
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            out.extend(_target_names(element.value))
+    elif isinstance(target, cst.StarredElement):
+        out.extend(_target_names(target.value))
+    return out

@@ -1,0 +1,237 @@
+"""TRL404 zero-grad-missing-or-misplaced."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...analysis.names import dotted_name
+from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, run
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+
+class ZeroGradMissingOrMisplaced(Rule):
+    """## What it does
+    Reports a training loop that calls `backward()` and an optimizer `step()` but never resets
+    the gradients (`optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`), and a
+    `zero_grad()` that runs after `backward()` and before `step()` in the same iteration.
+
+    The loop is read as a whole: statements inside `if`/`with`/`try`, helper functions of the
+    same file, and the wrap-around to the next iteration. A `zero_grad()` inside
+    `if (step + 1) % accumulation_steps == 0:` is the gradient-accumulation idiom and is fine.
+
+    ## Why is this bad
+    `backward()` *adds* into `.grad`. Without a reset, every step uses the sum of all gradients
+    since the start of training: the effective learning rate grows with the step count and
+    training diverges or stalls. Nothing raises; the loss curve is silently wrong.
+
+    A `zero_grad()` between `backward()` and `step()` throws the fresh gradients away: the
+    optimizer steps with zeros (only weight decay and momentum move the weights), and the model
+    does not learn, again without any error.
+
+    ## Example
+    ```python
+    for images, labels in loader:
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+
+    for images, labels in loader:
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.zero_grad()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for images, labels in loader:
+        loss = criterion(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    ```
+
+    Not reported: gradient accumulation (`zero_grad()` under `if (i + 1) % k == 0:`), a reset in
+    a helper function of the same file, LBFGS-style `optimizer.step(closure)` (the closure
+    zeroes and backpropagates), a `zero_grad()` of another optimizer or module (GANs), resetting
+    one parameter's gradient between backward and step (freezing), and framework-managed code
+    (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it.
+
+    ## Fix safety
+    For a missing reset, the fix inserts `optimizer.zero_grad()` right after the
+    `optimizer.step()` line (under the same condition, so accumulation keeps working). It is
+    unsafe: it changes the gradients every following step uses, which is the point, but a loop
+    that deliberately accumulates over the whole run would change too. A misplaced
+    `zero_grad()` has no fix: where it belongs depends on the accumulation scheme.
+    """
+
+    code = "TRL404"
+    name = "zero-grad-missing-or-misplaced"
+    severity = Severity.ERROR
+    fix = "unsafe"
+    markers = ("backward",)
+
+    def finish(self) -> None:
+        steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
+        if not steps.file_backpropagates():
+            return
+        reported: Set[cst.CSTNode] = set()
+        missing = []
+        misplaced = []
+        for loop in steps.all_loops():
+            if steps.library_owned(loop):
+                continue
+            flow = steps.flow(loop)
+            events = list(events_of(flow))
+            backwards = [e for e in events if e.kind == "backward"]
+            if not backwards:
+                continue
+            if any(e.kind == "step" and e.closure for e in events):
+                continue  # LBFGS: the closure zeroes and backpropagates
+            if any(self._engine_backward(steps, e, loop) for e in backwards):
+                continue
+            step_events = [e for e in events if e.kind == "step"]
+            if not step_events:
+                continue
+            if any(e.kind == "zero" for e in events):
+                misplaced.extend(self._misplaced(steps, loop, flow))
+            elif not self._unknown_helper_gets_optimizer(steps, loop, step_events):
+                missing.append((loop, step_events, backwards[0]))
+        # One finding per reset, where it is written rather than through a helper call.
+        misplaced.sort(key=lambda pair: len(pair[0].via))
+        for zero, step in misplaced:
+            if zero.node in reported:
+                continue
+            reported.add(zero.node)
+            self._report_misplaced(zero, step)
+        # One finding per step: in the loop where the step is written (not reached through a
+        # helper), else the innermost loop.
+        depth = {loop: len(steps.enclosing_loops(loop)) for loop, _, _ in missing}
+        missing.sort(key=lambda m: (min(len(e.via) for e in m[1]), -depth[m[0]]))
+        for loop, step_events, backward in missing:
+            if any(e.node in reported for e in step_events):
+                continue
+            reported.update(e.node for e in step_events)
+            step = min(step_events, key=lambda e: len(e.via))
+            self._report_missing(loop, step, backward)
+
+    # -- missing ------------------------------------------------------------------------------
+
+    def _engine_backward(self, steps: TrainingSteps, event: Event, loop) -> bool:
+        """DeepSpeed's `engine.backward(loss)` + `engine.step()`: the engine resets gradients.
+        (Accelerate's and Fabric's `backward(loss)` do not: their loops call `zero_grad()`.)"""
+        call = event.node
+        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+            return False
+        if not call.args:
+            return False  # `loss.backward()`
+        receiver = dotted_name(call.func.value) or ""
+        if "engine" in receiver.split(".")[-1].lower():
+            return True
+        for node, _ in steps.loops.calls_in(loop.body):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "step":
+                if dotted_name(func.value) == receiver:
+                    return True
+        return False
+
+    def _unknown_helper_gets_optimizer(self, steps, loop, step_events: List[Event]) -> bool:
+        """A call this file cannot see into receives the optimizer: it may reset gradients."""
+        optimizers = {e.receiver for e in step_events if e.receiver}
+        for call, _ in steps.loops.calls_in(loop.body):
+            if steps.loops.callee(call) is not None:
+                continue
+            func = dotted_name(call.func) or ""
+            if func.split(".")[-1] in ("step", "scale", "unscale_", "update", "clip_grad_norm_"):
+                continue
+            for arg in call.args:
+                if dotted_name(arg.value) in optimizers:
+                    return True
+        return False
+
+    def _report_missing(self, loop: cst.CSTNode, step: Event, backward: Event) -> None:
+        optimizer = step.receiver or "optimizer"
+        if optimizer.startswith("<param:"):
+            optimizer = "optimizer"
+        self.report(
+            step.site,
+            f"this loop calls backward() and `{optimizer}.step()` but never zero_grad(): "
+            "gradients add up across iterations, so every step uses the sum of all past "
+            f"gradients (silently wrong); call `{optimizer}.zero_grad()` each step",
+            fix=self._missing_fix(step, optimizer),
+            related=[(backward.site, "gradients accumulate here")],
+        )
+
+    def _missing_fix(self, step: Event, optimizer: str) -> Optional[PendingFix]:
+        if step.via or step.receiver is None or step.receiver.startswith("<param:"):
+            return None
+        statement = self.ctx.statement_of(step.node)
+        if not isinstance(statement, cst.Expr) or statement.value is not step.node:
+            return None
+        line = self.ctx.parent(statement)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        return self.unsafe_fix(
+            f"Reset the gradients after the step: `{optimizer}.zero_grad()`",
+            self.ctx.line_after(line, f"{optimizer}.zero_grad()"),
+        )
+
+    # -- misplaced ----------------------------------------------------------------------------
+
+    def _misplaced(self, steps: TrainingSteps, loop, flow) -> List[Tuple[Event, Event]]:
+        found: List[Tuple[Event, Event]] = []
+
+        def transfer(event: Event, state):
+            kind = event.kind
+            if kind == "backward":
+                return ("grads",)
+            if kind == "zero":
+                if state == "grads" and event.full:
+                    return (("zeroed", event),)
+                return (state,)
+            if kind == "step" and not event.closure:
+                if isinstance(state, tuple) and state[0] == "zeroed":
+                    zero = state[1]
+                    if self._same_gradients(steps, zero, event):
+                        found.append((zero, event))
+                return ("stepped",)
+            return (state,)
+
+        run(Repeat(flow, loop), {"clean"}, transfer)
+        return found
+
+    def _report_misplaced(self, zero: Event, step: Event) -> None:
+        what = self.ctx.code(zero.node) if isinstance(zero.node, cst.Call) else "zero_grad()"
+        if len(what) > 40 or "\n" in what:
+            what = "zero_grad()"
+        optimizer = step.receiver or "optimizer"
+        if optimizer.startswith("<param:"):
+            optimizer = "optimizer"
+        self.report(
+            zero.site,
+            f"`{what}` runs after backward() and before `{optimizer}.step()`: the step "
+            "applies zeroed gradients and the model does not learn (silently wrong); reset "
+            "the gradients before backward() or after step()",
+            related=[(step.site, "the step that sees zeroed gradients")],
+        )
+
+    def _same_gradients(self, steps: TrainingSteps, zero: Event, step: Event) -> bool:
+        """Does this reset clear what this step applies?"""
+        if zero.receiver is None or step.receiver is None:
+            return True
+        if zero.receiver == step.receiver:
+            return True
+        zero_node = zero.node
+        if isinstance(zero_node, cst.Call) and isinstance(zero_node.func, cst.Attribute):
+            if steps.is_optimizer(zero_node.func.value):
+                return False  # another optimizer (GANs, multi-optimizer training)
+        owners = steps.optimizer_modules(step.receiver)
+        if owners:
+            receiver = zero.receiver
+            if receiver.endswith(".module"):
+                receiver = receiver[: -len(".module")]
+            return receiver in owners
+        return True

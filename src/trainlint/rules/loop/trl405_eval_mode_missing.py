@@ -1,0 +1,373 @@
+"""TRL405 eval-mode-missing."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...analysis.names import dotted_name
+from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, mode_free_model, run
+from ...diagnostics import Severity
+from ..base import PendingFix, Rule
+
+
+class EvalModeMissing(Rule):
+    """## What it does
+    Reports an evaluation loop (over a validation/test loader, or in an `evaluate`/`validate`/
+    `test` function) that calls the model without `model.eval()` or without
+    `torch.no_grad()`/`torch.inference_mode()`, and a training loop that calls an evaluation
+    which leaves the model in eval mode and then trains on without `model.train()`.
+
+    ## Why is this bad
+    In train mode, dropout drops activations and BatchNorm normalises with the statistics of
+    the evaluation batch and updates its running averages with evaluation data: the reported
+    accuracy is wrong (and varies with the batch size), and the evaluation changes the model.
+    Without `no_grad()` every forward records an autograd graph: evaluation uses several times
+    the memory it needs (CUDA out of memory on a batch size that trains fine) and runs slower.
+
+    The other way round, a model left in eval mode trains with dropout off and BatchNorm
+    frozen after the first evaluation. Nothing raises; the results are silently worse.
+
+    ## Example
+    ```python
+    def validate(model, val_loader):
+        correct = 0
+        for images, labels in val_loader:
+            correct += (model(images).argmax(1) == labels).sum().item()
+        return correct
+
+    for epoch in range(epochs):
+        train_one_epoch(model, train_loader)   # never calls model.train()
+        evaluate(model, val_loader)            # calls model.eval()
+    ```
+
+    ## Use instead
+    ```python
+    @torch.no_grad()
+    def validate(model, val_loader):
+        model.eval()
+        ...
+        model.train()
+    ```
+
+    Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the
+    evaluation function, an evaluation function whose callers are all in other files and that
+    sets neither mode (the caller decides), loops that backpropagate (adversarial evaluation,
+    saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
+    Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
+    that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
+    pooling, activations: the CIFAR-10 tutorial's `Net`); `no_grad()` is still required.
+
+    ## Fix safety
+    The fix inserts `model.eval()` before the evaluation loop, decorates the evaluation function
+    with `@torch.no_grad()` when nothing in it backpropagates, and inserts `model.train()` right
+    after an evaluation call that leaves the model in eval mode. It is unsafe: it changes what the
+    code computes (that is the point), and a model that deliberately stays in train mode (test-
+    time dropout for MC-dropout uncertainty) would change too.
+    """
+
+    code = "TRL405"
+    name = "eval-mode-missing"
+    severity = Severity.WARNING
+    fix = "unsafe"
+    markers = ("torch",)
+
+    def finish(self) -> None:
+        self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
+        for loop, model_call in self.steps.eval_loops():
+            if self.steps.library_owned(loop):
+                continue
+            self._check_eval_loop(loop, model_call)
+        self._check_restore()
+
+    # -- evaluation loops ---------------------------------------------------------------------
+
+    def _check_eval_loop(self, loop: cst.For, model_call: cst.Call) -> None:
+        model = dotted_name(model_call.func) or "model"
+        function = self.steps.scopes.enclosing_function(loop)
+        callers = self.steps.callers(function) if function is not None else []
+        sets_eval_itself = self._eval_before(loop, model, function)
+        if function is not None and not callers and not sets_eval_itself:
+            if self._from_outside(model, function):
+                return  # called from other files only: the caller decides both modes
+        missing_eval = not sets_eval_itself and not self._callers_set_eval(function, model)
+        if missing_eval and mode_free_model(self.steps, model, loop):
+            missing_eval = False  # no dropout/BatchNorm/...: eval() would change nothing
+        missing_no_grad = not self._grad_off(model_call, model, loop)
+        if not (missing_eval or missing_no_grad):
+            return
+        if missing_eval and missing_no_grad:
+            what = f"without `{model}.eval()` and without `torch.no_grad()`"
+            effect = (
+                "dropout and BatchNorm run in training mode (wrong metrics, BatchNorm statistics "
+                "updated with evaluation data) and every forward records an autograd graph"
+            )
+        elif missing_eval:
+            what = f"without `{model}.eval()`"
+            effect = (
+                "dropout and BatchNorm run in training mode: wrong metrics, and BatchNorm "
+                "running statistics are updated with evaluation data"
+            )
+        else:
+            what = "without `torch.no_grad()`"
+            effect = (
+                "every forward records an autograd graph: several times the memory (OOM on "
+                "a batch size that trains fine) and slower"
+            )
+        self.report(
+            model_call,
+            f"evaluation loop calls `{model}` {what}: {effect}",
+            fix=self._eval_fix(loop, model, function, missing_eval, missing_no_grad),
+        )
+
+    def _from_outside(self, model: str, function: cst.FunctionDef) -> bool:
+        """Is the model a parameter of the function, or an attribute of `self`?"""
+        root = model.split(".")[0]
+        if root in ("self", "cls"):
+            return True
+        params = function.params
+        every = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+        return any(p.name.value == root for p in every)
+
+    def _eval_before(self, loop, model: str, function) -> bool:
+        """`model.eval()` in the function before the loop, or inside the loop."""
+        index = self.ctx.tree.index
+        start = index[function] if function is not None else 0
+        end = _last_index(self.ctx, loop)
+        for call in self.ctx.nodes(cst.Call):
+            at = index[call]
+            if at < start or at > end:
+                continue
+            if self.steps.scopes.enclosing_function(call) is not function:
+                continue
+            event = self.steps.event(call)
+            if event is not None and event.kind == "eval" and _same_module(event.receiver, model):
+                return True
+            if self._eval_context(call, model):
+                return True
+        for event in events_of(self.steps.flow(loop)):
+            if event.kind == "eval" and _same_module(event.receiver, model):
+                return True
+        return self._loaded_in_eval_mode(model, function, start, index[loop])
+
+    def _loaded_in_eval_mode(self, model: str, function, start: int, end: int) -> bool:
+        """`model = AutoModel.from_pretrained(...)`: Hugging Face returns the model in eval mode
+        (unless `.train()` is called on it before the loop)."""
+        loaded = False
+        for node in self.ctx.nodes(cst.Assign):
+            at = self.ctx.tree.index[node]
+            if at < start or at > end or self.steps.scopes.enclosing_function(node) is not function:
+                continue
+            value = node.value
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "from_pretrained"
+                and any(_same_module(dotted_name(t.target), model) for t in node.targets)
+            ):
+                loaded = True
+        if not loaded:
+            return False
+        for call in self.ctx.nodes(cst.Call):
+            at = self.ctx.tree.index[call]
+            if start <= at <= end:
+                event = self.steps.event(call)
+                if (
+                    event is not None
+                    and event.kind == "train"
+                    and _same_module(event.receiver, model)
+                ):
+                    return False
+        return True
+
+    def _eval_context(self, call: cst.Call, model: str) -> bool:
+        """detectron2's `with inference_context(model):` (sets eval, restores train)."""
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        if leaf in ("inference_context", "eval_mode", "evaluating", "eval_context"):
+            return True
+        return False
+
+    def _callers_set_eval(self, function, model: str, depth: int = 2) -> bool:
+        if function is None or depth <= 0:
+            return False
+        callers = self.steps.callers(function)
+        if not callers:
+            return False
+        for call in callers:
+            passed = self._passed_as(call, function, model)
+            caller = self.steps.scopes.enclosing_function(call)
+            if self._eval_before(call, passed, caller):
+                continue
+            if self._callers_set_eval(caller, passed, depth - 1):
+                continue
+            return False
+        return True
+
+    def _passed_as(self, call: cst.Call, function: cst.FunctionDef, model: str) -> str:
+        """The caller's name for the callee's `model` (a parameter, or a global/attribute)."""
+        root, _, rest = model.partition(".")
+        params = list(function.params.posonly_params) + list(function.params.params)
+        if (
+            params
+            and params[0].name.value in ("self", "cls")
+            and isinstance(call.func, cst.Attribute)
+        ):
+            params = params[1:]
+        position = None
+        for i, param in enumerate(params):
+            if param.name.value == root:
+                position = i
+        if position is None:
+            return model
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == root:
+                text = dotted_name(arg.value)
+                return (f"{text}.{rest}" if rest else text) if text else model
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if position < len(positional):
+            text = dotted_name(positional[position].value)
+            if text:
+                return f"{text}.{rest}" if rest else text
+        return model
+
+    def _grad_off(self, model_call: cst.Call, model: str, loop) -> bool:
+        if self.steps.grad_disabled(model_call):
+            return True
+        # Frozen parameters record no graph: `model.requires_grad_(False)`.
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+                if _same_module(dotted_name(func.value), model) and call.args:
+                    value = call.args[0].value
+                    if isinstance(value, cst.Name) and value.value == "False":
+                        return True
+        return False
+
+    def _eval_fix(
+        self, loop, model, function, missing_eval, missing_no_grad
+    ) -> Optional[PendingFix]:
+        edits = []
+        notes = []
+        if missing_eval:
+            edits.append(self.ctx.line_before(loop, f"{model}.eval()"))
+            notes.append(f"`{model}.eval()` before the loop")
+        if missing_no_grad:
+            decorator = self._no_grad_decorator(function)
+            if decorator is None:
+                if not edits:
+                    return None
+            else:
+                edits.append(decorator)
+                notes.append("`@torch.no_grad()` on the function")
+        return self.unsafe_fix("Add " + " and ".join(notes), *edits)
+
+    def _no_grad_decorator(self, function):
+        if function is None or not self._torch_imported():
+            return None
+        for node in self.ctx.tree.descendants(function):
+            if isinstance(node, cst.Call) and (
+                self.steps.is_backward(node) or self.steps.is_autograd_grad(node)
+            ):
+                return None
+        if self.steps.scopes.enclosing_function(function) is not None:
+            return None
+        if function.decorators:
+            return self.ctx.line_before(function.decorators[0], "@torch.no_grad()")
+        return self.ctx.line_before(function, "@torch.no_grad()")
+
+    def _torch_imported(self) -> bool:
+        for binding in self.steps.scopes.module_scope.bindings.get("torch", []):
+            if binding.kind == "import" and binding.qualname == "torch":
+                return True
+        return False
+
+    # -- restoring train mode -----------------------------------------------------------------
+
+    def _check_restore(self) -> None:
+        steps = self.steps
+        trained = steps.trained_models()
+        if not trained:
+            return
+        reported: Set[cst.CSTNode] = set()
+        for loop in steps.all_loops():
+            if steps.enclosing_loops(loop) or self.steps.library_owned(loop):
+                continue
+            flow = steps.flow(loop)
+            if not steps.has_backward(loop):
+                continue
+            found: List[Tuple[str, Event]] = []
+
+            def transfer(event: Event, state):
+                if event.kind == "eval" and event.receiver is not None:
+                    receiver = _strip(event.receiver)
+                    if receiver in trained or _strip(_unparam(receiver)) in trained:
+                        return (state | {(receiver, event)},)
+                    return (state,)
+                if event.kind == "train" and event.receiver is not None:
+                    receiver = _strip(event.receiver)
+                    return (frozenset((r, e) for r, e in state if not _same_module(r, receiver)),)
+                if event.kind == "backward":
+                    found.extend(state)
+                return (state,)
+
+            run(Repeat(flow, loop), {frozenset()}, transfer)
+            for receiver, event in found:
+                if event.site in reported:
+                    continue
+                reported.add(event.site)
+                self._report_restore(receiver, event)
+
+    def _report_restore(self, receiver: str, event: Event) -> None:
+        shown = receiver if not receiver.startswith("<param:") else "the model"
+        if event.via:
+            call = event.site
+            callee = dotted_name(call.func) if isinstance(call, cst.Call) else None
+            where = f"`{callee or 'this call'}(...)` leaves `{shown}` in eval mode"
+        else:
+            where = f"`{shown}.eval()` is not undone"
+        self.report(
+            event.site,
+            f"{where} and the loop trains it again without `{shown}.train()`: later steps run "
+            "with dropout off and BatchNorm statistics frozen (silently wrong)",
+            fix=self._restore_fix(receiver, event),
+        )
+
+    def _restore_fix(self, receiver: str, event: Event) -> Optional[PendingFix]:
+        if not event.via or receiver.startswith("<param:"):
+            return None
+        statement = self.ctx.statement_of(event.site)
+        line = self.ctx.parent(statement) if statement is not None else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        if isinstance(statement, (cst.Return, cst.Break, cst.Continue, cst.Raise)):
+            return None
+        return self.unsafe_fix(
+            f"Return to training mode after the evaluation: `{receiver}.train()`",
+            self.ctx.line_after(line, f"{receiver}.train()"),
+        )
+
+
+def _strip(text: str) -> str:
+    return text[: -len(".module")] if text.endswith(".module") else text
+
+
+def _unparam(text: str) -> str:
+    if text.startswith("<param:") and text.endswith(">"):
+        return text[len("<param:") : -1]
+    return text
+
+
+def _same_module(a: Optional[str], b: Optional[str]) -> bool:
+    if a is None or b is None:
+        return False
+    a, b = _strip(a), _strip(b)
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _last_index(ctx, node) -> int:
+    index = ctx.tree.index
+    last = index[node]
+    for child in ctx.tree.descendants(node):
+        last = max(last, index[child])
+    return last

@@ -1,0 +1,270 @@
+"""analysis/steps.py: events, flows through if/try/helpers/loops, grad mode, owned code."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from trainlint.analysis.steps import (
+    Repeat,
+    TrainingSteps,
+    events_of,
+    mode_free_model,
+    own_events,
+    run,
+)
+from trainlint.config import Settings
+from trainlint.engine import FileContext
+from trainlint.source import Source
+from trainlint.walk import Tree
+
+
+def steps_for(code: str):
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    return ctx, ctx.analysis(TrainingSteps)
+
+
+def first_loop(ctx, steps):
+    return steps.all_loops()[0]
+
+
+def kinds(steps, loop):
+    return [(e.kind, e.receiver) for e in events_of(steps.flow(loop))]
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("loss.backward()", ("backward", "loss")),
+        ("scaler.scale(loss).backward()", ("backward", None)),
+        ("torch.autograd.backward(loss)", ("backward", None)),
+        ("optimizer.step()", ("step", "optimizer")),
+        ("self.optim.step()", ("step", "self.optim")),
+        ("optD.step()", ("step", "optD")),
+        ("scaler.step(optimizer)", ("step", "optimizer")),
+        ("lr_scheduler.step()", None),
+        ("scheduler.step()", None),
+        ("env.step(action)", None),
+        ("optimizer.zero_grad(set_to_none=True)", ("zero", "optimizer")),
+        ("model.zero_grad()", ("zero", "model")),
+        ("p.grad = None", ("zero", "p")),
+        ("p.grad.zero_()", ("zero", "p")),
+        ("model.eval()", ("eval", "model")),
+        ("model.train(False)", ("eval", "model")),
+        ("model.train()", ("train", "model")),
+        ("net = Net().eval()", ("eval", "net")),
+    ],
+)
+def test_events(line, expected):
+    ctx, steps = steps_for(f"import torch\nfor batch in loader:\n    {line}\n")
+    found = kinds(steps, first_loop(ctx, steps))
+    if expected is None:
+        assert found == []
+    else:
+        assert found == [expected]
+
+
+def test_step_bound_to_an_optimizer_constructor_whatever_its_name():
+    ctx, steps = steps_for(
+        "import torch\no = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in loader:\n    o.step()\n"
+    )
+    assert kinds(steps, first_loop(ctx, steps)) == [("step", "o")]
+    assert steps.optimizer_modules("o") == {"model"}
+
+
+def test_closure_steps_are_marked():
+    ctx, steps = steps_for("for _ in range(20):\n    optimizer.step(closure)\n")
+    (event,) = events_of(steps.flow(first_loop(ctx, steps)))
+    assert event.closure
+
+
+def test_zeroing_inside_a_parameters_loop_is_a_full_reset():
+    ctx, steps = steps_for(
+        "for x in loader:\n    for p in model.parameters():\n        p.grad = None\n"
+        "    model.head.weight.grad = None\n"
+    )
+    found = [(e.receiver, e.full) for e in events_of(steps.flow(first_loop(ctx, steps)))]
+    assert found == [("model", True), ("model.head.weight", False)]
+
+
+def test_helpers_are_followed_and_parameters_mapped():
+    ctx, steps = steps_for("""
+        def evaluate(model, loader):
+            model.eval()
+            helper(model)
+
+        def helper(net):
+            net.train()
+
+        for epoch in range(3):
+            evaluate(my_model, val_loader)
+        """)
+    loop = first_loop(ctx, steps)
+    assert kinds(steps, loop) == [("eval", "my_model"), ("train", "my_model")]
+    events = list(events_of(steps.flow(loop)))
+    assert all(
+        isinstance(e.site, cst.Call) and ctx.code(e.site).startswith("evaluate") for e in events
+    )
+
+
+def test_flow_paths_through_if_try_and_continue():
+    ctx, steps = steps_for("""
+        for i, (x, y) in enumerate(loader):
+            loss = model(x).sum()
+            try:
+                loss.backward()
+            except RuntimeError:
+                optimizer.zero_grad()
+                continue
+            if (i + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    loop = first_loop(ctx, steps)
+    seen = []
+
+    def transfer(event, state):
+        if event.kind == "step":
+            seen.append(state)
+        if event.kind == "backward":
+            return ("grads",)
+        if event.kind == "zero":
+            return ("zeroed-after-backward",) if state == "grads" else (state,)
+        return (state,)
+
+    run(Repeat(steps.flow(loop), loop), {"clean"}, transfer)
+    # The except path zeroes and continues: it never reaches the step.
+    assert set(seen) == {"grads"}
+
+
+def test_own_events_skip_nested_loops():
+    ctx, steps = steps_for("""
+        for epoch in range(3):
+            for x in loader:
+                model(x).sum().backward()
+            print(epoch)
+        """)
+    outer, inner = steps.all_loops()
+    assert steps.has_backward(outer) and not steps.is_step_loop(outer)
+    assert steps.is_step_loop(inner)
+    assert not list(own_events(steps.flow(outer)))
+
+
+@pytest.mark.parametrize(
+    "code, disabled",
+    [
+        ("import torch\nwith torch.no_grad():\n    y = model(x)\n", True),
+        ("import torch\n@torch.inference_mode()\ndef f():\n    y = model(x)\n", True),
+        ("from utils import *\nwith torch.no_grad():\n    y = model(x)\n", True),
+        ("import torch\ntorch.set_grad_enabled(False)\ny = model(x)\n", True),
+        ("import torch\nwith torch.set_grad_enabled(train):\n    y = model(x)\n", False),
+        (
+            "import torch\ndef f():\n    y = model(x)\n"
+            "with torch.no_grad():\n    f()\nwith torch.no_grad():\n    f()\n",
+            True,
+        ),
+        ("import torch\ndef f():\n    y = model(x)\nwith torch.no_grad():\n    f()\nf()\n", False),
+        ("import torch\ndef f():\n    y = model(x)\n", False),
+    ],
+)
+def test_grad_disabled(code, disabled):
+    ctx, steps = steps_for(code)
+    call = next(c for c in ctx.nodes(cst.Call) if ctx.code(c) == "model(x)")
+    assert steps.grad_disabled(call) is disabled
+
+
+def test_graph_names_follow_losses_not_detached_values():
+    ctx, steps = steps_for("""
+        for x, y in loader:
+            out = model(x)
+            loss = criterion(out, y)
+            scaled = loss / 4
+            value = loss.item()
+            aux = out.aux_loss
+            scaled.backward()
+        """)
+    names = steps.graph_names(first_loop(ctx, steps))
+    assert {"loss", "scaled", "aux"} <= names
+    assert "value" not in names and "out" not in names
+
+
+def test_library_owned_code():
+    ctx, steps = steps_for("""
+        import lightning as L
+        from accelerate import Accelerator
+
+        class Lit(L.LightningModule):
+            def validation_step(self, batch, batch_idx):
+                return self(batch)
+
+        def train(model, loader):
+            accelerator = Accelerator()
+            model, loader = accelerator.prepare(model, loader)
+            for batch in loader:
+                accelerator.backward(model(batch))
+        """)
+    lit_call = next(c for c in ctx.nodes(cst.Call) if ctx.code(c) == "self(batch)")
+    loop = first_loop(ctx, steps)
+    assert steps.library_owned(lit_call) == "lightning"
+    assert steps.library_owned(loop) is None  # Accelerate runs the user's own loop
+
+
+def test_eval_loops():
+    ctx, steps = steps_for("""
+        def validate(model, val_loader):
+            for x, y in val_loader:
+                out = model(x)
+
+        def train(model, train_loader):
+            for x, y in train_loader:
+                model(x).sum().backward()
+
+        def show(images):
+            for image in images:
+                plot(image)
+        """)
+    found = [(ctx.code(loop.iter), ctx.code(call)) for loop, call in steps.eval_loops()]
+    assert found == [("val_loader", "model(x)")]
+
+
+@pytest.mark.parametrize(
+    "layers, forward, expected",
+    [
+        ("self.fc = nn.Linear(4, 2)\n        self.pool = nn.MaxPool2d(2)", "self.fc(x)", True),
+        ("self.fc = nn.Linear(4, 2)\n        self.drop = nn.Dropout(0.1)", "self.fc(x)", False),
+        ("self.fc = nn.Linear(4, 2)\n        self.bn = nn.BatchNorm1d(2)", "self.fc(x)", False),
+        ("self.fc = nn.Linear(4, 2)", "F.dropout(self.fc(x), 0.1, self.training)", False),
+        ("self.fc = Block(4, 2)", "self.fc(x)", False),  # a user class may hide a Dropout
+        ("self.rnn = nn.LSTM(4, 2)", "self.rnn(x)[0]", False),
+    ],
+)
+def test_mode_free_model(layers, forward, expected):
+    code = f"""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        pass
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            {layers}
+
+        def forward(self, x):
+            return {forward}
+
+    net = Net().to("cuda")
+    for x in loader:
+        net(x)
+    """
+    ctx, steps = steps_for(code)
+    loop = first_loop(ctx, steps)
+    assert mode_free_model(steps, "net", loop) is expected
+    assert mode_free_model(steps, "other", loop) is False
