@@ -138,6 +138,8 @@ def test_directory_with_unparsable_file_reports_trl001_and_the_rest(project):
     (project / "b_train.py").write_text(DP_BUG)
     (project / "c_nul.py").write_bytes(b"import torch\nx = 1\0\n")
     (project / "d_latin.py").write_bytes(b"import torch\nname = '\xe9t\xe9'\n")
+    # A comment on line 1 makes tokenize look for a coding cookie on line 2, which is not UTF-8.
+    (project / "e_comment.py").write_bytes(b"# Train a ResNet\n# caf\xe9 notes\nimport torch\n")
     proc = trainlint("--output-format", "concise", ".", cwd=project)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
@@ -146,6 +148,7 @@ def test_directory_with_unparsable_file_reports_trl001_and_the_rest(project):
     assert "b_train.py:6:9: TRL201" in out
     assert "c_nul.py:2:6: TRL001 error: source contains a NUL byte" in out
     assert "d_latin.py:2:9: TRL001 error: cannot decode the file as utf-8" in out
+    assert "e_comment.py:2:6: TRL001 error: cannot decode the file as utf-8: byte 0xe9" in out
 
 
 def test_select_ignore_extend_select(project):

@@ -92,7 +92,12 @@ class Source:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         except SyntaxError as exc:  # unknown codec in the cookie, or BOM + non-utf8 cookie
-            raise SourceError(f"cannot detect the file's encoding: {exc.msg}", exc.lineno or 1, 0)
+            if not exc.msg.startswith("invalid or missing encoding declaration"):
+                raise SourceError(f"cannot detect the file's encoding: {exc.msg}", exc.lineno or 1, 0)
+            # No cookie, and one of the first two lines is not UTF-8 (a comment line 1 makes
+            # tokenize read line 2): the file is UTF-8 by default, and the decode below names the
+            # byte that is not, as it does for any later line.
+            encoding = "utf-8"
         try:
             codecs.lookup(encoding)
             text = data.decode(encoding)
