@@ -93,7 +93,8 @@ class Source:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         except SyntaxError as exc:  # unknown codec in the cookie, or BOM + non-utf8 cookie
             if not exc.msg.startswith("invalid or missing encoding declaration"):
-                raise SourceError(f"cannot detect the file's encoding: {exc.msg}", exc.lineno or 1, 0)
+                message = f"cannot detect the file's encoding: {exc.msg}"
+                raise SourceError(message, exc.lineno or 1, 0)
             # No cookie, and one of the first two lines is not UTF-8 (a comment line 1 makes
             # tokenize read line 2): the file is UTF-8 by default, and the decode below names the
             # byte that is not, as it does for any later line.
