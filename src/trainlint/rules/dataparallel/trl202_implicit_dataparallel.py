@@ -100,10 +100,13 @@ class ImplicitDataParallel(Rule):
             test = branch.test  # type: ignore[attr-defined]
             if in_body and parallel.opt_in_flag(test) is not None:
                 return None  # the user asked for DataParallel
-            count = parallel.gpu_count_in(test)
-            if count is not None:
-                return "count", branch, test
+            # The distributed/non-distributed split first: `args.distributed` may itself be
+            # derived from device_count() (pytorch/examples' imagenet sets world_size from it),
+            # but what the user reads in the code is "not distributed, so DataParallel".
             polarity = parallel.if_polarity(branch)
             if (in_body and polarity == -1) or (not in_body and polarity == 1):
                 return "fallback", branch, test
+            count = parallel.gpu_count_in(test)
+            if count is not None:
+                return "count", branch, test
         return None
