@@ -24,6 +24,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from . import Analysis
+from .calls import argument
 from .names import Names, dotted_name
 from .scopes import Scopes
 from ..walk import children as _walk_children
@@ -599,8 +600,8 @@ class DeviceChoices(Analysis):
                 out.append(HardcodedIndex(expr, int(expr.value, 0), form, call))
 
         if names.is_(func, "torch.device"):
-            index = _argument(call, 1, "index")
-            first = _argument(call, 0, "type")
+            index = argument(call, 1, "index")
+            first = argument(call, 0, "type")
             if index is not None:
                 integer(index, "device")
             elif first is not None:
@@ -609,21 +610,21 @@ class DeviceChoices(Analysis):
         if names.is_(func, "torch.cuda.set_device") or (
             method in _SETTER_LEAVES and _mentions_cuda(self.ctx.code(func))
         ):
-            first = _argument(call, 0, "device")
+            first = argument(call, 0, "device")
             if first is not None:
                 integer(first, "set_device")
             return out
         if names.is_(func, "torch.cuda.device"):
-            first = _argument(call, 0, "device")
+            first = argument(call, 0, "device")
             if first is not None:
                 integer(first, "device_context")
             return out
         if method == "cuda":
-            first = _argument(call, 0, "device")
+            first = argument(call, 0, "device")
             if first is not None:
                 integer(first, "cuda")
         elif method == "to":
-            first = _argument(call, 0, "device")
+            first = argument(call, 0, "device")
             if first is not None:
                 integer(first, "to")
         for arg in call.args:
@@ -749,7 +750,7 @@ class DeviceChoices(Analysis):
         out: List[Placement] = []
         used: Set[cst.CSTNode] = set()
         if method in ("cuda", "to"):
-            first = _argument(call, 0, "device")
+            first = argument(call, 0, "device")
             if first is not None:
                 out.append(Placement(call, first, method == "cuda", True))
                 used.add(first)
@@ -845,8 +846,8 @@ class DeviceChoices(Analysis):
     def _trace_call(self, call: cst.Call, as_index, seen) -> Optional[DeviceChoice]:
         names = self.names
         if names.is_(call.func, "torch.device"):
-            type_expr = _argument(call, 0, "type")
-            index_expr = _argument(call, 1, "index")
+            type_expr = argument(call, 0, "type")
+            index_expr = argument(call, 1, "index")
             if type_expr is None:
                 return None
             base = self._trace(type_expr, False, seen)
@@ -1631,22 +1632,6 @@ def _is_read_name(ctx, name: cst.Name) -> bool:
             if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
                 break
     return True
-
-
-def _argument(call: cst.Call, index: int, name: str) -> Optional[cst.BaseExpression]:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    seen = 0
-    for arg in call.args:
-        if arg.keyword is not None or arg.star == "**":
-            continue
-        if arg.star == "*":
-            return None
-        if seen == index:
-            return arg.value
-        seen += 1
-    return None
 
 
 def _option_dest(call: cst.Call) -> Optional[str]:

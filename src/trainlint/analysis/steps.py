@@ -48,6 +48,7 @@ from . import Analysis
 from .calls import keyword, positional
 from .loops import Loops
 from .names import Names, dotted_name
+from .parallel import MODULE_RETURNING
 from .scopes import Scopes
 
 # -- recognising things ---------------------------------------------------------------------------
@@ -1120,28 +1121,13 @@ def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
             yield from name_leaves(arg.value)
 
 
-_MODULE_RETURNING = {
-    "to",
-    "cuda",
-    "cpu",
-    "float",
-    "half",
-    "double",
-    "bfloat16",
-    "train",
-    "eval",
-    "requires_grad_",
-    "to_empty",
-}
-
-
 def module_root(expr: cst.CSTNode) -> cst.CSTNode:
     """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
     for _ in range(6):
         if (
             isinstance(expr, cst.Call)
             and isinstance(expr.func, cst.Attribute)
-            and expr.func.attr.value in _MODULE_RETURNING
+            and expr.func.attr.value in MODULE_RETURNING
         ):
             expr = expr.func.value
             continue
