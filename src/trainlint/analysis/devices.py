@@ -1175,6 +1175,9 @@ class DeviceTensors(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.devices: Devices = ctx.analysis(Devices)
         self._device_names: Dict[cst.CSTNode, Set[str]] = {}
+        # Per scope, the assignment statements whose value is on the device: a name is a device
+        # tensor at a use only if such an assignment (or a parameter, loop target, ...) reaches it.
+        self._device_statements: Dict[cst.CSTNode, Set[cst.CSTNode]] = {}
         self._moved_models: Optional[Set[str]] = None
         self._submodules: Dict[cst.CSTNode, Dict[str, Optional[str]]] = {}
 
@@ -1326,14 +1329,16 @@ class DeviceTensors(Analysis):
             for node in self._own_nodes(scope)
             if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
         ]
+        statements = self._device_statements.setdefault(scope, set())
         for _ in range(6):
-            before = len(names)
+            before = len(names), len(statements)
             for node in assigns:
                 value = node.value
-                if value is None:
+                if value is None or node in statements:
                     continue
                 if not self._on_device(value, names, scope, 0):
                     continue
+                statements.add(node)
                 targets = (
                     [t.target for t in node.targets]
                     if isinstance(node, cst.Assign)
@@ -1342,9 +1347,36 @@ class DeviceTensors(Analysis):
                 for target in targets:
                     for name in _bound_name_list(target):
                         names.add(name)
-            if len(names) == before:
+            if (len(names), len(statements)) == before:
                 break
         return names
+
+    def _reached_by_device_value(self, name: cst.Name, scope: cst.CSTNode) -> bool:
+        """Is a binding that puts `name` on the device one that reaches this use? Flow matters:
+        in `t = torch.arange(n) * freqs; freqs = freqs.to(x.device)` the use of `freqs` sees the
+        CPU value. Bindings other than plain assignments (parameters, loop targets, unpacking)
+        keep the name-level answer."""
+        statements = self._device_statements.get(scope)
+        if statements is None:
+            return True
+        # Look the name up where its statement starts: in `h = h * 2` the `h` on the right sees
+        # the binding before the statement, not the one this statement makes.
+        at: cst.CSTNode = name
+        for ancestor in self.ctx.ancestors(name):
+            if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                at = ancestor
+                break
+            if isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
+                break
+        bindings = self.scopes.lookup(name.value, at)
+        if not bindings:
+            return True
+        for binding in bindings:
+            if binding.kind not in ("assign", "annassign", "augassign"):
+                return True
+            if binding.statement in statements:
+                return True
+        return False
 
     def _helper_params(self, method: cst.FunctionDef) -> Set[str]:
         """Parameters of a helper method that `forward` calls with device tensors
@@ -1401,7 +1433,7 @@ class DeviceTensors(Analysis):
         if depth > 30:
             return False
         if isinstance(expr, cst.Name):
-            return expr.value in names
+            return expr.value in names and self._reached_by_device_value(expr, scope)
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in _DEVICE_KILLING_ATTRIBUTES:
                 return False
@@ -1466,6 +1498,8 @@ class DeviceTensors(Analysis):
         dotted = dotted_name(target) or ""
         if dotted.startswith("torch.") and dotted.split(".")[-1] in _DTYPES:
             return False
+        if dotted.split(".")[-1].endswith("dtype"):
+            return False  # `mask.to(dtype)`, `x.to(self.dtype)`: a cast, not a move
         device = self.devices.device_of(target)
         if device is not None and device.kind not in ("cuda", "unknown", "mps", "xla", "xpu"):
             return False
