@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -297,8 +297,14 @@ class EvalModeMissing(Rule):
             if not steps.has_backward(loop):
                 continue
             found: List[Tuple[str, Event]] = []
+            chosen = self._eval_chosen_for_training(flow)
 
             def transfer(event: Event, state):
+                if event.kind == "eval" and event.receiver is not None and event in chosen:
+                    # The training helper picks eval mode itself before its steps (frozen
+                    # BatchNorm in linear probing): whatever mode came before does not matter.
+                    receiver = _strip(event.receiver)
+                    return (frozenset((r, e) for r, e in state if not _same_module(r, receiver)),)
                 if event.kind == "eval" and event.receiver is not None:
                     receiver = _strip(event.receiver)
                     if receiver in trained or _strip(_unparam(receiver)) in trained:
@@ -317,6 +323,26 @@ class EvalModeMissing(Rule):
                     continue
                 reported.add(event.site)
                 self._report_restore(receiver, event)
+
+    def _eval_chosen_for_training(self, flow) -> Set[Event]:
+        """`model.eval()` written in a helper before a backward in the same helper: MoCo's
+        linear-classification `train()` sets eval mode on purpose so BatchNorm statistics of the
+        frozen backbone stay fixed. (A helper that evaluates *after* its training steps is the
+        bug this rule is about, so the order inside the helper matters.)"""
+        events = list(events_of(flow))
+        index = self.ctx.tree.index
+        backward_at: Dict[cst.CSTNode, List[int]] = {}
+        for event in events:
+            if event.kind == "backward" and event.via:
+                backward_at.setdefault(event.via[-1], []).append(index.get(event.node, -1))
+        chosen: Set[Event] = set()
+        for event in events:
+            if event.kind != "eval" or not event.via:
+                continue
+            where = index.get(event.node, -1)
+            if any(where < at for at in backward_at.get(event.via[-1], ())):
+                chosen.add(event)
+        return chosen
 
     def _report_restore(self, receiver: str, event: Event) -> None:
         shown = receiver if not receiver.startswith("<param:") else "the model"
