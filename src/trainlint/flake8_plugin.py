@@ -56,13 +56,22 @@ class TrainlintChecker:
 
         from .config import Settings, find_project_root
         from .engine import check
+        from .project import Project, run_project_phase
         from .rules import all_rules
         from .source import Source
 
         # flake8 decides what is selected; run every rule and let it filter.
         settings = Settings(root=find_project_root(Path(self.filename).parent))
         source = Source(path=self.filename, text="".join(self.lines))
-        result = check(source, settings, rules=list(all_rules().values()))
+        rules = list(all_rules().values())
+        result = check(source, settings, rules=rules)
+        # Project rules see this one file only (no loader): in-file evidence, never a guess
+        # about files flake8 was not given.
+        joined, crashes = run_project_phase(
+            rules, Project(root=settings.root, settings=settings, results={self.filename: result})
+        )
+        result.diagnostics.extend(joined)
+        result.crashes.extend(crashes)
         for crash in result.crashes:
             print(f"trainlint: {crash.describe()}", file=sys.stderr)
         out = []

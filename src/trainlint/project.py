@@ -5,13 +5,19 @@ after every file has been checked, `run_project_phase` hands each such rule a `P
 those facts, and the rule returns findings that need more than one file (a class defined in
 models.py and wrapped in DDP in train.py). Under flake8, which sees one file at a time, these
 rules only use what one file shows.
+
+Given only some files (pre-commit passes the changed ones), a rule can still read the facts of
+another file of the project (a module the checked file imports, a config's `_base_`) with
+`Project.facts_of(path, code)`: the runner's loader reads and checks that file once per run
+(never executing it) and its facts are used, its findings are not reported.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Tuple, Type
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
@@ -25,6 +31,10 @@ class Project:
     results: Mapping[str, FileResult]  # display path -> result of the per-file phase
     # display path -> absolute path, for rules that need to name or resolve files
     paths: Dict[str, Path] = field(default_factory=dict)
+    # absolute path -> the per-file result of a file outside the run (None: unreadable, or not
+    # Python). None under flake8, which sees one file: only in-file evidence is used there.
+    loader: Optional[Callable[[Path], Optional[FileResult]]] = None
+    _loaded: Dict[Path, Optional[FileResult]] = field(default_factory=dict, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -33,6 +43,40 @@ class Project:
             for path, result in self.results.items()
             if code in result.facts
         }
+
+    def result_of(self, path: Path) -> Optional[FileResult]:
+        """The per-file result for `path` (absolute): from the run when the file is part of
+        it, else loaded once through the loader. None for files outside the project root, files
+        that do not exist, and whenever no loader is given (flake8)."""
+        path = Path(os.path.abspath(path))
+        for display, known in self.paths.items():
+            if Path(os.path.abspath(known)) == path:
+                return self.results.get(display)
+        if self.loader is None or not _inside(path, self.root) or not path.is_file():
+            return None
+        if path not in self._loaded:
+            self._loaded[path] = self.loader(path)
+        return self._loaded[path]
+
+    def facts_of(self, path: Path, code: str) -> Optional[object]:
+        """The facts rule `code` recorded for the file at `path`, in the run or not."""
+        result = self.result_of(path)
+        if result is None:
+            return None
+        return result.facts.get(code)
+
+    @property
+    def complete(self) -> bool:
+        """True when files outside the run can be read (the CLI); False under flake8."""
+        return self.loader is not None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(Path(os.path.abspath(root)))
+    except ValueError:
+        return False
+    return True
 
 
 def run_project_phase(

@@ -261,5 +261,17 @@ def _project_phase(states: Dict[str, FileState], settings: Settings):
         settings=settings,
         results={display: state.result for display, state in states.items()},
         paths={display: state.path for display, state in states.items()},
+        loader=lambda path: _load_outside_run(path, settings),
     )
     return run_project_phase(rules, project)
+
+
+def _load_outside_run(path: Path, settings: Settings) -> Optional[FileResult]:
+    """Check a project file that is not part of the run, for its facts only."""
+    if path.suffix != ".py":
+        return None
+    display = os.path.relpath(path)
+    _data, source, _broken, error = read_source(path, display)
+    if source is None or error is not None:
+        return None
+    return check_source(source, settings)
