@@ -154,6 +154,8 @@ class FileResult:
     crashes: List[RuleCrash] = field(default_factory=list)
     # Small per-file facts that project-phase rules join across files (JSON-compatible).
     facts: Dict[str, Any] = field(default_factory=dict)
+    # code -> key -> a finding the project phase may confirm (Diagnostic.to_dict()).
+    candidates: Dict[str, Dict[str, Dict[str, Any]]] = field(default_factory=dict)
     # row -> codes named by a `# noqa` comment on that row (None: a bare `# noqa`), so that
     # project-phase findings can be filtered without reading the file again.
     noqa: Dict[int, Optional[Tuple[str, ...]]] = field(default_factory=dict)

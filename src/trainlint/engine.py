@@ -258,6 +258,12 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                 facts = rule.facts()
                 if facts is not None:
                     result.facts[rule.code] = facts
+                if rule.candidates:
+                    keys = list(rule.candidates)
+                    resolved = resolve_reports(ctx, [rule.candidates[k] for k in keys])
+                    result.candidates[rule.code] = {
+                        key: diagnostic.to_dict() for key, diagnostic in zip(keys, resolved)
+                    }
         except Exception as exc:
             crashed.add(rule)
             result.crashes.append(_crash(ctx.path, rule.code, exc))

@@ -14,13 +14,14 @@ another file of the project (a module the checked file imports, a config's `_bas
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 from .config import Settings
-from .diagnostics import Diagnostic, FileResult, RuleCrash
+from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity
 from .rules.base import Rule
 
 
@@ -43,6 +44,40 @@ class Project:
             for path, result in self.results.items()
             if code in result.facts
         }
+
+    def candidates(self, code: str) -> Dict[str, Dict[str, Dict[str, object]]]:
+        """display path -> key -> the candidate findings rule `code` recorded in files of the
+        run (plain data; `candidate()` makes the Diagnostic)."""
+        return {
+            path: result.candidates[code]
+            for path, result in self.results.items()
+            if code in result.candidates
+        }
+
+    def candidate(
+        self,
+        path: str,
+        code: str,
+        key: str,
+        *,
+        message: Optional[str] = None,
+        severity: Optional[Severity] = None,
+        drop_fix: bool = False,
+    ) -> Optional[Diagnostic]:
+        """The Diagnostic for candidate `key` of rule `code` in file `path` of the run (None if
+        it was not recorded), with the message or severity the project phase decided."""
+        result = self.results.get(path)
+        if result is None or key not in result.candidates.get(code, {}):
+            return None
+        diagnostic = Diagnostic.from_dict(result.candidates[code][key])
+        changes: Dict[str, object] = {}
+        if message is not None:
+            changes["message"] = message
+        if severity is not None:
+            changes["severity"] = severity
+        if drop_fix:
+            changes["fix"] = None
+        return dataclasses.replace(diagnostic, **changes) if changes else diagnostic
 
     def result_of(self, path: Path) -> Optional[FileResult]:
         """The per-file result for `path` (absolute): from the run when the file is part of

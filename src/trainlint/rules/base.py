@@ -10,7 +10,12 @@ analyses) and calls `self.report(...)`. It either implements `visit_<NodeType>` 
 its work in `finish()`, typically by asking an analysis. It never parses, reads files or formats.
 
 Rules that need other files of the project also implement `facts()` (plain data saved per file)
-and `check_project(project)` (run once per run, after every file).
+and `check_project(project)` (run once per run, after every file). Such a rule usually knows
+*where* a finding would go while it reads the file (the unused `self.p = nn.Parameter(...)`) but
+only the project phase knows *whether* to report it: it records a `candidate(key, node, ...)`,
+which the engine resolves like a report (position, notebook cell, fix edits) and keeps, as plain
+data, in the file's result; `check_project` turns the ones it confirms into Diagnostics with
+`project.candidate(path, code, key)`.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class Rule:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
         self.reports: List[PendingReport] = []
+        self.candidates: Dict[str, PendingReport] = {}
 
     # -- reporting ----------------------------------------------------------------------------
 
@@ -88,6 +94,23 @@ class Rule:
             PendingReport(
                 self, node, end_node, message, severity or self.severity, fix, tuple(related)
             )
+        )
+
+    def candidate(
+        self,
+        key: str,
+        node: cst.CSTNode,
+        message: str,
+        *,
+        fix: Optional[PendingFix] = None,
+        severity: Optional[Severity] = None,
+        end_node: Optional[cst.CSTNode] = None,
+        related: Iterable[Tuple[cst.CSTNode, str]] = (),
+    ) -> None:
+        """A finding the project phase may confirm (project rules only); `key` names it for
+        `check_project` (e.g. "Head.class_embed")."""
+        self.candidates[key] = PendingReport(
+            self, node, end_node, message, severity or self.severity, fix, tuple(related)
         )
 
     def safe_fix(self, message: str, *edits: "EditSpec") -> PendingFix:
