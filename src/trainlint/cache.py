@@ -1,4 +1,4 @@
-"""The per-file result cache: `.trainlint_cache/` next to the configuration (or the project root).
+"""The per-file result cache: `.trainlint_cache/` in the project root (beside the configuration).
 
 A file's per-file result (findings, facts, candidates, noqa map) depends only on its bytes, the
 path it is shown as, the settings that apply to it (its enabled codes after per-file-ignores, and
@@ -42,13 +42,13 @@ CACHEDIR_TAG = (
 
 
 def default_cache_dir(settings: Settings) -> Path:
-    """$TRAINLINT_CACHE_DIR, else `.trainlint_cache` beside the configuration file in use, else
-    in the project root."""
+    """$TRAINLINT_CACHE_DIR, else `.trainlint_cache` in the project root: the folder of the
+    pyproject.toml that configures trainlint, or the nearest one with pyproject.toml, setup.cfg
+    or .git. Not beside a `--config` file, which may be shared by several projects."""
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured:
         return Path(configured)
-    base = settings.config_path.parent if settings.config_path is not None else settings.root
-    return Path(base) / CACHE_DIR_NAME
+    return Path(settings.root) / CACHE_DIR_NAME
 
 
 @lru_cache(maxsize=None)
