@@ -16,6 +16,7 @@ import difflib
 import errno
 import os
 import stat
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -166,18 +167,20 @@ def run(
                 continue
             state.result = cached
         finished(display)
-    for index, result in check_all(
+    checked = check_all(
         [state.source for state in to_check],  # type: ignore[misc]
         [state.original for state in to_check],  # type: ignore[misc]
         settings,
         jobs,
         lambda source: check_source(source, settings),
-    ):
-        state = to_check[index]
-        state.result = result
-        if cache is not None and state.display not in (contents or {}):
-            cache.put(state.display, state.path, state.original, result)  # type: ignore[arg-type]
-        finished(state.display)
+    )
+    with closing(checked):  # an interrupted run stops its workers at once
+        for index, result in checked:
+            state = to_check[index]
+            state.result = result
+            if cache is not None and state.display not in (contents or {}):
+                cache.put(state.display, state.path, state.original, result)  # type: ignore
+            finished(state.display)
     out.states = states
 
     project_diags, project_crashes = _project_phase(states, settings, cache)

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from contextlib import closing
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .config import Settings
@@ -58,15 +59,19 @@ def check_all(
     check: Check,
 ) -> Iterator[Tuple[int, FileResult]]:
     """(index, result) for every source, in the order they finish. `data[i]` is the bytes
-    `sources[i]` was made from (what a worker receives); `check` checks one source here."""
+    `sources[i]` was made from (what a worker receives); `check` checks one source here. Close
+    the generator (contextlib.closing) to stop early."""
     if not worth_a_pool([len(d) for d in data], jobs):
         for index, source in enumerate(sources):
             yield index, check(source)
         return
     finished = set()
-    for index, result in _in_pool(sources, data, settings, jobs):
-        finished.add(index)
-        yield index, result
+    # closing(): when the caller stops early (Ctrl-C while it handles a result) the pool stops
+    # now, not when the garbage collector gets to this generator.
+    with closing(_in_pool(sources, data, settings, jobs)) as results:
+        for index, result in results:
+            finished.add(index)
+            yield index, result
     for index, source in enumerate(sources):
         if index not in finished:
             yield index, check(source)
@@ -128,11 +133,15 @@ def _check_chunk(items: List[Tuple[str, bytes]]) -> List[FileResult]:
 
 
 def _stop(executor: Executor) -> None:
-    executor.shutdown(wait=False, cancel_futures=True)
     terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
     if terminate is not None:
         terminate()
         return
-    # Before 3.14 shutdown() lets running chunks finish; an interrupted run should not wait.
-    for process in list((getattr(executor, "_processes", None) or {}).values()):
+    # Before 3.14, shutdown() lets running chunks finish (an interrupted run should not wait) and
+    # forgets the processes, so they are taken first and stopped here.
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
         process.terminate()
+    for process in processes:
+        process.join()
