@@ -8,27 +8,16 @@ import json
 import os
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from fixture_support import CLEAN, REPO, RULE_FIXTURES
+from test_cli import DP_BUG, Exploding
 from test_project_phase import DefinedHereUsedElsewhere
 from trainlint import cache as cache_module
 from trainlint import cli, runner
 from trainlint.cache import Cache, result_from_json, result_to_json
 from trainlint.config import Settings, load_settings
-from trainlint.diagnostics import Severity
 from trainlint.files import discover
-from trainlint.rules.base import Rule
-
-DP_BUG = """\
-import torch
-import torch.nn as nn
-
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-model = nn.Linear(8, 2)
-model = nn.DataParallel(model).to(device)
-"""
 
 
 @pytest.fixture
@@ -40,20 +29,6 @@ def project(tmp_path, monkeypatch):
     (root / "train.py").write_text(DP_BUG)
     monkeypatch.chdir(root)
     return root
-
-
-@pytest.fixture
-def checks(monkeypatch):
-    """The display paths the per-file phase really checked (not found in the cache)."""
-    seen = []
-    real = runner.check_source
-
-    def counting(source, settings):
-        seen.append(source.path)
-        return real(source, settings)
-
-    monkeypatch.setattr(runner, "check_source", counting)
-    return seen
 
 
 def run_cached(settings, cache_dir, paths=(".",)):
@@ -102,18 +77,18 @@ def test_cli_output_is_the_same_cold_and_warm(project, capsys):
 # -- what invalidates an entry ----------------------------------------------------------------
 
 
-def test_a_second_run_reads_the_cache(project, tmp_path, checks):
+def test_a_second_run_reads_the_cache(project, tmp_path, checked_here):
     run_cached(Settings(root=project), tmp_path / "c")
     run_cached(Settings(root=project), tmp_path / "c")
-    assert checks == ["train.py"]
+    assert checked_here == ["train.py"]
 
 
-def test_changing_the_file_invalidates_its_entry_only(project, tmp_path, checks):
+def test_changing_the_file_invalidates_its_entry_only(project, tmp_path, checked_here):
     (project / "other.py").write_text(DP_BUG)
     run_cached(Settings(root=project), tmp_path / "c")
     (project / "train.py").write_text(DP_BUG + "model = nn.DataParallel(model).cuda()\n")
     result, _ = run_cached(Settings(root=project), tmp_path / "c")
-    assert checks == ["other.py", "train.py", "train.py"]
+    assert checked_here == ["other.py", "train.py", "train.py"]
     assert [(d.path, d.row) for d in result.diagnostics] == [
         ("other.py", 6),
         ("train.py", 6),
@@ -136,13 +111,13 @@ def test_changing_the_file_invalidates_its_entry_only(project, tmp_path, checks)
     ],
 )
 def test_settings_that_change_a_files_result_invalidate_its_entry(
-    project, tmp_path, checks, change, checked_again
+    project, tmp_path, checked_here, change, checked_again
 ):
     run_cached(Settings(root=project), tmp_path / "c")
     settings = Settings(root=project)
     change(settings)
     run_cached(settings, tmp_path / "c")
-    assert checks == ["train.py"] * (2 if checked_again else 1)
+    assert checked_here == ["train.py"] * (2 if checked_again else 1)
 
 
 def test_ignoring_the_code_through_the_cache_drops_the_finding(project, tmp_path):
@@ -151,26 +126,20 @@ def test_ignoring_the_code_through_the_cache_drops_the_finding(project, tmp_path
     assert [d.code for d in first.diagnostics] == ["TRL201"] and second.diagnostics == []
 
 
-def test_another_version_invalidates_every_entry(project, tmp_path, checks, monkeypatch):
+def test_another_version_invalidates_every_entry(project, tmp_path, checked_here, monkeypatch):
     run_cached(Settings(root=project), tmp_path / "c")
     monkeypatch.setattr(cache_module, "__version__", "99.0.0")
     run_cached(Settings(root=project), tmp_path / "c")
-    assert checks == ["train.py", "train.py"]
+    assert checked_here == ["train.py", "train.py"]
 
 
-def test_a_changed_rule_set_invalidates_every_entry(project, tmp_path, checks, monkeypatch):
-    from trainlint import rules as registry
-
-    class Quiet(Rule):
-        code = "TRL998"
-        name = "quiet"
-        severity = Severity.WARNING
-
+def test_a_changed_rule_set_invalidates_every_entry(
+    project, tmp_path, checked_here, register_rule
+):
     run_cached(Settings(root=project), tmp_path / "c")
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL998": Quiet})
+    register_rule(Exploding)
     run_cached(Settings(root=project), tmp_path / "c")
-    assert checks == ["train.py", "train.py"]
+    assert checked_here == ["train.py", "train.py"]
 
 
 def test_editing_trainlints_own_code_invalidates_every_entry(monkeypatch):
@@ -201,7 +170,7 @@ def test_editing_trainlints_own_code_invalidates_every_entry(monkeypatch):
 @pytest.mark.parametrize(
     "content", [b"", b"{not json", b"[]", b'{"key": 1}', b"\xff\xfe", b'{"key": "x", "result": 1}']
 )
-def test_a_corrupt_entry_is_a_miss_and_is_rewritten(project, tmp_path, checks, content):
+def test_a_corrupt_entry_is_a_miss_and_is_rewritten(project, tmp_path, checked_here, content):
     first, _ = run_cached(Settings(root=project), tmp_path / "c")
     entries = list((tmp_path / "c").rglob("*.json"))
     assert len(entries) == 1
@@ -209,17 +178,19 @@ def test_a_corrupt_entry_is_a_miss_and_is_rewritten(project, tmp_path, checks, c
     second, _ = run_cached(Settings(root=project), tmp_path / "c")
     third, cache = run_cached(Settings(root=project), tmp_path / "c")
     assert findings(first) == findings(second) == findings(third)
-    assert checks == ["train.py", "train.py"] and cache.hits == 1
+    assert checked_here == ["train.py", "train.py"] and cache.hits == 1
 
 
-def test_an_entry_with_the_right_key_but_a_wrong_result_shape_is_a_miss(project, tmp_path, checks):
+def test_an_entry_with_the_right_key_but_a_wrong_result_shape_is_a_miss(
+    project, tmp_path, checked_here
+):
     run_cached(Settings(root=project), tmp_path / "c")
     (entry,) = (tmp_path / "c").rglob("*.json")
     stored = json.loads(entry.read_text())
     stored["result"]["diagnostics"] = [{"code": "TRL201"}]
     entry.write_text(json.dumps(stored))
     result, _ = run_cached(Settings(root=project), tmp_path / "c")
-    assert checks == ["train.py", "train.py"] and result.diagnostics[0].row == 6
+    assert checked_here == ["train.py", "train.py"] and result.diagnostics[0].row == 6
 
 
 def test_an_unwritable_cache_dir_does_not_fail_the_run(project, tmp_path, capsys):
@@ -244,19 +215,8 @@ def test_a_read_only_cache_dir_does_not_fail_the_run(project, tmp_path, capsys):
     assert code == 1 and capsys.readouterr().err == ""
 
 
-def test_results_with_a_rule_crash_are_never_cached(project, tmp_path, monkeypatch, capsys):
-    from trainlint import rules as registry
-
-    class Exploding(Rule):
-        code = "TRL999"
-        name = "exploding"
-        severity = Severity.ERROR
-
-        def visit_Call(self, node: cst.Call) -> None:
-            raise ValueError("boom")
-
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL999": Exploding})
+def test_results_with_a_rule_crash_are_never_cached(project, register_rule, capsys):
+    register_rule(Exploding)
     for _ in range(2):
         assert cli.main(["--output-format", "concise", "."]) == 2
         err = capsys.readouterr().err
@@ -268,16 +228,14 @@ def test_results_with_a_rule_crash_are_never_cached(project, tmp_path, monkeypat
 
 
 @pytest.fixture
-def test_rule(monkeypatch):
+def test_rule(register_rule):
     """The project-phase test rule (TRL999: a function no file of the project calls)."""
-    from trainlint import rules as registry
-
-    real = dict(registry.all_rules())
-    with_test_rule = {**real, "TRL999": DefinedHereUsedElsewhere}
-    monkeypatch.setattr(registry, "_discover", lambda: with_test_rule)
+    register_rule(DefinedHereUsedElsewhere)
 
 
-def test_cross_file_findings_follow_a_change_to_one_file(project, tmp_path, checks, test_rule):
+def test_cross_file_findings_follow_a_change_to_one_file(
+    project, tmp_path, checked_here, test_rule
+):
     (project / "train.py").unlink()
     (project / "models.py").write_text("def build():\n    pass\n\n\ndef unused():\n    pass\n")
     (project / "train.py").write_text("from models import build\n\nbuild()\n")
@@ -291,10 +249,12 @@ def test_cross_file_findings_follow_a_change_to_one_file(project, tmp_path, chec
     assert second.diagnostics == []
     assert findings(third) == findings(first)
     # models.py was checked once: the other runs joined its cached facts and candidates.
-    assert checks == ["models.py", "train.py", "train.py", "train.py"]
+    assert checked_here == ["models.py", "train.py", "train.py", "train.py"]
 
 
-def test_files_outside_the_run_are_loaded_through_the_cache(project, tmp_path, checks, test_rule):
+def test_files_outside_the_run_are_loaded_through_the_cache(
+    project, tmp_path, checked_here, test_rule
+):
     (project / "lib").mkdir()
     (project / "lib" / "extra.py").write_text("unused()\n")
     (project / "m.py").write_text("def unused():\n    pass\n")
@@ -302,7 +262,7 @@ def test_files_outside_the_run_are_loaded_through_the_cache(project, tmp_path, c
     for _ in range(2):
         result, _ = run_cached(settings, tmp_path / "c", ["m.py"])
         assert result.diagnostics == []
-    assert checks == ["m.py", os.path.join("lib", "extra.py")]
+    assert checked_here == ["m.py", os.path.join("lib", "extra.py")]
 
 
 # -- where the cache lives, and when it is bypassed -------------------------------------------

@@ -13,6 +13,7 @@ import libcst as cst
 import pytest
 
 from fixture_support import FIXTURES, REPO, RULE_FIXTURES
+from test_cli import Exploding
 from trainlint import cli, runner, workers
 from trainlint.config import load_settings
 from trainlint.diagnostics import Severity
@@ -90,38 +91,23 @@ def many_files(tmp_path, monkeypatch):
     return root
 
 
-def _register(monkeypatch, rule):
-    from trainlint import rules as registry
-
-    real = dict(registry.all_rules())
-    with_rule = {**real, rule.code: rule}
-    monkeypatch.setattr(registry, "_discover", lambda: with_rule)
-
-
 def test_a_rule_crash_in_a_worker_is_reported_as_in_a_serial_run(
-    many_files, monkeypatch, capsys, pools
+    many_files, register_rule, capsys, pools
 ):
-    class Exploding(Rule):
-        code = "TRL999"
-        name = "exploding"
-        severity = Severity.ERROR
-
-        def visit_Call(self, node: cst.Call) -> None:
-            if self.ctx.path.endswith(("alias_forms.py", "known_mismatch.py")):
-                raise ValueError("boom")
-
-    _register(monkeypatch, Exploding)
+    register_rule(Exploding)
     args = ["--output-format", "concise", "--select", "TRL1,TRL2,TRL999", "."]
     serial = run_main(capsys, "-j1", *args)
     parallel = run_main(capsys, "-j2", *args)
     assert pools == [2]
     assert parallel == serial
     assert serial[0] == 2
-    assert serial[2].count("internal error in rule TRL999: ValueError: boom") == 2
+    assert serial[2].count("internal error in rule TRL999: ValueError: boom") > 20
     assert "TRL201" in serial[1]
 
 
-def test_a_worker_that_dies_costs_nothing_but_time(many_files, monkeypatch, capsys, pools):
+def test_a_worker_that_dies_costs_nothing_but_time(
+    many_files, register_rule, checked_here, capsys, pools
+):
     parent = os.getpid()
 
     class Dying(Rule):
@@ -135,17 +121,10 @@ def test_a_worker_that_dies_costs_nothing_but_time(many_files, monkeypatch, caps
             if os.getpid() != parent and self.ctx.path.endswith("alias_forms.py"):
                 os._exit(9)
 
-    _register(monkeypatch, Dying)
+    register_rule(Dying)
     args = ["--output-format", "json", "--select", "TRL1,TRL2,TRL999", "."]
     serial = run_main(capsys, "-j1", *args)
-    checked_here = []
-    real_check = runner.check_source
-
-    def here(source, settings):
-        checked_here.append(source.path)
-        return real_check(source, settings)
-
-    monkeypatch.setattr(runner, "check_source", here)
+    checked_here.clear()
     parallel = run_main(capsys, "-j2", *args)
     assert pools == [2]
     assert parallel == serial and serial[0] == 1 and serial[2] == ""
