@@ -97,6 +97,10 @@ class Cache:
         self.directory = Path(directory)
         self.settings = settings
         self.code = code_fingerprint()
+        # The settings are final for the run: what they enable is worked out once, and each
+        # file's settings key once (get and put both need it).
+        self._enabled = settings.enabled_codes()
+        self._settings_keys: Dict[str, str] = {}
         self.writable = True  # turned off at the first failed write
         self.hits = 0
         self.misses = 0
@@ -106,6 +110,14 @@ class Cache:
         return cls(directory if directory is not None else default_cache_dir(settings), settings)
 
     # -- keys ---------------------------------------------------------------------------------
+
+    def _settings_key(self, display: str) -> str:
+        key = self._settings_keys.get(display)
+        if key is None:
+            key = self._settings_keys[display] = self.settings.file_fingerprint(
+                display, self._enabled
+            )
+        return key
 
     def _entry_path(self, display: str, path: Path, settings_key: str) -> Path:
         name = hashlib.sha256(
@@ -121,7 +133,7 @@ class Cache:
 
     def get(self, display: str, path: Path, data: bytes) -> Optional[FileResult]:
         """The stored result for `data` shown as `display`, or None."""
-        settings_key = self.settings.file_fingerprint(display)
+        settings_key = self._settings_key(display)
         entry = self._entry_path(display, path, settings_key)
         try:
             with open(entry, "rb") as handle:
@@ -140,7 +152,7 @@ class Cache:
         """Store `result` for `data` shown as `display`; never raises."""
         if not self.writable or result.crashes:
             return
-        settings_key = self.settings.file_fingerprint(display)
+        settings_key = self._settings_key(display)
         entry = self._entry_path(display, path, settings_key)
         payload = json.dumps(
             {"key": self._key(display, data, settings_key), "result": result_to_json(result)},
