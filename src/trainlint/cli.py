@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         type=Path,
         metavar="DIR",
-        help=f"where the cache lives (default: ${CACHE_DIR_ENV}, else {CACHE_DIR_NAME}/ beside "
-        "the configuration file or in the project root)",
+        help=f"where the cache lives (default: ${CACHE_DIR_ENV}, else {CACHE_DIR_NAME}/ in the "
+        "project root)",
     )
     speed.add_argument(
         "-j",

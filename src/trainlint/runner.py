@@ -179,7 +179,8 @@ def run(
             state = to_check[index]
             state.result = result
             if cache is not None and state.display not in (contents or {}):
-                cache.put(state.display, state.path, state.original, result)  # type: ignore
+                original: bytes = state.original  # type: ignore[assignment]  # readable
+                cache.put(state.display, state.path, original, result)
             finished(state.display)
     out.states = states
 
