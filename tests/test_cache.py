@@ -164,6 +164,34 @@ def test_editing_trainlints_own_code_invalidates_every_entry(monkeypatch):
     assert stats and after != before
 
 
+def test_concurrent_writers_and_readers_only_ever_see_whole_entries(project, tmp_path):
+    import threading
+
+    settings = Settings(root=project)
+    first, _ = run_cached(settings, tmp_path / "c")
+    result = first.states["train.py"].result
+    data = (project / "train.py").read_bytes()
+    seen = []
+
+    def write():
+        cache = Cache(tmp_path / "c", settings)
+        for _ in range(50):
+            cache.put("train.py", Path("train.py"), data, result)
+
+    def read():
+        cache = Cache(tmp_path / "c", settings)
+        for _ in range(200):
+            seen.append(cache.get("train.py", Path("train.py"), data))
+
+    threads = [threading.Thread(target=write) for _ in range(4)] + [threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 200 and all(found == result for found in seen)
+    assert [p.name for p in (tmp_path / "c").rglob("*.tmp")] == []
+
+
 # -- broken caches never fail a run -----------------------------------------------------------
 
 
