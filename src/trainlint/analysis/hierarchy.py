@@ -91,18 +91,9 @@ class Family:
     def has_forward(self) -> bool:
         return any(facts.get("forward") for _, facts in self.members)
 
-    def reads(self, attr: str) -> bool:
-        if self.reaches_all:
-            return True
-        for _, facts in self.members:
-            if escaped(attr, facts.get("escapes", ())):
-                return True
-            for method in facts.get("methods", {}).values():
-                if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
-                    return True
-        return False
-
     def reads_unconditionally(self, attr: str) -> bool:
+        """Does a member read `attr` outside data-dependent branches (or reach it through an
+        escape)?"""
         if self.reaches_all:
             return True
         for _, facts in self.members:
