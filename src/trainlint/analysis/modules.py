@@ -73,8 +73,10 @@ _WALKERS = {
     "__dict__",
 }
 _PARAMETER_WALKS = {"parameters", "named_parameters", "children", "modules", "named_children"}
-# Methods whose reads of `self.x` only initialise weights: they are not uses in training.
-_INIT_METHOD = re.compile(r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$")
+# Methods whose reads of `self.x` only initialise weights (or describe them): not uses.
+_INIT_METHOD = re.compile(
+    r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$|^(extra_repr|__repr__)$"
+)
 # Random sources: a branch on them is taken on some iterations and not others.
 _RANDOM_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli")
 # Tensor methods whose value depends on the data in a branch test.
@@ -191,7 +193,9 @@ class Modules(Analysis):
             initialising = registering or bool(_INIT_METHOD.search(name))
             for sub in self.ctx.tree.descendants(function.body):
                 if isinstance(sub, cst.Attribute) and _is_name(sub.value, self_name):
-                    self._on_self_attribute(cls, method, sub, initialising)
+                    # A lambda or function made while building runs later: its reads are uses.
+                    later = initialising and self._deferred(sub, function)
+                    self._on_self_attribute(cls, method, sub, initialising and not later)
                 elif isinstance(sub, cst.Call):
                     self._on_call(cls, method, sub, self_name, registering, initialising)
                 elif isinstance(sub, cst.Assign):
@@ -350,6 +354,15 @@ class Modules(Analysis):
             cls.frozen.add(root)
 
     # -- what a read means --------------------------------------------------------------------
+
+    def _deferred(self, node: cst.CSTNode, method: cst.FunctionDef) -> bool:
+        """Is `node` inside a lambda or a function defined in `method`?"""
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is method:
+                return False
+            if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
+                return True
+        return False
 
     def _hands_on(self, node: cst.CSTNode) -> bool:
         """In an initialising method, does this read of `self.x` hand the object on (into a
