@@ -233,11 +233,14 @@ class Modules(Analysis):
                 if found[0] is not None:
                     return found
             return None, None, False
+        peeled_freeze = False  # nn.Linear(...).requires_grad_(False)
         while (
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value in _RETURNS_RECEIVER
         ):
+            if value.func.attr.value == "requires_grad_" and _freezes(value):
+                peeled_freeze = True
             value = value.func.value
         if not isinstance(value, cst.Call):
             return None, None, False
@@ -245,20 +248,20 @@ class Modules(Analysis):
         callee = qualified[0] if qualified else None
         if callee == PARAMETER:
             frozen = is_false(keyword(value, "requires_grad")) or is_false(positional(value, 1))
-            return "parameter", callee, frozen
+            return "parameter", callee, frozen or peeled_freeze
         if callee in CONTAINERS:
-            return "container", callee, False
+            return "container", callee, peeled_freeze
         if callee is not None and callee.startswith("torch.nn.") and callee.count(".") == 2:
             if _PARAMETERLESS.match(callee) or not callee.split(".")[-1][:1].isupper():
                 return None, None, False
             if any(is_false(keyword(value, k)) for k in ("affine", "elementwise_affine")):
                 return None, None, False
-            return "module", callee, False
+            return "module", callee, peeled_freeze
         leaf = (dotted_name(value.func) or "").split(".")[-1]
         if callee is not None and leaf[:1].isupper() and not callee.startswith("torch."):
             # A class of this project or of a library: whether it has parameters is decided
             # across files (an unknown library class never is).
-            return "call", callee, False
+            return "call", callee, peeled_freeze
         return None, None, False
 
     def _on_self_attribute(
