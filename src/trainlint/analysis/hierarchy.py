@@ -47,6 +47,11 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.base_module.BaseModule",
 }
 _MAX_DEPTH = 12
+# Words of a file that may train with DDP or configure it (wraps.py's signals and options).
+_DDP_WORDS = re.compile(
+    r"DistributedDataParallel|init_process_group|find_unused_parameters|static_graph|"
+    r"LOCAL_RANK|torchrun|torch\.distributed\.(?:launch|run)"
+)
 
 
 def file_facts(ctx) -> Dict[str, object]:
@@ -141,6 +146,7 @@ class Hierarchy:
         self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
         self._imports: Dict[Path, Set[Path]] = {}
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
+        self._ddp: Optional[Set[Path]] = None
 
     # -- files --------------------------------------------------------------------------------
 
@@ -329,9 +335,8 @@ class Hierarchy:
         while todo:
             target = todo.pop()
             word = target.parent.name if target.name == "__init__.py" else target.stem
-            pattern = re.compile(rf"^\s*(from|import)\s[^\n]*\b{re.escape(word)}\b", re.M)
             candidates = {p for p in self._run_paths if self._names_in_imports(p, word)}
-            candidates.update(self.project.files_matching(pattern))
+            candidates.update(self.project.files_importing(word))
             for candidate in candidates:
                 if candidate in closure:
                     continue
@@ -339,6 +344,11 @@ class Hierarchy:
                     closure.add(candidate)
                     todo.append(candidate)
         return closure
+
+    def _ddp_files(self) -> Set[Path]:
+        if self._ddp is None:
+            self._ddp = set(self.project.files_matching(_DDP_WORDS))
+        return self._ddp
 
     def _names_in_imports(self, path: Path, word: str) -> bool:
         facts = self._facts.get(path) or {}
@@ -354,8 +364,11 @@ class Hierarchy:
         if path not in self._evidence:
             users = self.importers(path)
             files = set(users)
+            # A helper module the script imports may wrap in DDP (`setup_ddp(model)`); only
+            # those that speak of DDP are read, in the run or not (same answer either way).
+            helpers = self._ddp_files() if self.project.complete else self._run_paths
             for user in users:
-                files |= self.imported_files(user)
+                files |= self.imported_files(user) & helpers
             self._evidence[path] = [
                 (file, facts)
                 for file in sorted(files)
