@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional
 from ...analysis.devices import is_test_file
 from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
 from ...analysis.modules import ALL, Modules, escaped
-from ...analysis.wraps import Wraps
+from ...analysis.wraps import Wraps, is_local, local_name
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -50,7 +50,7 @@ class DdpUnusedParameters(Rule):
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
     (`register_buffer` is not a parameter), and attributes read on another object
-    (`self.head.class_embed`), stand-in models in test files that do not train with DDP.
+    (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP.
     Under flake8, which sees one file, only that file is evidence.
 
     ## Example
@@ -92,12 +92,20 @@ class DdpUnusedParameters(Rule):
     project = True
 
     def finish(self) -> None:
-        if is_test_file(self.ctx) and not self.ctx.analysis(Wraps).signals:
-            return  # stand-in models of unit tests (a hook test's one-layer model) never train
         modules = self.ctx.analysis(Modules)
+        judged = set(modules.classes)
+        if is_test_file(self.ctx):
+            # Stand-in models of unit tests (an optimizer test's toy model) never train; only
+            # those the test itself wraps in DDP are judged.
+            judged = {
+                local_name(q)
+                for site in self.ctx.analysis(Wraps).ddp_sites()
+                for q in site.classes
+                if is_local(q)
+            }
         fix = None
         for cls in modules.classes.values():
-            if ALL in cls.frozen:
+            if ALL in cls.frozen or cls.name not in judged:
                 continue
             reads = cls.reads()
             for attr in cls.attrs.values():
