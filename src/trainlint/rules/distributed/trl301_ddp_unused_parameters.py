@@ -121,7 +121,7 @@ class DdpUnusedParameters(Rule):
 
     def _fix(self) -> Optional[PendingFix]:
         """`find_unused_parameters=True` on the one DDP call of this file that has no option."""
-        sites = [s for s in self.ctx.analysis(Wraps).ddp_sites()]
+        sites = self.ctx.analysis(Wraps).ddp_sites()
         if len(sites) != 1 or sites[0].options or not sites[0].call.args:
             return None
         last = sites[0].call.args[-1]
@@ -213,21 +213,19 @@ def _message(
     if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
         return None
     what = _KINDS.get(registered["kind"], "submodule")
-    consequence = (
-        "DDP gets no gradient for it, so the first iteration's gradient reduction never "
-        f'finishes and iteration 2 raises "{DDP_ERROR}"'
-    )
     readers = family.branch_readers(attr)
     if readers:
         return (
             f"`self.{attr}` ({what} of `{ref.name}`) is read only under a data-dependent branch "
-            f"(in `{readers[0]}`): on an iteration that skips it, {consequence}; make every "
+            f"(in `{readers[0]}`): under DDP an iteration that skips it leaves its gradient "
+            f'reduction unfinished and the next iteration raises "{DDP_ERROR}"; make every '
             "iteration use it, or pass `find_unused_parameters=True` to DDP"
         )
     return (
         f"`self.{attr}` ({what}) is registered in `{ref.name}` but no method of `{ref.name}` "
-        f"(nor of its parents or subclasses) reads it: {consequence}; use it, delete it, or "
-        "pass `find_unused_parameters=True` to DDP"
+        "(nor of its parents or subclasses) reads it: under DDP it gets no gradient, the first "
+        f'iteration\'s gradient reduction never finishes and iteration 2 raises "{DDP_ERROR}"; '
+        "use it, delete it, or pass `find_unused_parameters=True` to DDP"
     )
 
 
