@@ -39,6 +39,7 @@ class Project:
     _loaded: Dict[Path, Optional[FileResult]] = field(default_factory=dict, repr=False)
     _texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
     _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
+    _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -123,6 +124,12 @@ class Project:
                     index.setdefault(word, []).append(path)
             self._import_words = index
         return list(self._import_words.get(name, ()))
+
+    def text_of(self, path: Path) -> Optional[str]:
+        """The text of a project file (None without a loader, or outside the project)."""
+        if self._text_by_path is None:
+            self._text_by_path = dict(self._project_texts())
+        return self._text_by_path.get(Path(os.path.abspath(path)))
 
     def _project_texts(self) -> List[Tuple[Path, str]]:
         if self.loader is None:

@@ -208,7 +208,7 @@ def _message(
     if family.frozen(attr) or family.reads_unconditionally(attr):
         return None
     outside = hierarchy.frozen_outside(evidence)
-    if attr in outside or ALL in outside or hierarchy.read_outside(evidence, attr):
+    if attr in outside or ALL in outside or hierarchy.read_outside(ref.path, attr):
         return None
     if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
         return None
