@@ -1,0 +1,247 @@
+"""TRL301 ddp-unused-parameters."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from ...analysis.devices import is_test_file
+from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.modules import ALL, Modules, escaped
+from ...analysis.wraps import Wraps, is_local, local_name
+from ...diagnostics import Diagnostic, Severity
+from ..base import PendingFix, Rule
+
+DDP_ERROR = "Expected to have finished reduction in the prior iteration before starting a new one"
+_KINDS = {"parameter": "nn.Parameter", "container": "module container", "module": "submodule"}
+
+
+class DdpUnusedParameters(Rule):
+    """## What it does
+    Reports a parameter or submodule that an `nn.Module` subclass registers in `__init__`
+    (`self.p = nn.Parameter(...)`, `self.head = nn.Linear(...)`, `register_parameter`,
+    `add_module`, `nn.ModuleList`/`nn.Sequential`, a module class of the project) that no method
+    of the class, its parents or its subclasses reads, or that `forward` reads only under a
+    data-dependent branch (`if random.random() < p:`, `if boxes.numel() > 0:`), when the
+    project's DDP wrap has neither `find_unused_parameters=True` nor `static_graph=True`.
+
+    ## Why is this bad
+    DistributedDataParallel all-reduces gradients bucket by bucket as autograd produces them.
+    A parameter that took no part in the loss never gets a gradient, its bucket never becomes
+    ready, and the first iteration's reduction never finishes. The next iteration fails on every
+    rank:
+
+        RuntimeError: Expected to have finished reduction in the prior iteration before starting
+        a new one. This error indicates that your module has parameters that were not used in
+        producing loss.
+
+    One GPU trains fine, so the bug surfaces only on the multi-GPU run: an MMDetection user
+    added `self.class_embed = nn.Parameter(torch.zeros(embed_dims, 512))` to a DETR head's
+    `__init__`, never used it, and DDP failed on iteration 2.
+
+    The rule is an error when the project trains with DDP (a DDP wrap, `init_process_group`,
+    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`), a warning otherwise. It follows
+    the class's parents and subclasses across the files of the project (also files outside the
+    run that the checked files import). It stays quiet where a use may hide: a parent class
+    from an installed library (its `forward` may read the attribute; trainlint does not guess),
+    `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
+    `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
+    classes without a `forward` anywhere in their family (abstract bases), buffers
+    (`register_buffer` is not a parameter), and attributes read on another object
+    (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP.
+    Under flake8, which sees one file, only that file is evidence.
+
+    ## Example
+    ```python
+    class DETRHead(nn.Module):
+        def __init__(self, embed_dims, num_classes):
+            super().__init__()
+            self.cls_branch = nn.Linear(embed_dims, num_classes)
+            self.class_embed = nn.Parameter(torch.zeros(embed_dims, 512))  # never used
+
+        def forward(self, query):
+            return self.cls_branch(query)
+
+    model = DDP(DETRHead(256, 80).to(device), device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    Use the parameter in `forward`, or delete it. If parameters are unused on purpose (a branch
+    taken on some iterations only), tell DDP:
+    ```python
+    model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    ```
+
+    ## Fix safety
+    The fix adds `find_unused_parameters=True` to the DDP call when that call is in the file of
+    the finding. It is unsafe: DDP then traverses the autograd graph every iteration (slower),
+    the parameter stays dead weight, and together with reentrant activation checkpointing it
+    fails with "Expected to mark a variable ready only once" (TRL302). Using or deleting the
+    parameter is usually the better fix.
+    """
+
+    code = "TRL301"
+    name = "ddp-unused-parameters"
+    severity = Severity.ERROR
+    severity_note = "warning when nothing in the project trains with DDP"
+    fix = "unsafe"
+    # Every file that imports may link a class to the script that wraps it in DDP.
+    markers = ("class ", "torch", "find_unused", "import ")
+    project = True
+
+    def finish(self) -> None:
+        modules = self.ctx.analysis(Modules)
+        judged = set(modules.classes)
+        if is_test_file(self.ctx):
+            # Stand-in models of unit tests (an optimizer test's toy model) never train; only
+            # those the test itself wraps in DDP are judged.
+            judged = {
+                local_name(q)
+                for site in self.ctx.analysis(Wraps).ddp_sites()
+                for q in site.classes
+                if is_local(q)
+            }
+        fix = None
+        for cls in modules.classes.values():
+            if ALL in cls.frozen or cls.name not in judged:
+                continue
+            reads = cls.reads()
+            for attr in cls.attrs.values():
+                if attr.frozen or attr.name in reads or escaped(attr.name, cls.escapes):
+                    continue
+                if fix is None:
+                    fix = self._fix() or False
+                # The message is the project phase's: it knows the parents and the DDP wrap.
+                self.candidate(f"{cls.name}.{attr.name}", attr.node, "", fix=fix or None)
+
+    def facts(self):
+        return file_facts(self.ctx)
+
+    def _fix(self) -> Optional[PendingFix]:
+        """`find_unused_parameters=True` on the one DDP call of this file that has no option."""
+        sites = self.ctx.analysis(Wraps).ddp_sites()
+        if len(sites) != 1 or sites[0].options or not sites[0].call.args:
+            return None
+        last = sites[0].call.args[-1]
+        return self.unsafe_fix(
+            "Let DDP tolerate unused parameters: `find_unused_parameters=True`",
+            self.ctx.insert_after(last.value, ", find_unused_parameters=True"),
+        )
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display, keys in sorted(candidates.items()):
+            path = _absolute(project, display)
+            facts = hierarchy.facts_at(path) or {}
+            evidence = hierarchy.evidence(path)
+            if hierarchy.tolerates_unused(evidence) is not None:
+                continue
+            signals = training_signals(project, hierarchy, evidence)
+            for key in sorted(keys):
+                name, attr = key.split(".", 1)
+                ref = ClassRef(path, name)
+                message = _message(hierarchy, evidence, facts, ref, attr)
+                if message is None:
+                    continue
+                family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
+                if mm_configs(project, family, tolerant=True):
+                    continue
+                named = signals or mm_configs(project, family)
+                diagnostic = project.candidate(
+                    display,
+                    cls.code,
+                    key,
+                    message=message,
+                    severity=Severity.ERROR if named else Severity.WARNING,
+                )
+                if diagnostic is not None:
+                    yield diagnostic
+
+
+def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
+    """Why the project trains these classes with DDP ("train.py: init_process_group", ...),
+    from the code of the files that import them; empty when nothing says so. MM-style configs
+    are the other signal (`mm_configs`)."""
+    return [
+        f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)
+    ]
+
+
+_MM_CONFIG = r"(?=[\s\S]*^(?:_base_|model)\s*=)"
+# Not behind a `#`: the incident's config shipped `#find_unused_parameters = True` commented out.
+_MM_FIND_UNUSED = r"(?=[\s\S]*^[^#\n]*\bfind_unused_parameters\s*=\s*True)"
+
+
+def mm_configs(project, class_names: List[str], tolerant: bool = False) -> List[Path]:
+    """MM-style config files of the project (`_base_ = ...` / `model = dict(...)`) that build one
+    of `class_names` (`type='DETRHead'`); with `tolerant`, only those that also set
+    `find_unused_parameters = True` (top level or in `model_wrapper_cfg`). MMEngine/MMDet
+    launch such configs with DDP. The hook for analysis/mmconfig.py, which follows `_base_`
+    chains: this reads one file at a time, by its text, never executing it."""
+    names = "|".join(re.escape(name) for name in sorted(set(class_names)))
+    named = rf"(?=[\s\S]*\btype\s*=\s*['\"](?:{names})['\"])"
+    pattern = r"\A" + _MM_CONFIG + named + (_MM_FIND_UNUSED if tolerant else "")
+    return project.files_matching(re.compile(pattern, re.M))
+
+
+def _absolute(project, display: str) -> Path:
+    return Path(os.path.abspath(project.paths.get(display, Path(display))))
+
+
+def _message(
+    hierarchy: Hierarchy, evidence, facts: dict, ref: ClassRef, attr: str
+) -> Optional[str]:
+    """The finding's message, or None when the attribute is (or may be) used."""
+    class_facts = facts.get("classes", {}).get(ref.name)
+    if class_facts is None or attr not in class_facts.get("attrs", {}):
+        return None
+    registered = class_facts["attrs"][attr]
+    family: Family = hierarchy.family(ref)
+    if not family.complete or not family.is_module or not family.has_forward:
+        return None
+    if family.frozen(attr) or family.reads_unconditionally(attr):
+        return None
+    outside = hierarchy.frozen_outside(evidence)
+    if attr in outside or ALL in outside or hierarchy.read_outside(ref.path, attr):
+        return None
+    if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
+        return None
+    what = _KINDS.get(registered["kind"], "submodule")
+    readers = family.branch_readers(attr)
+    if readers:
+        return (
+            f"`self.{attr}` ({what} of `{ref.name}`) is read only under a data-dependent branch "
+            f"(in `{readers[0]}`): under DDP an iteration that skips it leaves its gradient "
+            f'reduction unfinished and the next iteration raises "{DDP_ERROR}"; make every '
+            "iteration use it, or pass `find_unused_parameters=True` to DDP"
+        )
+    return (
+        f"`self.{attr}` ({what}) is registered in `{ref.name}` but no method of `{ref.name}` "
+        "(nor of its parents or subclasses) reads it: under DDP it gets no gradient, the first "
+        f'iteration\'s gradient reduction never finishes and iteration 2 raises "{DDP_ERROR}"; '
+        "use it, delete it, or pass `find_unused_parameters=True` to DDP"
+    )
+
+
+def _has_parameters(hierarchy: Hierarchy, registered: dict, importer: Path, depth=0) -> bool:
+    """Does a submodule built by `Callee(...)` own parameters? Only project classes can tell."""
+    resolved = hierarchy.resolve(registered.get("callee") or "?", importer)
+    if not isinstance(resolved, ClassRef) or depth > 4:
+        return False
+    family = hierarchy.ancestry(resolved)
+    if not family.complete or not family.is_module:
+        return False
+    for member, facts in family.members:
+        for sub in facts.get("attrs", {}).values():
+            if sub["kind"] != "call" or _has_parameters(hierarchy, sub, member.path, depth + 1):
+                return True
+    return False
+
+
+__all__ = ["DdpUnusedParameters", "training_signals"]
