@@ -552,4 +552,3 @@ def _dict_value(node: cst.CSTNode, key: str) -> Any:
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 50 else text[:47] + "..."
-
