@@ -337,8 +337,9 @@ def _assignment(small: cst.CSTNode) -> Tuple[Optional[str], Optional[cst.BaseExp
 
 
 def _only_config_statements(body) -> bool:
-    """Assignments, imports, docstrings and `with read_base():` only: no function, class, loop
-    or call statement (a training script always has some)."""
+    """Assignments, imports, docstrings, method calls on names (`custom_keys.update(...)`) and
+    `with read_base():` only: no function, class, loop, `if` or plain call statement (a training
+    script always has some)."""
     if not body:
         return False
     for statement in body:
@@ -362,10 +363,20 @@ def _only_config_statements(body) -> bool:
                 small.value, (cst.SimpleString, cst.ConcatenatedString)
             ):
                 continue
+            if isinstance(small, cst.Expr) and _is_method_call_on_name(small.value):
+                continue  # `custom_keys.update({...})`, `train_pipeline.append(...)`
             if isinstance(small, (cst.Pass, cst.Del)):
                 continue
             return False
     return True
+
+
+def _is_method_call_on_name(expr: cst.BaseExpression) -> bool:
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and isinstance(expr.func.value, cst.Name)
+    )
 
 
 # -- merging a chain (plain data only: runs in the project phase) ------------------------------

@@ -27,6 +27,13 @@ CHECKPOINT_FUNCTIONS = (
     "torch.utils.checkpoint.checkpoint",
     "torch.utils.checkpoint.checkpoint_sequential",
 )
+# Module wrappers that always checkpoint reentrantly (a custom autograd Function that re-runs the
+# module inside backward).
+REENTRANT_WRAPPERS = (
+    "fairscale.nn.checkpoint_wrapper",
+    "fairscale.nn.checkpoint.checkpoint_wrapper",
+    "fairscale.nn.checkpoint.checkpoint_activations.checkpoint_wrapper",
+)
 # Wrappers and strategy objects that hand `find_unused_parameters` on to DDP.
 _DDP_OPTION_HOLDERS = (
     "MMDistributedDataParallel",
@@ -38,6 +45,7 @@ _LIGHTNING_FIND_UNUSED = "ddp_find_unused_parameters_true"
 _HF_FLAG = re.compile(r"--ddp_find_unused_parameters(?:[= ]+(?P<value>\S+))?")
 _TRUE_WORDS = {"true", "1", "yes", "y", "t"}
 
+_HF_WHY = 'Hugging Face passes `use_reentrant=True` unless `gradient_checkpointing_kwargs` say False'
 ERROR_TEXT = '"Expected to mark a variable ready only once"'
 
 
@@ -46,6 +54,7 @@ class _Site:
     node: cst.CSTNode
     text: str  # how the message names it
     fix: Optional[PendingFix] = None
+    why: str = "no `use_reentrant=False`"  # why it is reentrant
 
 
 class FindUnusedWithReentrantCheckpoint(Rule):
@@ -59,7 +68,8 @@ class FindUnusedWithReentrantCheckpoint(Rule):
       an MMEngine/MMDetection config's `find_unused_parameters = True` (top level, or in
       `model_wrapper_cfg`);
     - reentrant checkpointing: `torch.utils.checkpoint.checkpoint(...)` or
-      `checkpoint_sequential(...)` without `use_reentrant=False`, `gradient_checkpointing_enable()`
+      `checkpoint_sequential(...)` without `use_reentrant=False`, fairscale's
+      `checkpoint_wrapper(...)`, `gradient_checkpointing_enable()`
       or `TrainingArguments(gradient_checkpointing=True)` without
       `gradient_checkpointing_kwargs={"use_reentrant": False}`, or `with_cp=True` / `with_cp=<n>`
       anywhere in an MM config's `model`, following its `_base_` files.
@@ -131,7 +141,15 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     name = "find-unused-with-reentrant-checkpoint"
     severity = Severity.ERROR
     fix = "unsafe"
-    markers = ("find_unused", "with_cp", "_base_", "checkpoint", "read_base")
+    markers = (
+        "find_unused",
+        "with_cp",
+        "_base_",
+        "checkpoint",
+        "read_base",
+        "static_graph",
+        "model_wrapper_cfg",
+    )
     project = True
 
     def __init__(self, ctx) -> None:
@@ -157,7 +175,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         for site in checkpoints:
             self.report(
                 site.node,
-                _message(site.text, first.text, None),
+                _message(site.text, site.why, first.text, None),
                 fix=site.fix,
                 related=[(first.node, f"`{first.text}` is set here")],
             )
@@ -214,11 +232,16 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                     continue
                 yield _Site(call, _short(self.ctx.code(call)), self._checkpoint_fix(call))
                 continue
+            if names.is_(call.func, *REENTRANT_WRAPPERS):
+                yield _Site(call, _short(self.ctx.code(call)), why="fairscale's wrapper is reentrant")
+                continue
             func = call.func
             if isinstance(func, cst.Attribute) and func.attr.value == "gradient_checkpointing_enable":
                 kwargs = argument(call, 0, "gradient_checkpointing_kwargs")
                 if _reentrant_kwargs(call, kwargs):
-                    yield _Site(call, _short(self.ctx.code(call)), self._kwargs_fix(call, "enable"))
+                    yield _Site(
+                        call, _short(self.ctx.code(call)), self._kwargs_fix(call, "enable"), _HF_WHY
+                    )
                 continue
             enabled = keyword(call, "gradient_checkpointing")
             if enabled is None or not is_true(enabled) or not self._training_arguments(call):
@@ -228,6 +251,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                     _arg_of(call, "gradient_checkpointing"),
                     "gradient_checkpointing=True",
                     self._kwargs_fix(call, "arguments"),
+                    _HF_WHY,
                 )
 
     def _training_arguments(self, call: cst.Call) -> bool:
@@ -309,7 +333,9 @@ class FindUnusedWithReentrantCheckpoint(Rule):
             for site in sites:
                 row, col = self.ctx.span(site.node)[:2]
                 key = f"{kind}@{row}:{col}"
-                facts[kind].append({"key": key, "at": [row, col], "text": site.text})
+                facts[kind].append(
+                    {"key": key, "at": [row, col], "text": site.text, "why": site.why}
+                )
                 if kind == "checkpoints":
                     self.candidate(key, site.node, "", fix=site.fix)
         if find_unused or checkpoints:
@@ -450,7 +476,7 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
             first = data["find_unused"][0]
             for site in other["checkpoints"]:
                 diagnostic = project.candidate(
-                    reached, code, site["key"], message=_message(site["text"], first["text"], display)
+                    reached, code, site["key"], message=_message(site["text"], site["why"], first["text"], display),
                 )
                 if diagnostic is not None:
                     note = (display, *first["at"], f"`{first['text']}` is set here")
@@ -489,10 +515,10 @@ def _module_files(path: Path, level: int, module: str, imported, root: Path) -> 
     return [Path(os.path.normpath(p)) for p in found]
 
 
-def _message(checkpoint: str, find_unused: str, elsewhere: Optional[str]) -> str:
+def _message(checkpoint: str, why: str, find_unused: str, elsewhere: Optional[str]) -> str:
     where = f" in {elsewhere}" if elsewhere else ""
     return (
-        f"`{checkpoint}` checkpoints reentrantly (no `use_reentrant=False`) while DDP runs with "
+        f"`{checkpoint}` checkpoints reentrantly ({why}) while DDP runs with "
         f"`{find_unused}`{where}: DDP raises {ERROR_TEXT} in the first backward; use "
         "non-reentrant checkpointing"
     )
