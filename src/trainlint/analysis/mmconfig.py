@@ -31,8 +31,8 @@ child's `find_unused_parameters = True` and the base's `with_cp=True`.
 Queries on a merged tree: `find_unused_setting(tree)` (what MMEngine's runner hands to
 MMDistributedDataParallel: `model_wrapper_cfg`'s `find_unused_parameters` when the config has a
 model_wrapper_cfg, the top-level `find_unused_parameters` otherwise; `static_graph=True` in the
-wrapper cancels it), and `checkpointed_layers(tree)` (every `with_cp` in the `model` dict that is
-True or a positive number of layers).
+wrapper cancels it), and `checkpointed_layers(tree)` (every `with_cp` / `use_checkpoint` in the
+`model` dict that is True or a positive number of layers).
 
 For other rules: `MMConfig(ctx).is_config` answers "is this file an MM config" (a config in the
 project means the project trains with MMEngine/MMCV's distributed launcher), and
@@ -82,8 +82,12 @@ CONFIG_KEYS = frozenset(
     }
 )
 
+# Keys that turn activation checkpointing on in MM model configs: `with_cp` (MMCV/MMDet/MMPretrain
+# backbones and transformer layers) and `use_checkpoint` (Swin and InternImage backbones).
+CHECKPOINT_KEYS = frozenset({"with_cp", "use_checkpoint"})
+
 # Keys whose values (not just their presence) the queries below need.
-TRACKED = frozenset({"with_cp", "find_unused_parameters", "static_graph", "type"})
+TRACKED = CHECKPOINT_KEYS | {"find_unused_parameters", "static_graph", "type"}
 
 # Top-level keys whose whole structure is kept; every other top-level key is kept as a leaf.
 DEEP_KEYS = frozenset({"model", "model_wrapper_cfg"})
@@ -489,17 +493,17 @@ def find_unused_setting(tree: Node) -> Optional[Dict[str, Any]]:
 
 
 def checkpointed_layers(tree: Node) -> List[Tuple[str, Dict[str, Any]]]:
-    """(dotted path, leaf) of every `with_cp` in the model dict that turns checkpointing on:
-    True or a positive number of layers (`with_cp=4` checkpoints the first 4 layers)."""
+    """(dotted path, leaf) of every `with_cp` / `use_checkpoint` in the model dict that turns
+    checkpointing on: True or a positive number of layers (`with_cp=4` checkpoints 4 layers)."""
     top = tree["dict"] if _is_dict_node(tree) else {}
     found: List[Tuple[str, Dict[str, Any]]] = []
 
     def visit(node: Node, where: str) -> None:
         if _is_dict_node(node):
             for key, value in node["dict"].items():
-                if key == "with_cp":
+                if key in CHECKPOINT_KEYS:
                     if _checkpoints(value):
-                        found.append((f"{where}.with_cp", value))
+                        found.append((f"{where}.{key}", value))
                     continue
                 visit(value, f"{where}.{key}")
         elif isinstance(node, dict) and "list" in node:

@@ -45,7 +45,7 @@ _LIGHTNING_FIND_UNUSED = "ddp_find_unused_parameters_true"
 _HF_FLAG = re.compile(r"--ddp_find_unused_parameters(?:[= ]+(?P<value>\S+))?")
 _TRUE_WORDS = {"true", "1", "yes", "y", "t"}
 
-_HF_WHY = 'Hugging Face passes `use_reentrant=True` unless `gradient_checkpointing_kwargs` say False'
+_HF_WHY = "Hugging Face passes `use_reentrant=True` unless gradient_checkpointing_kwargs say False"
 ERROR_TEXT = '"Expected to mark a variable ready only once"'
 
 
@@ -72,7 +72,8 @@ class FindUnusedWithReentrantCheckpoint(Rule):
       `checkpoint_wrapper(...)`, `gradient_checkpointing_enable()`
       or `TrainingArguments(gradient_checkpointing=True)` without
       `gradient_checkpointing_kwargs={"use_reentrant": False}`, or `with_cp=True` / `with_cp=<n>`
-      anywhere in an MM config's `model`, following its `_base_` files.
+      (or Swin's `use_checkpoint=True`) anywhere in an MM config's `model`, following its
+      `_base_` files.
 
     Within one file the finding is at the checkpoint call; for an MM config it is at
     `find_unused_parameters = True` (or at the `with_cp` the config sets itself), with the other
@@ -233,10 +234,11 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                 yield _Site(call, _short(self.ctx.code(call)), self._checkpoint_fix(call))
                 continue
             if names.is_(call.func, *REENTRANT_WRAPPERS):
-                yield _Site(call, _short(self.ctx.code(call)), why="fairscale's wrapper is reentrant")
+                text = _short(self.ctx.code(call))
+                yield _Site(call, text, why="fairscale's wrapper is reentrant")
                 continue
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "gradient_checkpointing_enable":
+            if _method_name(func) == "gradient_checkpointing_enable":
                 kwargs = argument(call, 0, "gradient_checkpointing_kwargs")
                 if _reentrant_kwargs(call, kwargs):
                     yield _Site(
@@ -442,15 +444,20 @@ def _note(leaf: Dict[str, Any], text: str) -> Tuple[str, int, int, str]:
 
 def _config_message(find_unused, layers, display: str) -> str:
     dotted, leaf = layers[0]
-    origin = "" if leaf["file"] == display else f" ({leaf['file']}:{leaf['at'][0]})"
+    key = dotted.rsplit(".", 1)[-1]
     more = f" and {len(layers) - 1} more" if len(layers) > 1 else ""
-    fu_origin = "" if find_unused["file"] == display else f" ({find_unused['file']}:{find_unused['at'][0]})"
     return (
-        f"`find_unused_parameters=True`{fu_origin} with reentrant activation checkpointing from "
-        f"`{dotted}={leaf.get('value')}`{origin}{more}: DDP raises {ERROR_TEXT} in the first "
-        "backward; set `with_cp=False` where find_unused_parameters is needed, or make every "
-        "parameter reach the loss and drop `find_unused_parameters`"
+        f"`find_unused_parameters=True`{_origin(find_unused, display)} with reentrant activation "
+        f"checkpointing from `{dotted}={leaf.get('value')}`{_origin(leaf, display)}{more}: DDP "
+        f"raises {ERROR_TEXT} in the first backward; set `{key}=False` where "
+        "find_unused_parameters is needed, or make every parameter reach the loss and drop "
+        "`find_unused_parameters`"
     )
+
+
+def _origin(leaf: Dict[str, Any], display: str) -> str:
+    """` (path:row)` for a setting that comes from another config of the chain."""
+    return "" if leaf["file"] == display else f" ({leaf['file']}:{leaf['at'][0]})"
 
 
 # -- code in several files ---------------------------------------------------------------------
@@ -476,7 +483,10 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
             first = data["find_unused"][0]
             for site in other["checkpoints"]:
                 diagnostic = project.candidate(
-                    reached, code, site["key"], message=_message(site["text"], site["why"], first["text"], display),
+                    reached,
+                    code,
+                    site["key"],
+                    message=_message(site["text"], site["why"], first["text"], display),
                 )
                 if diagnostic is not None:
                     note = (display, *first["at"], f"`{first['text']}` is set here")
@@ -554,7 +564,15 @@ def _is_none(node: cst.CSTNode) -> bool:
 
 
 def _is_dict_call(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "dict"
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "dict"
+    )
+
+
+def _method_name(func: cst.BaseExpression) -> Optional[str]:
+    return func.attr.value if isinstance(func, cst.Attribute) else None
 
 
 def _dict_value(node: cst.CSTNode, key: str) -> Any:
