@@ -370,9 +370,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
 
 
 def _check_configs(code: str, project) -> Iterable[Diagnostic]:
-    displays = {
-        Path(os.path.abspath(path)): display for display, path in project.paths.items()
-    }
+    displays = {_path_of(project, display): display for display in project.results}
 
     def display_of(path: Path) -> str:
         return displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
@@ -385,7 +383,7 @@ def _check_configs(code: str, project) -> Iterable[Diagnostic]:
         own = facts.get("config") if isinstance(facts, dict) else None
         if not own:
             continue
-        path = Path(os.path.abspath(project.paths.get(display, display)))
+        path = _path_of(project, display)
         merged = resolve(path, own, config_facts, display_of)
         conflict = _conflict(merged)
         if conflict is None:
@@ -437,6 +435,11 @@ def _primary(display, find_unused, layers, own, path, config_facts, display_of) 
     return "_base_"
 
 
+def _path_of(project, display: str) -> Path:
+    """The absolute path of a file of the run (under flake8 the display path is the path)."""
+    return Path(os.path.abspath(project.paths.get(display, display)))
+
+
 def _note(leaf: Dict[str, Any], text: str) -> Tuple[str, int, int, str]:
     row, col = leaf["at"]
     return (leaf["file"], row, col, text)
@@ -471,11 +474,11 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
         for display, data in project.facts(code).items()
         if isinstance(data, dict) and "find_unused" in data
     }
-    by_path = {Path(os.path.abspath(project.paths.get(d, d))): d for d in facts}
+    by_path = {_path_of(project, d): d for d in facts}
     for display, data in sorted(facts.items()):
         if not data["find_unused"]:
             continue
-        start = Path(os.path.abspath(project.paths.get(display, display)))
+        start = _path_of(project, display)
         for reached in _imported_files(start, data, by_path, facts, project.root):
             if reached == display:
                 continue
