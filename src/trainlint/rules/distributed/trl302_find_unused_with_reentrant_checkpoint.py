@@ -55,6 +55,7 @@ class _Site:
     text: str  # how the message names it
     fix: Optional[PendingFix] = None
     why: str = "no `use_reentrant=False`"  # why it is reentrant
+    when: str = ""  # the flag the checkpoint runs under (`self.use_checkpoint`), if any
 
 
 class FindUnusedWithReentrantCheckpoint(Rule):
@@ -176,7 +177,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         for site in checkpoints:
             self.report(
                 site.node,
-                _message(site.text, site.why, first.text, None),
+                _message(site.text, site.why, first.text, None, site.when),
                 fix=site.fix,
                 related=[(first.node, f"`{first.text}` is set here")],
             )
@@ -231,7 +232,12 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                 reentrant = keyword(call, "use_reentrant")
                 if reentrant is not None and not is_true(reentrant):
                     continue
-                yield _Site(call, _short(self.ctx.code(call)), self._checkpoint_fix(call))
+                yield _Site(
+                    call,
+                    _short(self.ctx.code(call)),
+                    self._checkpoint_fix(call),
+                    when=self._flag_guarding(call),
+                )
                 continue
             if names.is_(call.func, *REENTRANT_WRAPPERS):
                 text = _short(self.ctx.code(call))
@@ -255,6 +261,24 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                     self._kwargs_fix(call, "arguments"),
                     _HF_WHY,
                 )
+
+    def _flag_guarding(self, node: cst.CSTNode) -> str:
+        """`self.use_checkpoint` for a call under `if self.use_checkpoint (and ...):` in its
+        function: the checkpoint runs only when that option is on."""
+        child = node
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return ""
+            if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+                test = ancestor.test
+                while isinstance(test, cst.BooleanOperation) and isinstance(
+                    test.operator, cst.And
+                ):
+                    test = test.left
+                if isinstance(test, (cst.Name, cst.Attribute)):
+                    return _short(self.ctx.code(test))
+            child = ancestor
+        return ""
 
     def _training_arguments(self, call: cst.Call) -> bool:
         """Hugging Face `TrainingArguments` and the trainer configs built on it (TRL's
@@ -336,7 +360,13 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                 row, col = self.ctx.span(site.node)[:2]
                 key = f"{kind}@{row}:{col}"
                 facts[kind].append(
-                    {"key": key, "at": [row, col], "text": site.text, "why": site.why}
+                    {
+                        "key": key,
+                        "at": [row, col],
+                        "text": site.text,
+                        "why": site.why,
+                        "when": site.when,
+                    }
                 )
                 if kind == "checkpoints":
                     self.candidate(key, site.node, "", fix=site.fix)
@@ -489,7 +519,9 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                     reached,
                     code,
                     site["key"],
-                    message=_message(site["text"], site["why"], first["text"], display),
+                    message=_message(
+                        site["text"], site["why"], first["text"], display, site["when"]
+                    ),
                 )
                 if diagnostic is not None:
                     note = (display, *first["at"], f"`{first['text']}` is set here")
@@ -528,10 +560,13 @@ def _module_files(path: Path, level: int, module: str, imported, root: Path) -> 
     return [Path(os.path.normpath(p)) for p in found]
 
 
-def _message(checkpoint: str, why: str, find_unused: str, elsewhere: Optional[str]) -> str:
+def _message(
+    checkpoint: str, why: str, find_unused: str, elsewhere: Optional[str], when: str = ""
+) -> str:
     where = f" in {elsewhere}" if elsewhere else ""
+    flag = f" (whenever `{when}` is on)" if when else ""
     return (
-        f"`{checkpoint}` checkpoints reentrantly ({why}) while DDP runs with "
+        f"`{checkpoint}`{flag} checkpoints reentrantly ({why}) while DDP runs with "
         f"`{find_unused}`{where}: DDP raises {ERROR_TEXT} in the first backward; use "
         "non-reentrant checkpointing"
     )
