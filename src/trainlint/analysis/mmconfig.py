@@ -86,8 +86,10 @@ CONFIG_KEYS = frozenset(
 # backbones and transformer layers) and `use_checkpoint` (Swin and InternImage backbones).
 CHECKPOINT_KEYS = frozenset({"with_cp", "use_checkpoint"})
 
-# Keys whose values (not just their presence) the queries below need.
-TRACKED = CHECKPOINT_KEYS | {"find_unused_parameters", "static_graph", "type"}
+# Keys whose values (not just their presence) the queries below need; findings point at the
+# POSITIONED ones.
+POSITIONED = CHECKPOINT_KEYS | {"find_unused_parameters"}
+TRACKED = POSITIONED | {"static_graph", "type"}
 
 # Top-level keys whose whole structure is kept; every other top-level key is kept as a leaf.
 DEEP_KEYS = frozenset({"model", "model_wrapper_cfg"})
@@ -119,8 +121,8 @@ class MMConfig(Analysis):
         return self._is_config
 
     def facts(self) -> Optional[Dict[str, Any]]:
-        """{"base": [{"path", "at"}], "base_at": [row, col] | None, "cfg": node}; None for files
-        that are not MM configs."""
+        """{"base": [{"path": <relative to this file>}], "cfg": <the top-level dict node>}; None
+        for files that are not MM configs. `base_node` is the `_base_` statement."""
         self._read()
         return self._facts
 
@@ -164,9 +166,9 @@ class MMConfig(Analysis):
                     top[target] = None
         if not looks_like_config:
             return
+        reader.place()
         self._is_config = True
-        base_at = list(self.ctx.span(self.base_node)[:2]) if self.base_node is not None else None
-        self._facts = {"base": bases, "base_at": base_at, "cfg": {"dict": top}}
+        self._facts = {"base": bases, "cfg": {"dict": top}}
 
     def _read_base_paths(self, value: cst.BaseExpression) -> List[Dict[str, Any]]:
         elements: List[cst.BaseExpression]
@@ -179,7 +181,7 @@ class MMConfig(Analysis):
             if isinstance(element, cst.SimpleString):
                 text = element.evaluated_value
                 if isinstance(text, str) and text.endswith(".py"):
-                    found.append({"path": text, "at": list(self.ctx.span(element)[:2])})
+                    found.append({"path": text})
         return found
 
     def _read_base_imports(self, statement: cst.With) -> List[Dict[str, Any]]:
@@ -204,7 +206,7 @@ class MMConfig(Analysis):
                 if levels == 1:
                     path = "./" + path
                 self.base_node = self.base_node or statement
-                found.append({"path": path, "at": list(self.ctx.span(small)[:2])})
+                found.append({"path": path})
         return found
 
 
@@ -213,14 +215,16 @@ class _Reader:
 
     Shapes: {"dict": {key: node}, "delete": True?} for dict(...) / {...}; {"list": [node]} for
     lists and tuples; for a TRACKED key, a leaf {"value": <bool|int|float|str|None>} or
-    {"unknown": True}, with "at": [row, col] (where `key=` is written) and "key" (the name the
-    rule records its candidate under); None for any other value (it replaces, nothing more).
+    {"unknown": True}, for a POSITIONED one with "at": [row, col] (where `key=` is written) and
+    "key" (the name rules record their candidates under); None for any other value (it
+    replaces what a base set, nothing more).
     """
 
     def __init__(self, ctx, sites: Dict[str, cst.CSTNode]) -> None:
         self.ctx = ctx
         self.sites = sites
         self.names: Dict[str, cst.BaseExpression] = {}
+        self._unplaced: List[Tuple[Dict[str, Any], cst.CSTNode]] = []
 
     def bind(self, name: str, value: cst.BaseExpression) -> None:
         self.names[name] = value
@@ -279,16 +283,23 @@ class _Reader:
         return self.read(value, depth + 1)
 
     def leaf(self, site: cst.CSTNode, key: str, value: cst.BaseExpression) -> Node:
-        row, col = self.ctx.span(site)[:2]
-        name = f"{key}@{row}:{col}"
-        self.sites[name] = site
         literal = _literal(self.deref(value, 0))
-        leaf: Dict[str, Any] = {"at": [row, col], "key": name}
-        if literal is _UNKNOWN:
-            leaf["unknown"] = True
-        else:
-            leaf["value"] = literal
+        leaf: Dict[str, Any] = {"unknown": True} if literal is _UNKNOWN else {"value": literal}
+        if key in POSITIONED:
+            leaf["name"] = key
+            self._unplaced.append((leaf, site))
         return leaf
+
+    def place(self) -> None:
+        """Positions of the settings findings point at, computed together (one regeneration of
+        each statement, however many settings it holds)."""
+        self.ctx.positions.prepare([site for _, site in self._unplaced])
+        for leaf, site in self._unplaced:
+            row, col = self.ctx.span(site)[:2]
+            leaf["at"] = [row, col]
+            leaf["key"] = f"{leaf.pop('name')}@{row}:{col}"
+            self.sites[leaf["key"]] = site
+        self._unplaced = []
 
     def _delete(self, key: str, value: cst.BaseExpression) -> bool:
         return key == DELETE_KEY and _literal(value) is True

@@ -165,7 +165,9 @@ class FindUnusedWithReentrantCheckpoint(Rule):
             # Where a config finding may go: its own settings, or its `_base_` line.
             for key, node in config.sites.items():
                 self.candidate(key, node, "")
-            if config.base_node is not None:
+            if config.base_node is not None and len(self._facts["config"]["base"]) > 1:
+                # Only several bases can meet in this file without one of them (reported
+                # itself) already holding both settings.
                 self.candidate("_base_", config.base_node, "")
             return
         find_unused = list(self._find_unused_sites())
