@@ -34,9 +34,10 @@ model_wrapper_cfg, the top-level `find_unused_parameters` otherwise; `static_gra
 wrapper cancels it), and `checkpointed_layers(tree)` (every `with_cp` / `use_checkpoint` in the
 `model` dict that is True or a positive number of layers).
 
-For other rules: `MMConfig(ctx).is_config` answers "is this file an MM config" (a config in the
-project means the project trains with MMEngine/MMCV's distributed launcher), and
-`MM_CONFIG_MARKERS` are substrings one of which every MM config contains (rule `markers`).
+For other rules: `ctx.analysis(MMConfig).is_config` answers "is this file an MM config" (a config
+in the project means the project trains with MMEngine/MMCV's distributed launcher; record it in
+the rule's facts for the project phase), and `MM_CONFIG_MARKERS` are substrings one of which an
+MM config contains (add them to the rule's `markers`: configs rarely mention "torch").
 """
 
 from __future__ import annotations
@@ -51,7 +52,14 @@ import libcst as cst
 from . import Analysis
 
 # Substrings that every MM config contains (for rule markers: MM configs often lack "torch").
-MM_CONFIG_MARKERS = ("_base_", "model = dict", "model=dict", "model = {", "_cfg = dict")
+MM_CONFIG_MARKERS = (
+    "_base_",
+    "model = dict",
+    "model=dict",
+    "model = {",
+    "_cfg = dict",
+    "dict(type=",
+)
 
 # Top-level keys that make a file of plain assignments an MM config when bound to a dict (or, for
 # _base_, to paths).
