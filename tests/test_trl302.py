@@ -85,3 +85,20 @@ def test_checkpoints_pair_only_with_scripts_that_import_them(tmp_path):
     assert found[0].related[0][0].endswith("train.py")
     (tmp_path / "train.py").write_text(SCRIPT.format(import_line="from other import Trunk"))
     assert lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics == []
+
+
+def _rows(tmp_path, text):
+    path = tmp_path / "launch.py"
+    path.write_text(textwrap.dedent(text))
+    return [d.row for d in lint([path], ["TRL302"], root=tmp_path).diagnostics]
+
+
+def test_find_unused_spelled_as_flags_and_strategy_names(tmp_path):
+    enable = "model.gradient_checkpointing_enable()\n"
+    assert _rows(tmp_path, 'argv = ["--ddp_find_unused_parameters", "False"]\n' + enable) == []
+    assert _rows(tmp_path, 'cmd = "train.py --ddp_find_unused_parameters=true"\n' + enable) == [2]
+    assert _rows(tmp_path, 'cmd = "train.py --ddp_find_unused_parameters"\n' + enable) == [2]
+    lightning = 'trainer = Trainer(strategy="ddp_find_unused_parameters_true")\n'
+    assert _rows(tmp_path, lightning + enable) == [2]
+    keep = 'model.gradient_checkpointing_enable({"use_reentrant": False})\n'
+    assert _rows(tmp_path, lightning + keep) == []
