@@ -76,11 +76,12 @@ class FindUnusedWithReentrantCheckpoint(Rule):
       (or Swin's `use_checkpoint=True`) anywhere in an MM config's `model`, following its
       `_base_` files.
 
-    Within one file the finding is at the checkpoint call; for an MM config it is at
-    `find_unused_parameters = True` (or at the `with_cp` the config sets itself), with the other
-    site as a note. Across files (the CLI's project phase) a config's whole `_base_` chain is
-    read, and a training script's `find_unused_parameters=True` is paired with reentrant
-    checkpoint calls in the project modules it imports.
+    In code the finding is at the checkpoint call; in an MM config it is at the config's own
+    `find_unused_parameters = True`, else at the `with_cp` it sets itself, else (when the two
+    come from different bases) at its `_base_`; the other site is a note. The CLI reads a
+    config's whole `_base_` chain (also when pre-commit passes only the child) and pairs a
+    training script's `find_unused_parameters=True` with reentrant checkpoint calls in the
+    project modules it imports. Under flake8, which sees one file, only that file counts.
 
     ## Why is this bad
     With `find_unused_parameters=True`, DDP walks the autograd graph after every forward and
@@ -101,7 +102,8 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     who turns it on to cure an unused parameter gets this error instead.
 
     Non-reentrant checkpointing (`use_reentrant=False`) keeps the parameters in the graph and
-    works with `find_unused_parameters=True`; so does DDP's `static_graph=True`, which is not
+    works with `find_unused_parameters=True`; so does DDP's `static_graph=True` (or
+    `_set_static_graph()`, or `static_graph=True` in `model_wrapper_cfg`), which is not
     reported.
 
     ## Example
