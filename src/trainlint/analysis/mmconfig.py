@@ -419,19 +419,25 @@ def resolve(
     facts: Dict[str, Any],
     facts_of: Callable[[Path], Optional[Dict[str, Any]]],
     display: Callable[[Path], str],
+    memo: Optional[Dict[Path, "Resolved"]] = None,
     _depth: int = 0,
-    _seen: Optional[Tuple[Path, ...]] = None,
+    _seen: Tuple[Path, ...] = (),
 ) -> Resolved:
     """Merge the config at `path` (whose facts are `facts`) with its bases, as MMEngine does.
 
     `facts_of(path)` returns the `MMConfig.facts()` of another config file (None when it cannot
-    be read or is not a config); `display(path)` names a file in findings."""
-    seen = (_seen or ()) + (Path(os.path.abspath(path)),)
+    be read or is not a config); `display(path)` names a file in findings. `memo` (path ->
+    Resolved) lets the configs of one run share the chains of their common bases; merged trees
+    are never modified, so sharing them is safe."""
+    path = Path(os.path.abspath(path))
+    if memo is not None and path in memo:
+        return memo[path]
+    seen = _seen + (path,)
     merged: Node = {"dict": {}}
     files = [display(path)]
     missing: List[str] = []
     for base in facts.get("base", ()):
-        base_path = Path(os.path.normpath(Path(os.path.abspath(path)).parent / base["path"]))
+        base_path = Path(os.path.normpath(path.parent / base["path"]))
         if base_path in seen or _depth >= _MAX_BASES:
             missing.append(base["path"])
             continue
@@ -439,14 +445,17 @@ def resolve(
         if not base_facts:
             missing.append(base["path"])
             continue
-        inner = resolve(base_path, base_facts, facts_of, display, _depth + 1, seen)
+        inner = resolve(base_path, base_facts, facts_of, display, memo, _depth + 1, seen)
         files.extend(inner.files)
         missing.extend(inner.missing)
         # Keys of different bases do not merge with each other (MMEngine refuses duplicates);
         # the later one wins here.
         merged["dict"].update(inner.tree["dict"])
     own = _tagged(copy.deepcopy(facts["cfg"]), display(path))
-    return Resolved(merge(merged, own), files, missing)
+    resolved = Resolved(merge(merged, own), files, missing)
+    if memo is not None:  # (a chain with a cycle, which MMEngine refuses, is cut where it loops)
+        memo[path] = resolved
+    return resolved
 
 
 def merge(base: Node, child: Node) -> Node:

@@ -403,27 +403,51 @@ class FindUnusedWithReentrantCheckpoint(Rule):
 # -- MM configs ------------------------------------------------------------------------------
 
 
-def _check_configs(code: str, project) -> Iterable[Diagnostic]:
-    displays = {_path_of(project, display): display for display in project.results}
+def _path_of(project, display: str) -> Path:
+    """The absolute path of a file of the run (under flake8 the display path is the path)."""
+    return Path(os.path.abspath(project.paths.get(display, display)))
 
-    def display_of(path: Path) -> str:
-        return displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
 
-    def config_facts(path: Path) -> Optional[Dict[str, Any]]:
-        facts = project.facts_of(path, code)
+class _Chains:
+    """The configs of a run and their `_base_` files, each read and merged once."""
+
+    def __init__(self, code: str, project) -> None:
+        self.code = code
+        self.project = project
+        self.displays = {_path_of(project, display): display for display in project.results}
+        # Facts of the run's own files are at hand; only files outside the run are loaded.
+        self.in_run: Dict[Path, Optional[Dict[str, Any]]] = {path: None for path in self.displays}
+        for display, facts in project.facts(code).items():
+            if isinstance(facts, dict):
+                self.in_run[_path_of(project, display)] = facts.get("config")
+        self.memo: Dict[Path, Resolved] = {}
+
+    def facts(self, path: Path) -> Optional[Dict[str, Any]]:
+        path = Path(os.path.abspath(path))
+        if path in self.in_run:
+            return self.in_run[path]
+        facts = self.project.facts_of(path, self.code)
         return facts.get("config") if isinstance(facts, dict) else None
 
+    def display(self, path: Path) -> str:
+        return self.displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
+
+    def resolve(self, path: Path, facts: Dict[str, Any]) -> Resolved:
+        return resolve(path, facts, self.facts, self.display, self.memo)
+
+
+def _check_configs(code: str, project) -> Iterable[Diagnostic]:
+    chains = _Chains(code, project)
     for display, facts in sorted(project.facts(code).items()):
         own = facts.get("config") if isinstance(facts, dict) else None
         if not own:
             continue
         path = _path_of(project, display)
-        merged = resolve(path, own, config_facts, display_of)
-        conflict = _conflict(merged)
+        conflict = _conflict(chains.resolve(path, own))
         if conflict is None:
             continue
         find_unused, layers = conflict
-        where = _primary(display, find_unused, layers, own, path, config_facts, display_of)
+        where = _primary(display, find_unused, layers, own, path, chains)
         if where is None:
             continue
         diagnostic = project.candidate(
@@ -452,7 +476,7 @@ def _conflict(merged: Resolved) -> Optional[Tuple[Dict[str, Any], List[Tuple[str
     return find_unused, layers
 
 
-def _primary(display, find_unused, layers, own, path, config_facts, display_of) -> Optional[str]:
+def _primary(display, find_unused, layers, own, path: Path, chains: _Chains) -> Optional[str]:
     """Which candidate of this config carries the finding: its own `find_unused_parameters`,
     else its own first `with_cp`, else its `_base_` line when no single base already has the
     conflict (a base that has it is reported itself, when it is checked)."""
@@ -463,15 +487,10 @@ def _primary(display, find_unused, layers, own, path, config_facts, display_of) 
             return leaf["key"]
     for base in own.get("base", ()):
         base_path = Path(os.path.normpath(path.parent / base["path"]))
-        base_facts = config_facts(base_path)
-        if base_facts and _conflict(resolve(base_path, base_facts, config_facts, display_of)):
+        base_facts = chains.facts(base_path)
+        if base_facts and _conflict(chains.resolve(base_path, base_facts)):
             return None
     return "_base_"
-
-
-def _path_of(project, display: str) -> Path:
-    """The absolute path of a file of the run (under flake8 the display path is the path)."""
-    return Path(os.path.abspath(project.paths.get(display, display)))
 
 
 def _note(leaf: Dict[str, Any], text: str) -> Tuple[str, int, int, str]:
