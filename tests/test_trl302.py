@@ -83,6 +83,13 @@ def test_checkpoints_pair_only_with_scripts_that_import_them(tmp_path):
     found = lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics
     assert [(d.path.endswith("trunk.py"), d.row) for d in found] == [(True, 12)]
     assert found[0].related[0][0].endswith("train.py")
+    # Through a package that re-exports the module, and from two scripts: reported once.
+    (tmp_path / "nets" / "__init__.py").write_text("from .trunk import Trunk\n")
+    (tmp_path / "train.py").write_text(SCRIPT.format(import_line="from nets import Trunk"))
+    (tmp_path / "finetune.py").write_text(SCRIPT.format(import_line="from nets import Trunk"))
+    found = lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics
+    assert [(d.path.endswith("trunk.py"), d.row) for d in found] == [(True, 12)]
+    (tmp_path / "finetune.py").unlink()
     (tmp_path / "train.py").write_text(SCRIPT.format(import_line="from other import Trunk"))
     assert lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics == []
 

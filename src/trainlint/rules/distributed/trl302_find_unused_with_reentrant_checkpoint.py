@@ -528,16 +528,21 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
         if isinstance(data, dict) and "find_unused" in data
     }
     by_path = {_path_of(project, d): d for d in facts}
+    run_paths = {_path_of(project, d) for d in project.results}
+    reported = set()  # (file, candidate): two scripts importing one module report it once
     for display, data in sorted(facts.items()):
         if not data["find_unused"]:
             continue
         start = _path_of(project, display)
-        for reached in _imported_files(start, data, by_path, facts, project.root):
+        for reached in _imported_files(start, data, by_path, facts, run_paths, project.root):
             if reached == display:
                 continue
             other = facts[reached]
             first = data["find_unused"][0]
             for site in other["checkpoints"]:
+                if (reached, site["key"]) in reported:
+                    continue
+                reported.add((reached, site["key"]))
                 diagnostic = project.candidate(
                     reached,
                     code,
@@ -551,8 +556,10 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                     yield dataclasses.replace(diagnostic, related=(note,))
 
 
-def _imported_files(start: Path, data, by_path, facts, root) -> List[str]:
-    """Display paths of the files of the run that `start` imports, transitively."""
+def _imported_files(start: Path, data, by_path, facts, run_paths, root) -> List[str]:
+    """Display paths of the files of the run that `start` imports, transitively. A package whose
+    `__init__.py` says nothing about checkpointing (it re-exports its modules) stands for the
+    files of the run inside it."""
     seen: List[str] = []
     todo = [(start, data)]
     visited = {start}
@@ -560,17 +567,24 @@ def _imported_files(start: Path, data, by_path, facts, root) -> List[str]:
         path, current = todo.pop()
         for level, module, imported in current.get("imports", ()):
             for candidate in _module_files(path, level, module, imported, Path(root)):
-                display = by_path.get(candidate)
-                if display is None or candidate in visited:
-                    continue
-                visited.add(candidate)
-                seen.append(display)
-                todo.append((candidate, facts[display]))
+                reached = [candidate]
+                if candidate.name == "__init__.py" and candidate not in by_path:
+                    if candidate in run_paths:
+                        reached = [p for p in by_path if candidate.parent in p.parents]
+                for found in reached:
+                    display = by_path.get(found)
+                    if display is None or found in visited:
+                        continue
+                    visited.add(found)
+                    seen.append(display)
+                    todo.append((found, facts[display]))
     return seen
 
 
 def _module_files(path: Path, level: int, module: str, imported, root: Path) -> List[Path]:
     if level:
+        if level - 1 > len(path.parent.parents):
+            return []  # more dots than folders: not a module of this project
         bases = [path.parent.parents[level - 2] if level > 1 else path.parent]
     else:
         bases = [path.parent, Path(os.path.abspath(root)), Path(os.path.abspath(root)) / "src"]
@@ -578,7 +592,9 @@ def _module_files(path: Path, level: int, module: str, imported, root: Path) -> 
     found = []
     for base in bases:
         target = base.joinpath(*parts) if parts else base
-        found += [target.with_suffix(".py") if parts else target, target / "__init__.py"]
+        if parts:
+            found.append(target.with_suffix(".py"))
+        found.append(target / "__init__.py")
         found += [target / f"{name}.py" for name in imported]
     return [Path(os.path.normpath(p)) for p in found]
 
