@@ -40,28 +40,37 @@ import libcst as cst
 from . import Analysis
 from .calls import argument, positional
 from .names import Names
+from .parallel import MODULE_RETURNING
 from .scopes import Scopes
 from ..walk import children
 
-# Methods that change a Python container in place.
+# Methods that change a Python container in place, whatever else holds them.
 MUTATING_METHODS = {
     "append",
     "extend",
     "insert",
-    "update",
     "setdefault",
-    "pop",
     "popitem",
-    "clear",
-    "remove",
-    "add",
-    "discard",
     "appendleft",
     "extendleft",
     "popleft",
     "__setitem__",
 }
+# Names containers share with other objects (`FloatFunctional.add`, `ema.update(model)`,
+# `tensor.clear`...): a write only on an attribute the class makes a container.
+CONTAINER_ONLY_METHODS = {"update", "pop", "clear", "remove", "add", "discard"}
+_CONTAINER_MAKERS = {
+    "dict",
+    "list",
+    "set",
+    "collections.OrderedDict",
+    "collections.defaultdict",
+    "collections.deque",
+    "collections.Counter",
+}
 FORWARD_HOOK_REGISTRARS = ("register_forward_hook", "register_forward_pre_hook")
+# Calls that return their receiver on another device or dtype: `self.x = self.x.to(x.device)`.
+_MOVES = MODULE_RETURNING | {"type_as", "type", "detach", "contiguous"}
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
 _TENSOR_MAKERS = ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.Tensor")
 
@@ -91,7 +100,7 @@ class StateWrites(Analysis):
         super().__init__(ctx)
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.names: Names = ctx.analysis(Names)
-        self._tensor_attrs: Dict[cst.ClassDef, Set[str]] = {}
+        self._attrs: Dict[cst.ClassDef, Tuple[Set[str], Set[str]]] = {}
 
     # -- functions ----------------------------------------------------------------------------
 
@@ -115,7 +124,13 @@ class StateWrites(Analysis):
             for write in self._write_at(node, func, roots):
                 if write.kind == "item" and _top(write.attr) in tensors:
                     continue  # an in-place update of the module's own tensor
+                if write.kind == "item" and _plain(_written_value(node)):
+                    continue  # strings and numbers: bookkeeping, no graph, no device
                 if self._quiet_context(write.node, func):
+                    continue
+                if write.kind == "assign" and (
+                    self._replica_cache(write, node) or self._scratch(write)
+                ):
                     continue
                 yield write
 
@@ -142,7 +157,11 @@ class StateWrites(Analysis):
 
     def _tensors_of(self, func: Function) -> Set[str]:
         cls = self._class_of(func)
-        return self.tensor_attrs(cls) if cls is not None else set()
+        return self.attrs_of(cls)[0] if cls is not None else set()
+
+    def _containers_of(self, func: Function) -> Set[str]:
+        cls = self._class_of(func)
+        return self.attrs_of(cls)[1] if cls is not None else set()
 
     def _target(self, target, func: Function, roots) -> Iterator[StateWrite]:
         if isinstance(target, cst.Attribute):
@@ -157,10 +176,18 @@ class StateWrites(Analysis):
 
     def _call(self, call: cst.Call, func: Function, roots) -> Iterator[StateWrite]:
         callee = call.func
-        if isinstance(callee, cst.Attribute) and callee.attr.value in MUTATING_METHODS:
+        if isinstance(callee, cst.Attribute):
+            method = callee.attr.value
+            if method not in MUTATING_METHODS and method not in CONTAINER_ONLY_METHODS:
+                return
             owner = self.path_of(callee.value, roots)
-            if owner:
-                yield StateWrite(call, owner, "item", func)
+            if not owner:
+                return
+            if method in CONTAINER_ONLY_METHODS and (
+                owner not in self._containers_of(func)
+            ):
+                return
+            yield StateWrite(call, owner, "item", func)
         elif isinstance(callee, cst.Name) and callee.value == "setattr":
             obj, name = positional(call, 0), positional(call, 1)
             owner = self.path_of(obj, roots) if obj is not None else None
@@ -234,6 +261,71 @@ class StateWrites(Analysis):
             child = ancestor
         return False
 
+    def _replica_cache(self, write: StateWrite, statement: cst.CSTNode) -> bool:
+        """`self.x = self.x.to(device)`, or an assignment under a test of `self.x` (`if
+        self.x is None:`, `if n > self.x.shape[0]:`): a cache each replica fills for itself.
+        Under DataParallel it is recomputed on every forward, which is slower, not wrong."""
+        value = getattr(statement, "value", None)
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            if value.func.attr.value not in _MOVES:
+                break
+            value = value.func.value
+        if isinstance(value, cst.Attribute) and value.attr.value == write.attr:
+            return True
+        for ancestor in self.ctx.ancestors(write.node):
+            if ancestor is write.function:
+                return False
+            test = getattr(ancestor, "test", None)
+            if isinstance(ancestor, (cst.If, cst.While)) and self._mentions_attr(test, write.attr):
+                return True
+        return False
+
+    def _scratch(self, write: StateWrite) -> bool:
+        """`self.t = f(x)` read back only later in the same function: a local variable kept
+        on `self`, which each replica uses for itself. (Read nowhere else in the class: it is
+        there for outside code, which never sees a replica's value.)"""
+        cls = self._class_of(write.function)
+        if cls is None:
+            return False
+        index = self.ctx.tree.index
+        written = min(
+            index.get(node, -1)
+            for node in self.ctx.tree.descendants(write.function)
+            if _is_self_attr(node, write.attr) and self._store_target(node)
+        )
+        reads = 0
+        for node in self.ctx.tree.descendants(cls.body):
+            if not _is_self_attr(node, write.attr) or self._store_target(node):
+                continue
+            if index.get(node, -1) < written or self._owner_function(node) is not write.function:
+                return False
+            reads += 1
+        return reads > 0
+
+    def _store_target(self, node: cst.CSTNode) -> bool:
+        parent = self.ctx.parent(node)
+        return isinstance(parent, cst.AssignTarget) or (
+            isinstance(parent, cst.AnnAssign) and parent.target is node
+        )
+
+    def _owner_function(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return ancestor
+        return None
+
+    def _mentions_attr(self, expr: Optional[cst.CSTNode], attr: str) -> bool:
+        if expr is None:
+            return False
+        for node in [expr, *self.ctx.tree.descendants(expr)]:
+            if (
+                isinstance(node, cst.Attribute)
+                and node.attr.value == attr
+                and isinstance(node.value, cst.Name)
+            ):
+                return True
+        return False
+
     # -- classes ------------------------------------------------------------------------------
 
     def _class_of(self, func: Function) -> Optional[cst.ClassDef]:
@@ -242,35 +334,50 @@ class StateWrites(Analysis):
                 return ancestor
         return None
 
-    def tensor_attrs(self, cls: cst.ClassDef) -> Set[str]:
-        """Attributes of `cls` that hold tensors: registered buffers and parameters, and
-        attributes assigned `nn.Parameter(...)` or a `torch.*` call in any method."""
-        found = self._tensor_attrs.get(cls)
+    def attrs_of(self, cls: cst.ClassDef) -> Tuple[Set[str], Set[str]]:
+        """(tensor attributes, container attributes) of `cls`: registered buffers and
+        parameters and attributes assigned `nn.Parameter(...)` or a `torch.*` call; attributes
+        assigned `{}`, `[]`, `dict()`, `OrderedDict()`... in any method."""
+        found = self._attrs.get(cls)
         if found is not None:
             return found
-        found = set()
+        tensors: Set[str] = set()
+        containers: Set[str] = set()
         for node in self.ctx.tree.descendants(cls.body):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
                 if node.func.attr.value in ("register_buffer", "register_parameter"):
                     name = argument(node, 0, "name")
                     if isinstance(name, cst.SimpleString):
-                        found.add(str(name.evaluated_value))
+                        tensors.add(str(name.evaluated_value))
             elif isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
-                if not self._is_tensor_value(node.value):
-                    continue
                 targets = (
-                    [t.target for t in node.targets] if isinstance(node, cst.Assign)
+                    [t.target for t in node.targets]
+                    if isinstance(node, cst.Assign)
                     else [node.target]
                 )
                 for target in targets:
-                    if (
+                    if not (
                         isinstance(target, cst.Attribute)
                         and isinstance(target.value, cst.Name)
                         and target.value.value == "self"
                     ):
-                        found.add(target.attr.value)
-        self._tensor_attrs[cls] = found
+                        continue
+                    if self._is_tensor_value(node.value):
+                        tensors.add(target.attr.value)
+                    elif self._is_container_value(node.value):
+                        containers.add(target.attr.value)
+        found = self._attrs[cls] = (tensors, containers)
         return found
+
+    def _is_container_value(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, (cst.Dict, cst.List, cst.Set, cst.DictComp, cst.ListComp)):
+            return True
+        if isinstance(value, cst.Call):
+            func = value.func
+            if isinstance(func, cst.Name) and func.value in _CONTAINER_MAKERS:
+                return True
+            return self.names.is_(func, *_CONTAINER_MAKERS)
+        return False
 
     def _is_tensor_value(self, value: cst.BaseExpression) -> bool:
         if not isinstance(value, cst.Call):
@@ -372,6 +479,45 @@ class StateWrites(Analysis):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+_PLAIN_CALLS = ("str", "repr", "int", "float", "bool", "len", "format")
+
+
+def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The value stored by a write statement or mutating call (the last positional argument)."""
+    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        return node.value
+    if isinstance(node, cst.Call):
+        values = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        return values[-1] if values else None
+    return None
+
+
+def _plain(value: Optional[cst.BaseExpression]) -> bool:
+    """A string, number or bool: no tensor, no graph."""
+    if isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return True
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _plain(value.expression)
+    return (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Name)
+        and value.func.value in _PLAIN_CALLS
+    )
+
+
+def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
+    return (
+        isinstance(node, cst.Attribute)
+        and node.attr.value == attr
+        and isinstance(node.value, cst.Name)
+        and node.value.value == "self"
+    )
 
 
 def _top(attr: str) -> str:
