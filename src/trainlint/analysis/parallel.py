@@ -122,7 +122,7 @@ class Parallel(Analysis):
     def wrapper_state(self, expr: cst.CSTNode, at: Optional[cst.CSTNode] = None) -> WrapState:
         """Whether `expr` (a name or `self.attr`) holds a DP/DDP wrapper where it is evaluated."""
         state = WrapState()
-        values = self._bound_values(expr, at or expr)
+        values = self.bound_values(expr, at or expr)
         if values is None or not values:
             return state
         wrappers = 0
@@ -208,7 +208,7 @@ class Parallel(Analysis):
             expr = expr.func.value  # type: ignore[attr-defined]
         return expr  # type: ignore[return-value]
 
-    def _bound_values(
+    def bound_values(
         self, expr: cst.CSTNode, at: cst.CSTNode
     ) -> Optional[List[Optional[cst.CSTNode]]]:
         """The values a name / `self.attr` may hold at `at` (None entries: unknown values)."""

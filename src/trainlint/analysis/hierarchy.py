@@ -1,0 +1,336 @@
+"""Classes across the files of a project: bases resolved through imports, families, DDP signals.
+
+The per-file phase records `file_facts(ctx)` (plain data: the classes of modules.py, the file's
+module-level imports, the wrap sites and DDP signals of wraps.py, attribute names read from
+outside `self`). In the project phase `Hierarchy` joins them: a base class named
+`models.base.BaseHead`, `.base.BaseHead` or `base.BaseHead` is looked up in the project (the
+importing file's folder, the project root, root/src; packages' `__init__.py` re-exports are
+followed), reading files outside the run through `Project.facts_of`, so that a run given only
+train.py (pre-commit) sees the classes train.py builds on.
+
+A base that resolves to no file of the project (an installed library: mmdet's `BaseModule`,
+timm's `VisionTransformer`) is unknown: `Family.complete` is False and rules stay quiet rather
+than guess what its methods read. `torch.nn.Module` is known and reads nothing of a subclass;
+`nn.Sequential` / `nn.ModuleList` / `nn.ModuleDict` parents reach every submodule.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
+from .names import LOCAL_PREFIX
+from .wraps import DDP_KIND, Wraps
+
+# Bases that are plain Python: known, and they read nothing.
+PLAIN_BASES = {
+    "object",
+    "abc.ABC",
+    "typing.Generic",
+    "typing.Protocol",
+    "typing_extensions.Protocol",
+    "abc.ABCMeta",
+}
+_MAX_DEPTH = 12
+
+
+def file_facts(ctx) -> Dict[str, object]:
+    """The plain data the project phase needs about one file (cacheable)."""
+    modules = ctx.analysis(Modules)
+    facts: Dict[str, object] = {"classes": modules.facts()}
+    facts["plain"] = sorted(
+        node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
+    )
+    imports: Dict[str, str] = {}
+    for name, bindings in ctx.scopes.module_scope.bindings.items():
+        for binding in bindings:
+            if binding.kind == "import" and binding.qualname:
+                imports[name] = binding.qualname
+    facts["imports"] = imports
+    facts.update(ctx.analysis(Wraps).facts())
+    facts["outside_reads"] = sorted(_outside_reads(ctx))
+    return facts
+
+
+def _outside_reads(ctx) -> Set[str]:
+    """Attribute names read on something other than a method's own `self`
+    (`self.head.class_embed`, `model.module.backbone`): a module's parameter may be used by the
+    module that holds it."""
+    found: Set[str] = set()
+    for node in ctx.nodes(cst.Attribute):
+        value = node.value
+        if isinstance(value, cst.Name) and value.value in ("self", "cls"):
+            continue
+        found.add(node.attr.value)
+    return found
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    path: Path  # absolute
+    name: str
+
+
+@dataclass
+class Family:
+    """A class with its ancestors and known subclasses."""
+
+    members: List[Tuple[ClassRef, dict]] = field(default_factory=list)
+    complete: bool = True  # every ancestor (of the class and of its subclasses) is known
+    is_module: bool = False  # an ancestor is torch.nn.Module
+    reaches_all: bool = False  # an nn.Sequential/ModuleList/ModuleDict parent uses every child
+    unknown_bases: List[str] = field(default_factory=list)
+
+    @property
+    def has_forward(self) -> bool:
+        return any(facts.get("forward") for _, facts in self.members)
+
+    def reads(self, attr: str) -> bool:
+        if self.reaches_all:
+            return True
+        for _, facts in self.members:
+            if escaped(attr, facts.get("escapes", ())):
+                return True
+            for method in facts.get("methods", {}).values():
+                if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
+                    return True
+        return False
+
+    def reads_unconditionally(self, attr: str) -> bool:
+        if self.reaches_all:
+            return True
+        for _, facts in self.members:
+            if escaped(attr, facts.get("escapes", ())):
+                return True
+            for method in facts.get("methods", {}).values():
+                if attr in method.get("reads", ()):
+                    return True
+        return False
+
+    def branch_readers(self, attr: str) -> List[str]:
+        return [
+            f"{ref.name}.{name}"
+            for ref, facts in self.members
+            for name, method in facts.get("methods", {}).items()
+            if attr in method.get("branch_reads", ())
+        ]
+
+    def frozen(self, attr: str) -> bool:
+        return any(
+            attr in facts.get("frozen", ()) or ALL in facts.get("frozen", ())
+            for _, facts in self.members
+        )
+
+
+class Hierarchy:
+    def __init__(self, project, code: str) -> None:
+        self.project = project
+        self.code = code
+        self.root = Path(os.path.abspath(project.root))
+        self._facts: Dict[Path, Optional[dict]] = {}
+        for display, facts in project.facts(code).items():
+            path = project.paths.get(display, Path(display))
+            self._facts[Path(os.path.abspath(path))] = facts
+        self._run_paths = set(self._facts)
+        self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
+
+    # -- files --------------------------------------------------------------------------------
+
+    def facts_at(self, path: Path) -> Optional[dict]:
+        path = Path(os.path.abspath(path))
+        if path not in self._facts:
+            facts = self.project.facts_of(path, self.code)
+            self._facts[path] = facts if isinstance(facts, dict) else None
+        return self._facts[path]
+
+    def known_files(self) -> Iterator[Tuple[Path, dict]]:
+        """Files whose facts were read so far: the run's, and those reached through imports."""
+        for path, facts in list(self._facts.items()):
+            if facts is not None:
+                yield path, facts
+
+    def module_file(self, dotted: str, importer: Path) -> Optional[Path]:
+        """The file of module `dotted` (`models.head`, `.head`, `..models`) imported from
+        `importer`, within the project; None when it is not a project module."""
+        level = len(dotted) - len(dotted.lstrip("."))
+        parts = [p for p in dotted.lstrip(".").split(".") if p]
+        if level:
+            base = importer.parent
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+        else:
+            bases = [importer.parent, self.root, self.root / "src"]
+        for base in bases:
+            target = base.joinpath(*parts)
+            for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                if parts or candidate.name == "__init__.py":
+                    if candidate.is_file() and _inside(candidate, self.root):
+                        return Path(os.path.abspath(candidate))
+        return None
+
+    # -- classes ------------------------------------------------------------------------------
+
+    def class_facts(self, ref: ClassRef) -> Optional[dict]:
+        facts = self.facts_at(ref.path)
+        if facts is None:
+            return None
+        return facts.get("classes", {}).get(ref.name)
+
+    def resolve(self, qualname: str, importer: Path, depth: int = 0):
+        """What a class name used in `importer` is: a ClassRef of the project, "module"
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a class of
+        the project without bases), or None (unknown: a library, or not a class)."""
+        if depth > _MAX_DEPTH:
+            return None
+        if qualname == MODULE:
+            return "module"
+        if qualname in CONTAINERS:
+            return "container"
+        if qualname in PLAIN_BASES:
+            return "plain"
+        if qualname.startswith(LOCAL_PREFIX):
+            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
+        if qualname.startswith(("torch.", "?")):
+            return None
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = qualname.lstrip(".").split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = "." * level + ".".join(parts[:cut])
+            path = self.module_file(module, importer)
+            if path is None:
+                continue
+            rest = parts[cut:]
+            return self._in_file(path, rest[0], depth) if len(rest) == 1 else None
+        if level and len(parts) == 1:
+            # `from . import Head` in a package: the name comes from the package's __init__.py
+            path = self.module_file("." * level, importer)
+            if path is not None:
+                return self._in_file(path, parts[0], depth)
+        return None
+
+    def _in_file(self, path: Path, name: str, depth: int):
+        facts = self.facts_at(path)
+        if facts is None:
+            return None
+        if name in facts.get("classes", {}):
+            return ClassRef(Path(os.path.abspath(path)), name)
+        if name in facts.get("plain", ()):
+            return "plain"
+        imported = facts.get("imports", {}).get(name)
+        if imported:
+            return self.resolve(imported, path, depth + 1)
+        return None
+
+    def bases_of(self, ref: ClassRef) -> List[Tuple[str, object]]:
+        """(base as written, what it resolves to) for each base of `ref`."""
+        if ref not in self._bases:
+            facts = self.class_facts(ref) or {}
+            self._bases[ref] = [(b, self.resolve(b, ref.path)) for b in facts.get("bases", [])]
+        return self._bases[ref]
+
+    def family(self, ref: ClassRef) -> Family:
+        family = Family()
+        seen: Set[ClassRef] = set()
+        self._add_with_ancestors(ref, family, seen)
+        for sub in self.subclasses(ref):
+            self._add_with_ancestors(sub, family, seen)
+        return family
+
+    def _add_with_ancestors(self, ref: ClassRef, family: Family, seen: Set[ClassRef]) -> None:
+        todo = [ref]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            facts = self.class_facts(current)
+            if facts is None:
+                family.complete = False
+                continue
+            family.members.append((current, facts))
+            for written, resolved in self.bases_of(current):
+                if isinstance(resolved, ClassRef):
+                    todo.append(resolved)
+                elif resolved == "module":
+                    family.is_module = True
+                elif resolved == "container":
+                    family.is_module = family.reaches_all = True
+                elif resolved is None:
+                    family.complete = False
+                    family.unknown_bases.append(written)
+
+    def ancestry(self, ref: ClassRef) -> Family:
+        """`ref` and its ancestors (no subclasses)."""
+        family = Family()
+        self._add_with_ancestors(ref, family, set())
+        return family
+
+    def subclasses(self, ref: ClassRef) -> List[ClassRef]:
+        """Known classes (in files read so far) deriving from `ref`, directly or not."""
+        out: List[ClassRef] = []
+        frontier = {ref}
+        changed = True
+        while changed:
+            changed = False
+            for path, facts in self.known_files():
+                for name in facts.get("classes", {}):
+                    candidate = ClassRef(path, name)
+                    if candidate in frontier:
+                        continue
+                    if any(b in frontier for _, b in self.bases_of(candidate)):
+                        frontier.add(candidate)
+                        out.append(candidate)
+                        changed = True
+        return out
+
+    # -- the project's DDP ----------------------------------------------------------------------
+
+    def ddp_signals(self) -> List[Tuple[Path, str]]:
+        """(file, signal) for every known file that trains with DDP."""
+        return [
+            (path, signal)
+            for path, facts in self.known_files()
+            for signal in facts.get("signals", ())
+        ]
+
+    def tolerates_unused(self) -> Optional[Path]:
+        """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,
+        `static_graph=True`, an option DDP gets from an expression or **kwargs), or None."""
+        for path, facts in self.known_files():
+            if facts.get("finds_unused"):
+                return path
+            for wrap in facts.get("wraps", ()):
+                if wrap.get("kind") == DDP_KIND and any(
+                    v in ("true", "unknown") for v in wrap.get("options", {}).values()
+                ):
+                    return path
+        return None
+
+    def frozen_outside(self) -> Set[str]:
+        return {name for _, facts in self.known_files() for name in facts.get("frozen", ())}
+
+    def read_outside(self, attr: str) -> bool:
+        return any(attr in facts.get("outside_reads", ()) for _, facts in self.known_files())
+
+    def display(self, path: Path) -> str:
+        for display, known in self.project.paths.items():
+            if Path(os.path.abspath(known)) == path:
+                return display
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(root)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,212 @@
+"""TRL301 ddp-unused-parameters."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.modules import ALL, Modules, escaped
+from ...analysis.wraps import Wraps
+from ...diagnostics import Diagnostic, Severity
+from ..base import PendingFix, Rule
+
+DDP_ERROR = "Expected to have finished reduction in the prior iteration before starting a new one"
+_KINDS = {"parameter": "nn.Parameter", "container": "module container", "module": "submodule"}
+
+
+class DdpUnusedParameters(Rule):
+    """## What it does
+    Reports a parameter or submodule that an `nn.Module` subclass registers in `__init__`
+    (`self.p = nn.Parameter(...)`, `self.head = nn.Linear(...)`, `register_parameter`,
+    `add_module`, `nn.ModuleList`/`nn.Sequential`, a module class of the project) that no method
+    of the class, its parents or its subclasses reads, or that `forward` reads only under a
+    data-dependent branch (`if random.random() < p:`, `if boxes.numel() > 0:`), when the
+    project's DDP wrap has neither `find_unused_parameters=True` nor `static_graph=True`.
+
+    ## Why is this bad
+    DistributedDataParallel all-reduces gradients bucket by bucket as autograd produces them.
+    A parameter that took no part in the loss never gets a gradient, its bucket never becomes
+    ready, and the first iteration's reduction never finishes. The next iteration fails on every
+    rank:
+
+        RuntimeError: Expected to have finished reduction in the prior iteration before starting
+        a new one. This error indicates that your module has parameters that were not used in
+        producing loss.
+
+    One GPU trains fine, so the bug surfaces only on the multi-GPU run: an MMDetection user
+    added `self.class_embed = nn.Parameter(torch.zeros(embed_dims, 512))` to a DETR head's
+    `__init__`, never used it, and DDP failed on iteration 2.
+
+    The rule is an error when the project trains with DDP (a DDP wrap, `init_process_group`,
+    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`), a warning otherwise. It follows
+    the class's parents and subclasses across the files of the project (also files outside the
+    run that the checked files import). It stays quiet where a use may hide: a parent class
+    from an installed library (its `forward` may read the attribute; trainlint does not guess),
+    `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
+    `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
+    classes without a `forward` anywhere in their family (abstract bases), buffers
+    (`register_buffer` is not a parameter), and attributes read on another object
+    (`self.head.class_embed`). Under flake8, which sees one file, only that file is evidence.
+
+    ## Example
+    ```python
+    class DETRHead(nn.Module):
+        def __init__(self, embed_dims, num_classes):
+            super().__init__()
+            self.cls_branch = nn.Linear(embed_dims, num_classes)
+            self.class_embed = nn.Parameter(torch.zeros(embed_dims, 512))  # never used
+
+        def forward(self, query):
+            return self.cls_branch(query)
+
+    model = DDP(DETRHead(256, 80).to(device), device_ids=[local_rank])
+    ```
+
+    ## Use instead
+    Use the parameter in `forward`, or delete it. If parameters are unused on purpose (a branch
+    taken on some iterations only), tell DDP:
+    ```python
+    model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    ```
+
+    ## Fix safety
+    The fix adds `find_unused_parameters=True` to the DDP call when that call is in the file of
+    the finding. It is unsafe: DDP then traverses the autograd graph every iteration (slower),
+    the parameter stays dead weight, and together with reentrant activation checkpointing it
+    fails with "Expected to mark a variable ready only once" (TRL302). Using or deleting the
+    parameter is usually the better fix.
+    """
+
+    code = "TRL301"
+    name = "ddp-unused-parameters"
+    severity = Severity.ERROR
+    severity_note = "warning when nothing in the project trains with DDP"
+    fix = "unsafe"
+    markers = ("class ", "torch", "find_unused")
+    project = True
+
+    def finish(self) -> None:
+        modules = self.ctx.analysis(Modules)
+        fix = None
+        for cls in modules.classes.values():
+            if ALL in cls.frozen:
+                continue
+            reads = cls.reads()
+            for attr in cls.attrs.values():
+                if attr.frozen or attr.name in reads or escaped(attr.name, cls.escapes):
+                    continue
+                if fix is None:
+                    fix = self._fix() or False
+                # The message is the project phase's: it knows the parents and the DDP wrap.
+                self.candidate(f"{cls.name}.{attr.name}", attr.node, "", fix=fix or None)
+
+    def facts(self):
+        return file_facts(self.ctx)
+
+    def _fix(self) -> Optional[PendingFix]:
+        """`find_unused_parameters=True` on the one DDP call of this file that has no option."""
+        sites = [s for s in self.ctx.analysis(Wraps).ddp_sites()]
+        if len(sites) != 1 or sites[0].options or not sites[0].call.args:
+            return None
+        last = sites[0].call.args[-1]
+        return self.unsafe_fix(
+            "Let DDP tolerate unused parameters: `find_unused_parameters=True`",
+            self.ctx.insert_after(last.value, ", find_unused_parameters=True"),
+        )
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display in candidates:  # what these files import (parents in other files)
+            hierarchy.facts_at(_absolute(project, display))
+        found = []
+        for display, keys in sorted(candidates.items()):
+            path = _absolute(project, display)
+            facts = hierarchy.facts_at(path) or {}
+            for key in sorted(keys):
+                name, attr = key.split(".", 1)
+                message = _message(hierarchy, facts, ClassRef(path, name), attr)
+                if message is not None:
+                    found.append((display, key, message))
+        if not found or hierarchy.tolerates_unused() is not None:
+            return
+        signals = training_signals(project, hierarchy)
+        severity = Severity.ERROR if signals else Severity.WARNING
+        for display, key, message in found:
+            diagnostic = project.candidate(
+                display, cls.code, key, message=message, severity=severity
+            )
+            if diagnostic is not None:
+                yield diagnostic
+
+
+def training_signals(project, hierarchy: Hierarchy) -> List[str]:
+    """Why the project trains with DDP ("train.py: init_process_group", ...), empty when
+    nothing says so. Code signals only: an MM-style config in the project
+    (`find_unused_parameters`/`launcher` in configs, analysis/mmconfig.py) is the hook left for
+    that analysis to add here."""
+    return [
+        f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals()
+    ]
+
+
+def _absolute(project, display: str) -> Path:
+    return Path(os.path.abspath(project.paths.get(display, Path(display))))
+
+
+def _message(hierarchy: Hierarchy, facts: dict, ref: ClassRef, attr: str) -> Optional[str]:
+    """The finding's message, or None when the attribute is (or may be) used."""
+    class_facts = facts.get("classes", {}).get(ref.name)
+    if class_facts is None or attr not in class_facts.get("attrs", {}):
+        return None
+    registered = class_facts["attrs"][attr]
+    family: Family = hierarchy.family(ref)
+    if not family.complete or not family.is_module or not family.has_forward:
+        return None
+    if family.frozen(attr) or family.reads_unconditionally(attr):
+        return None
+    outside = hierarchy.frozen_outside()
+    if attr in outside or ALL in outside or hierarchy.read_outside(attr):
+        return None
+    if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
+        return None
+    what = _KINDS.get(registered["kind"], "submodule")
+    consequence = (
+        "DDP gets no gradient for it, so the first iteration's gradient reduction never "
+        f'finishes and iteration 2 raises "{DDP_ERROR}"'
+    )
+    readers = family.branch_readers(attr)
+    if readers:
+        return (
+            f"`self.{attr}` ({what} of `{ref.name}`) is read only under a data-dependent branch "
+            f"(in `{readers[0]}`): on an iteration that skips it, {consequence}; make every "
+            "iteration use it, or pass `find_unused_parameters=True` to DDP"
+        )
+    return (
+        f"`self.{attr}` ({what}) is registered in `{ref.name}` but no method of `{ref.name}` "
+        f"(nor of its parents or subclasses) reads it: {consequence}; use it, delete it, or "
+        "pass `find_unused_parameters=True` to DDP"
+    )
+
+
+def _has_parameters(hierarchy: Hierarchy, registered: dict, importer: Path, depth=0) -> bool:
+    """Does a submodule built by `Callee(...)` own parameters? Only project classes can tell."""
+    resolved = hierarchy.resolve(registered.get("callee") or "?", importer)
+    if not isinstance(resolved, ClassRef) or depth > 4:
+        return False
+    family = hierarchy.ancestry(resolved)
+    if not family.complete or not family.is_module:
+        return False
+    for member, facts in family.members:
+        for sub in facts.get("attrs", {}).values():
+            if sub["kind"] != "call" or _has_parameters(hierarchy, sub, member.path, depth + 1):
+                return True
+    return False
+
+
+__all__ = ["DdpUnusedParameters", "training_signals"]
