@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set
+import os
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.parallel import Parallel
+from ...analysis.hierarchy import ClassRef, Hierarchy, file_facts
+from ...analysis.modules import Modules, forward_reach
 from ...analysis.state_writes import HookWrite, StateWrite, StateWrites
-from ...diagnostics import Severity
+from ...analysis.wraps import DP_KIND, Wraps
+from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
-
-_MODULE_BASES = ("torch.nn.Module", "torch.nn.modules.module.Module")
 
 
 class ForwardMutatesModuleState(Rule):
@@ -98,25 +100,16 @@ class ForwardMutatesModuleState(Rule):
     def finish(self) -> None:
         self.writes: StateWrites = self.ctx.analysis(StateWrites)
         self.recorded: Dict[str, int] = {}
-        for cls in self._module_classes():
-            name = cls.name.value
-            for method in self._forward_reach(cls):
-                self._record_method(name, method)
-            for hook in self.writes.hooks_in(cls):
-                self._record_hook(name, hook)
-
-    # -- what forward runs ----------------------------------------------------------------------
-
-    def _module_classes(self) -> Iterator[cst.ClassDef]:
-        for cls in self.ctx.nodes(cst.ClassDef):
-            if any(self.ctx.names.is_(base.value, *_MODULE_BASES) for base in cls.bases):
-                yield cls
-
-    def _forward_reach(self, cls: cst.ClassDef) -> List[cst.FunctionDef]:
-        body = cls.body
-        if not isinstance(body, cst.IndentedBlock):
-            return []
-        return [s for s in body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"]
+        self.hooked: Dict[str, Set[str]] = {}
+        # Every class with a base: whether it is an nn.Module is decided across files.
+        for cls in self.ctx.analysis(Modules).classes.values():
+            methods = {
+                s.name.value: s for s in cls.node.body.body if isinstance(s, cst.FunctionDef)
+            }
+            for name in sorted(forward_reach(cls)):
+                self._record_method(cls.name, methods[name])
+            for hook in self.writes.hooks_in(cls.node):
+                self._record_hook(cls.name, hook)
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -132,7 +125,8 @@ class ForwardMutatesModuleState(Rule):
             self._add(cls, write.node, f"{where} of `{cls}` {_what(write)}")
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
-        seen: Set[str] = set()
+        # One finding per attribute: ZoeDepth registers the same store on six layers.
+        seen = self.hooked.setdefault(cls, set())
         for write in hook.writes:
             if write.attr in seen:
                 continue
@@ -148,51 +142,86 @@ class ForwardMutatesModuleState(Rule):
         self.candidate(f"{cls}:{number}", node, message)
 
     def facts(self) -> Optional[Dict[str, object]]:
-        parallel: Parallel = self.ctx.analysis(Parallel)
-        wraps = []
-        for call, kind in parallel.wrap_calls():
-            if kind == "DataParallel":
-                wraps.append({"row": self.ctx.span(call)[0], "wrapped": None})
-        return {"dataparallel": wraps}
+        facts = file_facts(self.ctx)
+        # Where each wrap of facts["wraps"] is, to name it in messages.
+        facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in self.ctx.analysis(Wraps).sites]
+        return facts
 
     # -- the project phase ----------------------------------------------------------------------
 
     @classmethod
-    def check_project(cls, project):
-        wraps = []
-        for path, facts in sorted(project.facts(cls.code).items()):
-            for wrap in facts.get("dataparallel", []):  # type: ignore[union-attr]
-                wraps.append((path, wrap))
-        if not wraps:
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
             return
-        wrapped: Dict[str, str] = {}
-        for path, wrap in wraps:
-            if wrap.get("wrapped"):
-                wrapped.setdefault(wrap["wrapped"], f"{path}:{wrap['row']}")
-        first = f"{wraps[0][0]}:{wraps[0][1]['row']}"
-        for path, found in sorted(project.candidates(cls.code).items()):
-            for key, candidate in sorted(found.items()):
-                name = key.split(":")[0]
-                base = str(candidate["message"])
-                if name in wrapped:
-                    diagnostic = project.candidate(
-                        path,
-                        cls.code,
-                        key,
-                        message=f"{base} (`{name}` is wrapped in nn.DataParallel at "
-                        f"{wrapped[name]})",
-                        severity=Severity.ERROR,
-                    )
+        hierarchy = Hierarchy(project, cls.code)
+        for display in candidates:  # what these files import (parents in other files)
+            hierarchy.facts_at(_absolute(project, display))
+        wraps = data_parallel_wraps(hierarchy)
+        if not wraps:
+            return  # no DataParallel: one model per process, the writes are harmless
+        wrapped = wrapped_classes(hierarchy, wraps)
+        first = wraps[0][0]
+        for display, keys in sorted(candidates.items()):
+            path = _absolute(project, display)
+            for key in sorted(keys):
+                ref = ClassRef(path, key.split(":")[0])
+                family = hierarchy.ancestry(ref)
+                if not family.is_module and (family.complete or not family.has_forward):
+                    continue  # not an nn.Module (a base of a library with a forward may be)
+                base = str(keys[key]["message"])
+                if ref in wrapped:
+                    message = f"{base} (`{ref.name}` is wrapped in nn.DataParallel at " \
+                        f"{wrapped[ref]})"
+                    severity = Severity.ERROR
                 else:
-                    diagnostic = project.candidate(
-                        path,
-                        cls.code,
-                        key,
-                        message=f"{base} (the project wraps a model in nn.DataParallel at "
-                        f"{first})",
-                    )
+                    message = f"{base} (the project uses nn.DataParallel at {first})"
+                    severity = Severity.WARNING
+                diagnostic = project.candidate(
+                    display, cls.code, key, message=message, severity=severity
+                )
                 if diagnostic is not None:
                     yield diagnostic
+
+
+def data_parallel_wraps(hierarchy: Hierarchy) -> List[Tuple[str, Path, List[str]]]:
+    """("train.py:57", file, wrapped class names) for every nn.DataParallel wrap in the known
+    files of the project."""
+    found = []
+    for path, facts in hierarchy.known_files():
+        rows = facts.get("wrap_rows", [])
+        for index, wrap in enumerate(facts.get("wraps", ())):
+            if wrap.get("kind") == DP_KIND:
+                row = rows[index] if index < len(rows) else "?"
+                where = f"{hierarchy.display(path)}:{row}"
+                found.append((where, path, list(wrap.get("classes", ()))))
+    return sorted(found, key=lambda item: item[0])
+
+
+def wrapped_classes(
+    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
+) -> Dict[ClassRef, str]:
+    """Classes whose code runs in DataParallel replicas -> where: each wrapped class, its
+    ancestors, and (through `__init__`'s submodules) the classes of its submodules."""
+    out: Dict[ClassRef, str] = {}
+    todo: List[Tuple[str, Path, str, int]] = [
+        (name, path, where, 0) for where, path, names in wraps for name in names
+    ]
+    while todo:
+        name, importer, where, depth = todo.pop()
+        ref = hierarchy.resolve(name, importer)
+        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
+            continue
+        for member, facts in hierarchy.ancestry(ref).members:
+            out.setdefault(member, where)
+            for attr in facts.get("attrs", {}).values():
+                if attr.get("callee"):
+                    todo.append((attr["callee"], member.path, where, depth + 1))
+    return out
+
+
+def _absolute(project, display: str) -> Path:
+    return Path(os.path.abspath(project.paths.get(display, Path(display))))
 
 
 def _what(write: StateWrite, shared: bool = False) -> str:
