@@ -8,7 +8,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.hierarchy import ClassRef, Hierarchy, file_facts
+from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
 from ...analysis.modules import Modules, forward_reach
 from ...analysis.state_writes import HookWrite, StateWrite, StateWrites
 from ...analysis.wraps import DP_KIND, Wraps
@@ -122,7 +122,8 @@ class ForwardMutatesModuleState(Rule):
             if write.attr in seen:
                 continue
             seen.add(write.attr)
-            self._add(cls, write.node, f"{where} of `{cls}` {_what(write)}")
+            lost = write.kind == "assign"  # set on the replica: matters only if read
+            self._add(cls, write.node, f"{where} of `{cls}` {_what(write)}", write.attr, lost)
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
@@ -134,12 +135,14 @@ class ForwardMutatesModuleState(Rule):
             node = write.node if hook.inside else hook.hook
             # A hook keeps the `self` it closed over: the original module, which every
             # replica's thread then writes, attribute or container alike.
-            self._add(cls, node, f"a forward hook of `{cls}` {_what(write, shared=True)}")
+            message = f"a forward hook of `{cls}` {_what(write, shared=True)}"
+            self._add(cls, node, message, write.attr, False)
 
-    def _add(self, cls: str, node: cst.CSTNode, message: str) -> None:
+    def _add(self, cls: str, node: cst.CSTNode, message: str, attr: str, lost: bool) -> None:
+        # The key carries what the project phase needs: class, attribute, replica-only write.
         number = self.recorded.get(cls, 0)
         self.recorded[cls] = number + 1
-        self.candidate(f"{cls}:{number}", node, message)
+        self.candidate(f"{cls}:{number}:{attr}:{'lost' if lost else 'shared'}", node, message)
 
     def facts(self) -> Optional[Dict[str, object]]:
         facts = file_facts(self.ctx)
@@ -165,10 +168,15 @@ class ForwardMutatesModuleState(Rule):
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             for key in sorted(keys):
-                ref = ClassRef(path, key.split(":")[0])
+                name, _, attr, effect = key.split(":", 3)
+                ref = ClassRef(path, name)
                 family = hierarchy.ancestry(ref)
                 if not family.is_module and (family.complete or not family.has_forward):
                     continue  # not an nn.Module (a base of a library with a forward may be)
+                if effect == "lost" and not (
+                    _read_by(hierarchy.family(ref), attr) or hierarchy.read_outside(attr)
+                ):
+                    continue  # set on a replica and read nowhere: losing it changes nothing
                 base = str(keys[key]["message"])
                 if ref in wrapped:
                     message = f"{base} (`{ref.name}` is wrapped in nn.DataParallel at " \
@@ -218,6 +226,16 @@ def wrapped_classes(
                 if attr.get("callee"):
                     todo.append((attr["callee"], member.path, where, depth + 1))
     return out
+
+
+def _read_by(family: Family, attr: str) -> bool:
+    """Does a method of the family read `self.<attr>`? (Family.reads also counts walks over
+    every submodule, `self.parameters()`, which never read a plain attribute.)"""
+    return any(
+        attr in method.get("reads", ()) or attr in method.get("branch_reads", ())
+        for _, facts in family.members
+        for method in facts.get("methods", {}).values()
+    )
 
 
 def _absolute(project, display: str) -> Path:
