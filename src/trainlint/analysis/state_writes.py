@@ -285,13 +285,16 @@ class StateWrites(Analysis):
         on `self`, which each replica uses for itself. (Read nowhere else in the class: it is
         there for outside code, which never sees a replica's value.)"""
         cls = self._class_of(write.function)
-        if cls is None:
-            return False
+        if cls is None or isinstance(self.ctx.parent(write.node), cst.AugAssign):
+            return False  # `self.n += 1` reads the previous call's value
         index = self.ctx.tree.index
         written = min(
-            index.get(node, -1)
-            for node in self.ctx.tree.descendants(write.function)
-            if _is_self_attr(node, write.attr) and self._store_target(node)
+            [
+                index.get(node, -1)
+                for node in self.ctx.tree.descendants(write.function)
+                if _is_self_attr(node, write.attr) and self._store_target(node)
+            ],
+            default=index.get(write.node, -1),
         )
         reads = 0
         for node in self.ctx.tree.descendants(cls.body):
