@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Type
@@ -36,6 +37,7 @@ class Project:
     # Python). None under flake8, which sees one file: only in-file evidence is used there.
     loader: Optional[Callable[[Path], Optional[FileResult]]] = None
     _loaded: Dict[Path, Optional[FileResult]] = field(default_factory=dict, repr=False)
+    _texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -99,6 +101,29 @@ class Project:
         if result is None:
             return None
         return result.facts.get(code)
+
+    def files_matching(self, pattern: re.Pattern) -> List[Path]:
+        """Python files of the project (under the root, excludes and .gitignore honoured) whose
+        text matches `pattern`: for joins that start from the other file (which script imports
+        this module and wraps its class in DDP), so that a run given only some files answers
+        like a whole-tree run. Empty without a loader (flake8). The texts are read once per
+        run; nothing is parsed here."""
+        if self.loader is None:
+            return []
+        if self._texts is None:
+            from .files import discover
+
+            texts: List[Tuple[Path, str]] = []
+            for path, _display in discover([self.root], self.settings).files:
+                if path.suffix != ".py":
+                    continue
+                try:
+                    text = path.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                texts.append((Path(os.path.abspath(path)), text))
+            self._texts = texts
+        return [path for path, text in self._texts if pattern.search(text)]
 
     @property
     def complete(self) -> bool:

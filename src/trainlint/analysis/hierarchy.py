@@ -17,6 +17,7 @@ than guess what its methods read. `torch.nn.Module` is known and reads nothing o
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -138,6 +139,8 @@ class Hierarchy:
             self._facts[Path(os.path.abspath(path))] = facts
         self._run_paths = set(self._facts)
         self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
+        self._imports: Dict[Path, Set[Path]] = {}
+        self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
 
     # -- files --------------------------------------------------------------------------------
 
@@ -289,20 +292,90 @@ class Hierarchy:
                         changed = True
         return out
 
+    # -- who uses a file ------------------------------------------------------------------------
+
+    def imported_files(self, path: Path) -> Set[Path]:
+        """The project files `path` imports (module-level imports)."""
+        found = self._imports.get(path)
+        if found is None:
+            found = set()
+            facts = self.facts_at(path) or {}
+            for qualname in facts.get("imports", {}).values():
+                target = self._import_file(qualname, path)
+                if target is not None:
+                    found.add(target)
+            self._imports[path] = found
+        return found
+
+    def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
+        """The file an import names: the longest prefix of `models.head.Head` that is a
+        project module."""
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = qualname.lstrip(".").split(".")
+        for cut in range(len(parts), -1 if level else 0, -1):
+            found = self.module_file("." * level + ".".join(parts[:cut]), importer)
+            if found is not None:
+                return found
+        return None
+
+    def importers(self, path: Path) -> Set[Path]:
+        """`path` and the project files that import it, directly or through other project
+        modules (a package's `__init__.py` re-exporting it, the script importing the package).
+        Files of the run are read from their facts; other files are found by their text (an
+        import line naming the module) and read through the loader."""
+        path = Path(os.path.abspath(path))
+        closure = {path}
+        todo = [path]
+        while todo:
+            target = todo.pop()
+            word = target.parent.name if target.name == "__init__.py" else target.stem
+            pattern = re.compile(rf"^\s*(from|import)\s[^\n]*\b{re.escape(word)}\b", re.M)
+            candidates = {p for p in self._run_paths if self._names_in_imports(p, word)}
+            candidates.update(self.project.files_matching(pattern))
+            for candidate in candidates:
+                if candidate in closure:
+                    continue
+                if target in self.imported_files(candidate):
+                    closure.add(candidate)
+                    todo.append(candidate)
+        return closure
+
+    def _names_in_imports(self, path: Path, word: str) -> bool:
+        facts = self._facts.get(path) or {}
+        return any(
+            word in qualname.replace(".", " ").split()
+            for qualname in facts.get("imports", {}).values()
+        )
+
+    def evidence(self, path: Path) -> List[Tuple[Path, dict]]:
+        """The files that say how `path`'s classes are trained: `path`, the files that import
+        it (transitively), and what those import directly (a `setup_ddp()` helper)."""
+        path = Path(os.path.abspath(path))
+        if path not in self._evidence:
+            users = self.importers(path)
+            files = set(users)
+            for user in users:
+                files |= self.imported_files(user)
+            self._evidence[path] = [
+                (file, facts)
+                for file in sorted(files)
+                for facts in [self.facts_at(file)]
+                if facts is not None
+            ]
+        return self._evidence[path]
+
     # -- the project's DDP ----------------------------------------------------------------------
 
-    def ddp_signals(self) -> List[Tuple[Path, str]]:
-        """(file, signal) for every known file that trains with DDP."""
-        return [
-            (path, signal)
-            for path, facts in self.known_files()
-            for signal in facts.get("signals", ())
-        ]
+    @staticmethod
+    def ddp_signals(evidence: List[Tuple[Path, dict]]) -> List[Tuple[Path, str]]:
+        """(file, signal) for every file of the evidence that trains with DDP."""
+        return [(path, signal) for path, facts in evidence for signal in facts.get("signals", ())]
 
-    def tolerates_unused(self) -> Optional[Path]:
+    @staticmethod
+    def tolerates_unused(evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
         """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,
         `static_graph=True`, an option DDP gets from an expression or **kwargs), or None."""
-        for path, facts in self.known_files():
+        for path, facts in evidence:
             if facts.get("finds_unused"):
                 return path
             for wrap in facts.get("wraps", ()):
@@ -312,11 +385,13 @@ class Hierarchy:
                     return path
         return None
 
-    def frozen_outside(self) -> Set[str]:
-        return {name for _, facts in self.known_files() for name in facts.get("frozen", ())}
+    @staticmethod
+    def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:
+        return {name for _, facts in evidence for name in facts.get("frozen", ())}
 
-    def read_outside(self, attr: str) -> bool:
-        return any(attr in facts.get("outside_reads", ()) for _, facts in self.known_files())
+    @staticmethod
+    def read_outside(evidence: List[Tuple[Path, dict]], attr: str) -> bool:
+        return any(attr in facts.get("outside_reads", ()) for _, facts in evidence)
 
     def display(self, path: Path) -> str:
         for display, known in self.project.paths.items():

@@ -84,7 +84,8 @@ class DdpUnusedParameters(Rule):
     severity = Severity.ERROR
     severity_note = "warning when nothing in the project trains with DDP"
     fix = "unsafe"
-    markers = ("class ", "torch", "find_unused")
+    # Every file that imports may link a class to the script that wraps it in DDP.
+    markers = ("class ", "torch", "find_unused", "import ")
     project = True
 
     def finish(self) -> None:
@@ -122,44 +123,40 @@ class DdpUnusedParameters(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
-        for display in candidates:  # what these files import (parents in other files)
-            hierarchy.facts_at(_absolute(project, display))
-        found = []
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             facts = hierarchy.facts_at(path) or {}
+            evidence = hierarchy.evidence(path)
+            if hierarchy.tolerates_unused(evidence) is not None:
+                continue
+            signals = training_signals(project, hierarchy, evidence)
+            severity = Severity.ERROR if signals else Severity.WARNING
             for key in sorted(keys):
                 name, attr = key.split(".", 1)
-                message = _message(hierarchy, facts, ClassRef(path, name), attr)
-                if message is not None:
-                    found.append((display, key, message))
-        if not found or hierarchy.tolerates_unused() is not None:
-            return
-        signals = training_signals(project, hierarchy)
-        severity = Severity.ERROR if signals else Severity.WARNING
-        for display, key, message in found:
-            diagnostic = project.candidate(
-                display, cls.code, key, message=message, severity=severity
-            )
-            if diagnostic is not None:
-                yield diagnostic
+                message = _message(hierarchy, evidence, facts, ClassRef(path, name), attr)
+                if message is None:
+                    continue
+                diagnostic = project.candidate(
+                    display, cls.code, key, message=message, severity=severity
+                )
+                if diagnostic is not None:
+                    yield diagnostic
 
 
-def training_signals(project, hierarchy: Hierarchy) -> List[str]:
-    """Why the project trains with DDP ("train.py: init_process_group", ...), empty when
-    nothing says so. Code signals only: an MM-style config in the project
-    (`find_unused_parameters`/`launcher` in configs, analysis/mmconfig.py) is the hook left for
-    that analysis to add here."""
-    return [
-        f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals()
-    ]
+def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
+    """Why the project trains these classes with DDP ("train.py: init_process_group", ...),
+    from the files that import them; empty when nothing says so. Code signals only: an
+    MM-style config in the project (analysis/mmconfig.py) is the signal left to add here."""
+    return [f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)]
 
 
 def _absolute(project, display: str) -> Path:
     return Path(os.path.abspath(project.paths.get(display, Path(display))))
 
 
-def _message(hierarchy: Hierarchy, facts: dict, ref: ClassRef, attr: str) -> Optional[str]:
+def _message(
+    hierarchy: Hierarchy, evidence, facts: dict, ref: ClassRef, attr: str
+) -> Optional[str]:
     """The finding's message, or None when the attribute is (or may be) used."""
     class_facts = facts.get("classes", {}).get(ref.name)
     if class_facts is None or attr not in class_facts.get("attrs", {}):
@@ -170,8 +167,8 @@ def _message(hierarchy: Hierarchy, facts: dict, ref: ClassRef, attr: str) -> Opt
         return None
     if family.frozen(attr) or family.reads_unconditionally(attr):
         return None
-    outside = hierarchy.frozen_outside()
-    if attr in outside or ALL in outside or hierarchy.read_outside(attr):
+    outside = hierarchy.frozen_outside(evidence)
+    if attr in outside or ALL in outside or hierarchy.read_outside(evidence, attr):
         return None
     if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
         return None
