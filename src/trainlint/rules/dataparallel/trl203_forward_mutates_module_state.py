@@ -47,8 +47,17 @@ class ForwardMutatesModuleState(Rule):
     Not reported: in-place updates of the module's own tensors (`self.running_mean.mul_(m)`,
     `self.num_batches_tracked += 1` on a registered buffer, `self.queue[:, i] = k`), which
     DataParallel keeps for the replica on `device_ids[0]` (BatchNorm relies on it); writes under
-    `torch.no_grad()` / `torch.inference_mode()`; writes on the eval-only branch of
-    `self.training` (inference caches); local variables and local containers.
+    `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
+    the eval-only branch of `self.training` (inference caches; a cache filled on the training
+    branch is reported); local variables and local containers; strings and numbers put into a
+    container (bookkeeping, no graph). An attribute set in `forward` (not in a hook) is only
+    lost on the replica, so it is reported only when it matters: read by a method of the class
+    or its relatives, or read on a model object anywhere in the project, and neither a replica's
+    own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
+    value read back only later in the same method. Forward hooks are different: they keep the
+    `self` they were made with, the original module, so every write of a hook is shared.
+
+    Under flake8, which sees one file, the DataParallel wrap must be in the same file.
 
     ## Example
     ```python
@@ -150,7 +159,8 @@ class ForwardMutatesModuleState(Rule):
     def facts(self) -> Optional[Dict[str, object]]:
         facts = file_facts(self.ctx)
         # Where each wrap of facts["wraps"] is, to name it in messages.
-        facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in self.ctx.analysis(Wraps).sites]
+        sites = self.ctx.analysis(Wraps).sites
+        facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in sites]
         return facts
 
     # -- the project phase ----------------------------------------------------------------------
@@ -161,15 +171,16 @@ class ForwardMutatesModuleState(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
-        for display in candidates:  # what these files import (parents in other files)
-            hierarchy.facts_at(_absolute(project, display))
-        wraps = data_parallel_wraps(hierarchy)
-        if not wraps:
-            return  # no DataParallel: one model per process, the writes are harmless
-        wrapped = wrapped_classes(hierarchy, wraps)
-        first = wraps[0][0]
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
+            # The files that use this file's classes (its importers, and what they import):
+            # in a repository of many examples, one example's DataParallel says nothing of
+            # another's models.
+            evidence = hierarchy.evidence(path)
+            wraps = data_parallel_wraps(hierarchy, evidence)
+            if not wraps:
+                continue  # no DataParallel: one model per process, the writes are harmless
+            wrapped = wrapped_classes(hierarchy, wraps)
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 ref = ClassRef(path, name)
@@ -177,16 +188,16 @@ class ForwardMutatesModuleState(Rule):
                 if not family.is_module and (family.complete or not family.has_forward):
                     continue  # not an nn.Module (a base of a library with a forward may be)
                 if effect == "lost" and not (
-                    _read_by(hierarchy.family(ref), attr) or hierarchy.read_outside(attr)
+                    _read_by(hierarchy.family(ref), attr)
+                    or hierarchy.read_outside(evidence, attr)
                 ):
                     continue  # set on a replica and read nowhere: losing it changes nothing
                 base = str(keys[key]["message"])
                 if ref in wrapped:
-                    message = f"{base} (`{ref.name}` is wrapped in nn.DataParallel at " \
-                        f"{wrapped[ref]})"
+                    message = f"{base} (`{name}` is wrapped in nn.DataParallel at {wrapped[ref]})"
                     severity = Severity.ERROR
                 else:
-                    message = f"{base} (the project uses nn.DataParallel at {first})"
+                    message = f"{base} (nn.DataParallel is used at {wraps[0][0]})"
                     severity = Severity.WARNING
                 diagnostic = project.candidate(
                     display, cls.code, key, message=message, severity=severity
@@ -195,11 +206,13 @@ class ForwardMutatesModuleState(Rule):
                     yield diagnostic
 
 
-def data_parallel_wraps(hierarchy: Hierarchy) -> List[Tuple[str, Path, List[str]]]:
-    """("train.py:57", file, wrapped class names) for every nn.DataParallel wrap in the known
-    files of the project."""
+def data_parallel_wraps(
+    hierarchy: Hierarchy, evidence: List[Tuple[Path, dict]]
+) -> List[Tuple[str, Path, List[str]]]:
+    """("train.py:57", file, wrapped class names) for every nn.DataParallel wrap of the
+    evidence files."""
     found = []
-    for path, facts in hierarchy.known_files():
+    for path, facts in evidence:
         rows = facts.get("wrap_rows", [])
         for index, wrap in enumerate(facts.get("wraps", ())):
             if wrap.get("kind") == DP_KIND:
