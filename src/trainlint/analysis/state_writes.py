@@ -262,8 +262,8 @@ class StateWrites(Analysis):
         return False
 
     def _replica_cache(self, write: StateWrite, statement: cst.CSTNode) -> bool:
-        """`self.x = self.x.to(device)`, or an assignment under a test of `self.x` (`if
-        self.x is None:`, `if n > self.x.shape[0]:`): a cache each replica fills for itself.
+        """`self.x = self.x.to(device)`, or an assignment in a function that tests `self.x`
+        (`if self.x is None:`, `if n > self.x.shape[0]:`): a cache each replica fills for itself.
         Under DataParallel it is recomputed on every forward, which is slower, not wrong."""
         value = getattr(statement, "value", None)
         while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
@@ -272,13 +272,14 @@ class StateWrites(Analysis):
             value = value.func.value
         if isinstance(value, cst.Attribute) and value.attr.value == write.attr:
             return True
-        for ancestor in self.ctx.ancestors(write.node):
-            if ancestor is write.function:
-                return False
-            test = getattr(ancestor, "test", None)
-            if isinstance(ancestor, (cst.If, cst.While)) and self._mentions_attr(test, write.attr):
-                return True
-        return False
+        if isinstance(statement, cst.AugAssign) or self._mentions_attr(value, write.attr):
+            return False  # `self.n += 1`, `self.n = self.n + 1`: the previous call's value
+        # Any write of an attribute the function tests (`if self.mask is None or ...:` with
+        # `else: self.mask = None`) maintains that cache.
+        return any(
+            isinstance(node, (cst.If, cst.While)) and self._mentions_attr(node.test, write.attr)
+            for node in _own_nodes(write.function)
+        )
 
     def _scratch(self, write: StateWrite) -> bool:
         """`self.t = f(x)` read back only later in the same function: a local variable kept

@@ -171,16 +171,22 @@ class ForwardMutatesModuleState(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
+        for display in candidates:  # their parents, before the project's files are listed
+            hierarchy.facts_at(_absolute(project, display))
+        everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
+        if not everywhere:
+            return  # no DataParallel: one model per process, the writes are harmless
+        wrapped = wrapped_classes(hierarchy, everywhere)
+        # A model built through a registry or a dynamic import (`build_model(config)`) is a
+        # DataParallel wrap of a class nobody can name: it may be any model of the project.
+        unknown = [wrap for wrap in everywhere if not wrap[2]]
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             # The files that use this file's classes (its importers, and what they import):
-            # in a repository of many examples, one example's DataParallel says nothing of
-            # another's models.
+            # in a repository of many examples, one example's DataParallel of a known class
+            # says nothing of another's models.
             evidence = hierarchy.evidence(path)
-            wraps = data_parallel_wraps(hierarchy, evidence)
-            if not wraps:
-                continue  # no DataParallel: one model per process, the writes are harmless
-            wrapped = wrapped_classes(hierarchy, wraps)
+            near = data_parallel_wraps(hierarchy, evidence) or unknown
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 ref = ClassRef(path, name)
@@ -196,9 +202,11 @@ class ForwardMutatesModuleState(Rule):
                 if ref in wrapped:
                     message = f"{base} (`{name}` is wrapped in nn.DataParallel at {wrapped[ref]})"
                     severity = Severity.ERROR
-                else:
-                    message = f"{base} (nn.DataParallel is used at {wraps[0][0]})"
+                elif near:
+                    message = f"{base} (nn.DataParallel is used at {near[0][0]})"
                     severity = Severity.WARNING
+                else:
+                    continue  # DataParallel only around other, known classes
                 diagnostic = project.candidate(
                     display, cls.code, key, message=message, severity=severity
                 )
