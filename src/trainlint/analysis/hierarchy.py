@@ -393,6 +393,10 @@ class Hierarchy:
     def read_outside(evidence: List[Tuple[Path, dict]], attr: str) -> bool:
         return any(attr in facts.get("outside_reads", ()) for _, facts in evidence)
 
+    def absolute(self, display: str) -> Path:
+        """The absolute path of a file of the run, from its display path."""
+        return Path(os.path.abspath(self.project.paths.get(display, Path(display))))
+
     def display(self, path: Path) -> str:
         for display, known in self.project.paths.items():
             if Path(os.path.abspath(known)) == path:

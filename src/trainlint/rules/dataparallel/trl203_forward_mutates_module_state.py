@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -167,12 +166,15 @@ class ForwardMutatesModuleState(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        candidates = project.candidates(cls.code)
-        if not candidates:
-            return
         hierarchy = Hierarchy(project, cls.code)
-        for display in candidates:  # their parents, before the project's files are listed
-            hierarchy.facts_at(_absolute(project, display))
+        # Each candidate's file, read first so that its parents are among the known files.
+        files = {
+            display: (hierarchy.absolute(display), keys)
+            for display, keys in project.candidates(cls.code).items()
+            if hierarchy.facts_at(hierarchy.absolute(display)) is not None
+        }
+        if not files:
+            return
         everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
@@ -180,8 +182,7 @@ class ForwardMutatesModuleState(Rule):
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
-        for display, keys in sorted(candidates.items()):
-            path = _absolute(project, display)
+        for display, (path, keys) in sorted(files.items()):
             # The files that use this file's classes (its importers, and what they import):
             # in a repository of many examples, one example's DataParallel of a known class
             # says nothing of another's models.
@@ -260,10 +261,6 @@ def _read_by(family: Family, attr: str) -> bool:
         for _, facts in family.members
         for method in facts.get("methods", {}).values()
     )
-
-
-def _absolute(project, display: str) -> Path:
-    return Path(os.path.abspath(project.paths.get(display, Path(display))))
 
 
 def _what(write: StateWrite, shared: bool = False) -> str:
