@@ -69,6 +69,8 @@ _CONTAINER_MAKERS = {
     "collections.Counter",
 }
 FORWARD_HOOK_REGISTRARS = ("register_forward_hook", "register_forward_pre_hook")
+# Buffers a normalization layer inherits from torch's _BatchNorm (a subclass updates them).
+_NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 # Calls that return their receiver on another device or dtype: `self.x = self.x.to(x.device)`.
 _MOVES = MODULE_RETURNING | {"type_as", "type", "detach", "contiguous"}
 _GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
@@ -126,6 +128,8 @@ class StateWrites(Analysis):
                     continue  # an in-place update of the module's own tensor
                 if write.kind == "item" and _plain(_written_value(node)):
                     continue  # strings and numbers: bookkeeping, no graph, no device
+                if write.kind == "item" and self._device_keyed(node):
+                    continue  # each replica reads and writes its own GPU's entry
                 if self._quiet_context(write.node, func):
                     continue
                 if write.kind == "assign" and (
@@ -252,14 +256,35 @@ class StateWrites(Analysis):
                     ):
                         return True
             if isinstance(ancestor, cst.If):
-                side = _training_side(ancestor.test)
-                if side is not None:
-                    in_body = child is ancestor.body
-                    # side: True when the test holds in training mode
-                    if in_body != side:
-                        return True
+                if child is ancestor.body and _only_in_eval(ancestor.test):
+                    return True
+                if child is ancestor.orelse and _in_all_training(ancestor.test):
+                    return True
             child = ancestor
         return False
+
+    def _device_keyed(self, statement: cst.CSTNode) -> bool:
+        """`cache[str(x.device)] = t`, `cache[key] = t` with `key = (size, device, dtype)`: a
+        cache with one entry per device, which replicas on different GPUs never share."""
+        key: Optional[cst.CSTNode] = None
+        if isinstance(statement, cst.Assign):
+            target = statement.targets[0].target
+            if isinstance(target, cst.Subscript) and target.slice:
+                index = target.slice[0].slice
+                key = index.value if isinstance(index, cst.Index) else None
+        elif isinstance(statement, cst.Call) and statement.args:
+            key = statement.args[0].value  # setdefault(key, value), __setitem__(key, value)
+        if key is None:
+            return False
+        values = [key]
+        if isinstance(key, cst.Name):
+            values += [b.value for b in self.scopes.lookup(key.value, key) if b.value is not None]
+        return any(
+            isinstance(node, cst.Name) and "device" in node.value
+            or isinstance(node, cst.Attribute) and "device" in node.attr.value
+            for value in values
+            for node in [value, *self.ctx.tree.descendants(value)]
+        )
 
     def _replica_cache(self, write: StateWrite, statement: cst.CSTNode) -> bool:
         """`self.x = self.x.to(device)`, or an assignment in a function that tests `self.x`
@@ -345,7 +370,7 @@ class StateWrites(Analysis):
         found = self._attrs.get(cls)
         if found is not None:
             return found
-        tensors: Set[str] = set()
+        tensors: Set[str] = set(_NORM_BUFFERS)
         containers: Set[str] = set()
         for node in self.ctx.tree.descendants(cls.body):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
@@ -598,6 +623,25 @@ def _grad_off_decorated(names: Names, func: cst.FunctionDef) -> bool:
         if names.is_(target, *_GRAD_OFF):
             return True
     return False
+
+
+def _only_in_eval(test: cst.BaseExpression) -> bool:
+    """Can `test` hold only in eval mode? (`not self.training`, `x and not self.training`)"""
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.And):
+            return _only_in_eval(test.left) or _only_in_eval(test.right)
+        return _only_in_eval(test.left) and _only_in_eval(test.right)
+    return _training_side(test) is False
+
+
+def _in_all_training(test: cst.BaseExpression) -> bool:
+    """Does `test` hold whenever the module trains? (`self.training`, `tracing or
+    self.training`): its `else` runs only in eval mode."""
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.Or):
+            return _in_all_training(test.left) or _in_all_training(test.right)
+        return _in_all_training(test.left) and _in_all_training(test.right)
+    return _training_side(test) is True
 
 
 def _training_side(test: cst.BaseExpression) -> Optional[bool]:
