@@ -175,6 +175,10 @@ class ForwardMutatesModuleState(Rule):
         }
         if not files:
             return
+        # The files that use each candidate's classes (its importers, and what they import),
+        # read before the project's wraps are listed: a run given only the model file (as
+        # pre-commit does) finds the trainer that wraps it.
+        evidence = {display: hierarchy.evidence(path) for display, (path, _) in files.items()}
         everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
@@ -183,11 +187,9 @@ class ForwardMutatesModuleState(Rule):
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
         for display, (path, keys) in sorted(files.items()):
-            # The files that use this file's classes (its importers, and what they import):
-            # in a repository of many examples, one example's DataParallel of a known class
+            # In a repository of many examples, one example's DataParallel of a known class
             # says nothing of another's models.
-            evidence = hierarchy.evidence(path)
-            near = data_parallel_wraps(hierarchy, evidence) or unknown
+            near = data_parallel_wraps(hierarchy, evidence[display]) or unknown
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 ref = ClassRef(path, name)
@@ -196,7 +198,7 @@ class ForwardMutatesModuleState(Rule):
                     continue  # not an nn.Module (a base of a library with a forward may be)
                 if effect == "lost" and not (
                     _read_by(hierarchy.family(ref), attr)
-                    or hierarchy.read_outside(evidence, attr)
+                    or hierarchy.read_outside(evidence[display], attr)
                 ):
                     continue  # set on a replica and read nowhere: losing it changes nothing
                 base = str(keys[key]["message"])
