@@ -107,3 +107,113 @@ def test_files_outside_the_project_root_are_never_loaded(tmp_path, monkeypatch):
         root=tmp_path / "proj", settings=settings, results={}, loader=lambda p: 1 / 0
     )
     assert project.result_of(outside) is None
+
+
+# -- TRL301 across files: a run given some files answers like a run over the whole tree --------
+
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from fixture_support import RULE_FIXTURES, lint  # noqa: E402
+from trainlint.flake8_plugin import TrainlintChecker  # noqa: E402
+
+DETR_PROJECT = RULE_FIXTURES / "TRL301" / "detr_head_project"
+
+
+def _project(tmp_path, source=DETR_PROJECT):
+    root = tmp_path / "proj"
+    shutil.copytree(source, root)
+    (root / "pyproject.toml").write_text("[project]\nname = 'detector'\n")
+    return root
+
+
+def _relative(result, root):
+    return sorted(
+        (Path(d.path).resolve().relative_to(root.resolve()).as_posix(), d.row, d.severity.value,
+         d.message)
+        for d in result.diagnostics
+        if d.code == "TRL301"
+    )
+
+
+def test_trl301_on_the_changed_head_alone_equals_the_whole_tree(tmp_path):
+    root = _project(tmp_path)
+    whole = _relative(lint([root], ["TRL301"], root=root), root)
+    alone = _relative(lint([root / "models" / "head.py"], ["TRL301"], root=root), root)
+    assert whole == alone
+    assert [(path, row, severity) for path, row, severity, _ in whole] == [
+        ("models/head.py", 19, "error")
+    ]
+
+
+def test_trl301_find_unused_in_a_script_outside_the_run_is_seen(tmp_path):
+    root = _project(tmp_path)
+    train = root / "train.py"
+    train.write_text(
+        train.read_text().replace(
+            "device_ids=[local_rank])", "device_ids=[local_rank], find_unused_parameters=True)"
+        )
+    )
+    assert _relative(lint([root / "models" / "head.py"], ["TRL301"], root=root), root) == []
+    assert _relative(lint([root], ["TRL301"], root=root), root) == []
+
+
+def test_trl301_on_train_py_alone_reads_its_parent_in_another_file(tmp_path):
+    root = tmp_path / "proj"
+    (root / "models").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "models" / "__init__.py").write_text("")
+    (root / "models" / "base.py").write_text(
+        "import torch.nn as nn\n\n\n"
+        "class Base(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return self.head(self.neck(x))\n"
+    )
+    (root / "train.py").write_text(
+        "import torch.distributed as dist\n"
+        "import torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "from models.base import Base\n\n\n"
+        "class Net(Base):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.neck = nn.Linear(8, 8)\n"
+        "        self.head = nn.Linear(8, 2)\n"
+        "        self.aux = nn.Linear(8, 2)\n\n\n"
+        "dist.init_process_group('gloo')\n"
+        "model = DDP(Net())\n"
+    )
+    whole = _relative(lint([root], ["TRL301"], root=root), root)
+    alone = _relative(lint([root / "train.py"], ["TRL301"], root=root), root)
+    assert whole == alone
+    assert [(path, row, severity) for path, row, severity, _ in alone] == [
+        ("train.py", 13, "error")
+    ]
+
+
+def _flake8(path: Path):
+    lines = path.read_text().splitlines(True)
+    checker = TrainlintChecker(None, lines, str(path))
+    return [message.split()[0] for _, _, message, _ in checker.run()]
+
+
+def test_trl301_under_flake8_uses_in_file_evidence_only(tmp_path):
+    root = _project(tmp_path)
+    # The head's parent is in another file: unknown to flake8, so nothing is guessed.
+    assert "TRL301" not in _flake8(root / "models" / "head.py")
+    # A class whose parents are all in the file is judged; no DDP in the file: a warning.
+    single = root / "single.py"
+    single.write_text(
+        "import torch.nn as nn\n\n\n"
+        "class Head(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 2)\n"
+        "        self.unused = nn.Linear(8, 2)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n"
+    )
+    lines = single.read_text().splitlines(True)
+    checker = TrainlintChecker(None, lines, str(single))
+    found = [row for row, _, message, _ in checker.run() if message.startswith("TRL301")]
+    assert found == [8]

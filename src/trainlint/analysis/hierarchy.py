@@ -37,6 +37,15 @@ PLAIN_BASES = {
     "typing_extensions.Protocol",
     "abc.ABCMeta",
 }
+# Library bases whose source we know: nn.Module with weight-initialisation helpers and no
+# forward, reading nothing a subclass registers. Any other library base stays unknown.
+INITIALISING_MODULES = {
+    "mmcv.runner.BaseModule",
+    "mmcv.runner.base_module.BaseModule",
+    "mmengine.model.BaseModule",
+    "mmengine.model.base_module.BaseModule",
+    "mmengine.model.base_module.base_module.BaseModule",
+}
 _MAX_DEPTH = 12
 
 
@@ -91,18 +100,9 @@ class Family:
     def has_forward(self) -> bool:
         return any(facts.get("forward") for _, facts in self.members)
 
-    def reads(self, attr: str) -> bool:
-        if self.reaches_all:
-            return True
-        for _, facts in self.members:
-            if escaped(attr, facts.get("escapes", ())):
-                return True
-            for method in facts.get("methods", {}).values():
-                if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
-                    return True
-        return False
-
     def reads_unconditionally(self, attr: str) -> bool:
+        """Does a member read `attr` outside data-dependent branches (or reach it through an
+        escape)?"""
         if self.reaches_all:
             return True
         for _, facts in self.members:
@@ -191,7 +191,7 @@ class Hierarchy:
         the project without bases), or None (unknown: a library, or not a class)."""
         if depth > _MAX_DEPTH:
             return None
-        if qualname == MODULE:
+        if qualname == MODULE or qualname in INITIALISING_MODULES:
             return "module"
         if qualname in CONTAINERS:
             return "container"

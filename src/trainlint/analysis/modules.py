@@ -73,8 +73,10 @@ _WALKERS = {
     "__dict__",
 }
 _PARAMETER_WALKS = {"parameters", "named_parameters", "children", "modules", "named_children"}
-# Methods whose reads of `self.x` only initialise weights: they are not uses in training.
-_INIT_METHOD = re.compile(r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$")
+# Methods whose reads of `self.x` only initialise weights (or describe them): not uses.
+_INIT_METHOD = re.compile(
+    r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$|^(extra_repr|__repr__)$"
+)
 # Random sources: a branch on them is taken on some iterations and not others.
 _RANDOM_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli")
 # Tensor methods whose value depends on the data in a branch test.
@@ -191,7 +193,9 @@ class Modules(Analysis):
             initialising = registering or bool(_INIT_METHOD.search(name))
             for sub in self.ctx.tree.descendants(function.body):
                 if isinstance(sub, cst.Attribute) and _is_name(sub.value, self_name):
-                    self._on_self_attribute(cls, method, sub, initialising)
+                    # A lambda or function made while building runs later: its reads are uses.
+                    later = initialising and self._deferred(sub, function)
+                    self._on_self_attribute(cls, method, sub, initialising and not later)
                 elif isinstance(sub, cst.Call):
                     self._on_call(cls, method, sub, self_name, registering, initialising)
                 elif isinstance(sub, cst.Assign):
@@ -229,11 +233,14 @@ class Modules(Analysis):
                 if found[0] is not None:
                     return found
             return None, None, False
+        peeled_freeze = False  # nn.Linear(...).requires_grad_(False)
         while (
             isinstance(value, cst.Call)
             and isinstance(value.func, cst.Attribute)
             and value.func.attr.value in _RETURNS_RECEIVER
         ):
+            if value.func.attr.value == "requires_grad_" and _freezes(value):
+                peeled_freeze = True
             value = value.func.value
         if not isinstance(value, cst.Call):
             return None, None, False
@@ -241,20 +248,20 @@ class Modules(Analysis):
         callee = qualified[0] if qualified else None
         if callee == PARAMETER:
             frozen = is_false(keyword(value, "requires_grad")) or is_false(positional(value, 1))
-            return "parameter", callee, frozen
+            return "parameter", callee, frozen or peeled_freeze
         if callee in CONTAINERS:
-            return "container", callee, False
+            return "container", callee, peeled_freeze
         if callee is not None and callee.startswith("torch.nn.") and callee.count(".") == 2:
             if _PARAMETERLESS.match(callee) or not callee.split(".")[-1][:1].isupper():
                 return None, None, False
             if any(is_false(keyword(value, k)) for k in ("affine", "elementwise_affine")):
                 return None, None, False
-            return "module", callee, False
+            return "module", callee, peeled_freeze
         leaf = (dotted_name(value.func) or "").split(".")[-1]
         if callee is not None and leaf[:1].isupper() and not callee.startswith("torch."):
             # A class of this project or of a library: whether it has parameters is decided
             # across files (an unknown library class never is).
-            return "call", callee, False
+            return "call", callee, peeled_freeze
         return None, None, False
 
     def _on_self_attribute(
@@ -350,6 +357,15 @@ class Modules(Analysis):
             cls.frozen.add(root)
 
     # -- what a read means --------------------------------------------------------------------
+
+    def _deferred(self, node: cst.CSTNode, method: cst.FunctionDef) -> bool:
+        """Is `node` inside a lambda or a function defined in `method`?"""
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is method:
+                return False
+            if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
+                return True
+        return False
 
     def _hands_on(self, node: cst.CSTNode) -> bool:
         """In an initialising method, does this read of `self.x` hand the object on (into a

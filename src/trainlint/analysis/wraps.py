@@ -200,7 +200,9 @@ class Wraps(Analysis):
                     _add_frozen(found, func.value)
         for loop in self.ctx.nodes(cst.For):
             receiver = frozen_by_loop(self.ctx, loop)
-            if receiver is None:
+            if receiver is None or self._in_class(loop):
+                # A class freezing a module handed to it (`backbone.named_parameters()` in
+                # BackboneBase.__init__) freezes that object, not the attributes of others.
                 continue
             walk = loop.iter.func.attr.value  # type: ignore[attr-defined]
             if walk == "named_parameters" and _add_frozen(set(), receiver) is None:
@@ -208,6 +210,9 @@ class Wraps(Analysis):
             else:
                 _add_frozen(found, receiver)
         return found
+
+    def _in_class(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.ClassDef) for a in self.ctx.ancestors(node))
 
 
 def _add_frozen(found: Set[str], receiver: cst.CSTNode) -> Optional[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+from ...analysis.devices import is_test_file
 from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
 from ...analysis.modules import ALL, Modules, escaped
 from ...analysis.wraps import Wraps
@@ -48,7 +50,8 @@ class DdpUnusedParameters(Rule):
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
     (`register_buffer` is not a parameter), and attributes read on another object
-    (`self.head.class_embed`). Under flake8, which sees one file, only that file is evidence.
+    (`self.head.class_embed`), stand-in models in test files that do not train with DDP.
+    Under flake8, which sees one file, only that file is evidence.
 
     ## Example
     ```python
@@ -89,6 +92,8 @@ class DdpUnusedParameters(Rule):
     project = True
 
     def finish(self) -> None:
+        if is_test_file(self.ctx) and not self.ctx.analysis(Wraps).signals:
+            return  # stand-in models of unit tests (a hook test's one-layer model) never train
         modules = self.ctx.analysis(Modules)
         fix = None
         for cls in modules.classes.values():
@@ -130,14 +135,22 @@ class DdpUnusedParameters(Rule):
             if hierarchy.tolerates_unused(evidence) is not None:
                 continue
             signals = training_signals(project, hierarchy, evidence)
-            severity = Severity.ERROR if signals else Severity.WARNING
             for key in sorted(keys):
                 name, attr = key.split(".", 1)
-                message = _message(hierarchy, evidence, facts, ClassRef(path, name), attr)
+                ref = ClassRef(path, name)
+                message = _message(hierarchy, evidence, facts, ref, attr)
                 if message is None:
                     continue
+                family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
+                if mm_configs(project, family, tolerant=True):
+                    continue
+                named = signals or mm_configs(project, family)
                 diagnostic = project.candidate(
-                    display, cls.code, key, message=message, severity=severity
+                    display,
+                    cls.code,
+                    key,
+                    message=message,
+                    severity=Severity.ERROR if named else Severity.WARNING,
                 )
                 if diagnostic is not None:
                     yield diagnostic
@@ -145,9 +158,28 @@ class DdpUnusedParameters(Rule):
 
 def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
     """Why the project trains these classes with DDP ("train.py: init_process_group", ...),
-    from the files that import them; empty when nothing says so. Code signals only: an
-    MM-style config in the project (analysis/mmconfig.py) is the signal left to add here."""
-    return [f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)]
+    from the code of the files that import them; empty when nothing says so. MM-style configs
+    are the other signal (`mm_configs`)."""
+    return [
+        f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)
+    ]
+
+
+_MM_CONFIG = r"(?=[\s\S]*^(?:_base_|model)\s*=)"
+# Not behind a `#`: the incident's config shipped `#find_unused_parameters = True` commented out.
+_MM_FIND_UNUSED = r"(?=[\s\S]*^[^#\n]*\bfind_unused_parameters\s*=\s*True)"
+
+
+def mm_configs(project, class_names: List[str], tolerant: bool = False) -> List[Path]:
+    """MM-style config files of the project (`_base_ = ...` / `model = dict(...)`) that build one
+    of `class_names` (`type='DETRHead'`); with `tolerant`, only those that also set
+    `find_unused_parameters = True` (top level or in `model_wrapper_cfg`). MMEngine/MMDet
+    launch such configs with DDP. The hook for analysis/mmconfig.py, which follows `_base_`
+    chains: this reads one file at a time, by its text, never executing it."""
+    names = "|".join(re.escape(name) for name in sorted(set(class_names)))
+    named = rf"(?=[\s\S]*\btype\s*=\s*['\"](?:{names})['\"])"
+    pattern = r"\A" + _MM_CONFIG + named + (_MM_FIND_UNUSED if tolerant else "")
+    return project.files_matching(re.compile(pattern, re.M))
 
 
 def _absolute(project, display: str) -> Path:
