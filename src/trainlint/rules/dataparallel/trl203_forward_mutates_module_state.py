@@ -23,10 +23,14 @@ class ForwardMutatesModuleState(Rule):
     `self.x = ...`, `self.cache[k] = ...`, `self.feats.append(...)`, `bank[name] = output` in a
     hook made by `get_activation(name, self.core_out)`.
 
-    It is an error when the project wraps the class (or a subclass) in `nn.DataParallel`, and a
-    warning when the project uses DataParallel for a model whose class is not known (a
-    `parallelize(model)` helper). In a project that never uses DataParallel the rule is quiet:
-    DistributedDataParallel runs one model per process, where these writes are harmless.
+    It is an error when the project wraps the class in `nn.DataParallel` (an instance of it or
+    of a subclass, or of a class whose `__init__` builds it as a submodule; also through a
+    helper such as `parallelize(config, model)`). It is a warning when a file that uses the
+    class's module (imports it, directly or not) wraps some other model in DataParallel, or
+    when the project wraps a model whose class cannot be named (built by a registry or a
+    dynamic import). Otherwise the rule is quiet: in projects without DataParallel, or that
+    use it only around other, known models, the writes are harmless
+    (DistributedDataParallel runs one model per process).
 
     ## Why is this bad
     On every forward, DataParallel copies the module to each GPU (a shallow copy) and runs the
