@@ -24,6 +24,7 @@ from trainlint import engine
 from trainlint.config import Settings
 from trainlint.diagnostics import Severity
 from trainlint.fixes import apply_edits, apply_fixes
+from trainlint.project import Project, run_project_phase
 from trainlint.rules import all_rules
 from trainlint.source import Source
 
@@ -160,7 +161,12 @@ FIX_CASES = _fix_cases()
 def _check(text, path, select):
     settings = Settings(root=path.parent)
     settings.select = list(select)
-    return engine.check(Source.from_bytes(str(path), text.encode("utf-8")), settings).diagnostics
+    result = engine.check(Source.from_bytes(str(path), text.encode("utf-8")), settings)
+    # Project rules (TRL301) report, and offer their fixes, from the project phase: with this
+    # one file as the project, as under flake8.
+    project = Project(root=path.parent, settings=settings, results={str(path): result})
+    joined, _ = run_project_phase([r for r in all_rules().values() if r.project], project)
+    return result.diagnostics + joined
 
 
 def _errors(diags):

@@ -38,6 +38,8 @@ class Project:
     loader: Optional[Callable[[Path], Optional[FileResult]]] = None
     _loaded: Dict[Path, Optional[FileResult]] = field(default_factory=dict, repr=False)
     _texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
+    _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
+    _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -104,10 +106,32 @@ class Project:
 
     def files_matching(self, pattern: re.Pattern) -> List[Path]:
         """Python files of the project (under the root, excludes and .gitignore honoured) whose
-        text matches `pattern`: for joins that start from the other file (which script imports
-        this module and wraps its class in DDP), so that a run given only some files answers
-        like a whole-tree run. Empty without a loader (flake8). The texts are read once per
-        run; nothing is parsed here."""
+        text matches `pattern`: for joins that start from the other file (which config builds
+        this class), so that a run given only some files answers like a whole-tree run. Empty
+        without a loader (flake8). The texts are read once per run; nothing is parsed here."""
+        return [path for path, text in self._project_texts() if pattern.search(text)]
+
+    def files_importing(self, name: str) -> List[Path]:
+        """Project files with an import line naming `name` (`from models.head import Head`,
+        `from .head import ...`, `import head`): the files that may import module `name`."""
+        if self._import_words is None:
+            index: Dict[str, List[Path]] = {}
+            for path, text in self._project_texts():
+                words: set = set()
+                for line in _IMPORT_LINE.findall(text):
+                    words.update(_WORD.findall(line))
+                for word in words:
+                    index.setdefault(word, []).append(path)
+            self._import_words = index
+        return list(self._import_words.get(name, ()))
+
+    def text_of(self, path: Path) -> Optional[str]:
+        """The text of a project file (None without a loader, or outside the project)."""
+        if self._text_by_path is None:
+            self._text_by_path = dict(self._project_texts())
+        return self._text_by_path.get(Path(os.path.abspath(path)))
+
+    def _project_texts(self) -> List[Tuple[Path, str]]:
         if self.loader is None:
             return []
         if self._texts is None:
@@ -123,12 +147,16 @@ class Project:
                     continue
                 texts.append((Path(os.path.abspath(path)), text))
             self._texts = texts
-        return [path for path, text in self._texts if pattern.search(text)]
+        return self._texts
 
     @property
     def complete(self) -> bool:
         """True when files outside the run can be read (the CLI); False under flake8."""
         return self.loader is not None
+
+
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*", re.M)
+_WORD = re.compile(r"\w+")
 
 
 def _inside(path: Path, root: Path) -> bool:

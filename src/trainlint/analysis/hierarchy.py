@@ -47,6 +47,34 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.base_module.BaseModule",
 }
 _MAX_DEPTH = 12
+# Words of a file that may train with DDP or configure it (wraps.py's signals and options).
+_DDP_WORDS = re.compile(
+    r"DistributedDataParallel|init_process_group|find_unused_parameters|static_graph|"
+    r"LOCAL_RANK|torchrun|torch\.distributed\.(?:launch|run)|requires_grad"
+)
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M
+)
+_PLAIN_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#]+)", re.M)
+
+
+def imports_in_text(text: str) -> List[str]:
+    """Qualified names a file's import lines name (`from .head import Head` -> ".head.Head",
+    `import models.head as mh` -> "models.head"), read from text (any indentation)."""
+    out: List[str] = []
+    for module, names in _FROM_IMPORT.findall(text):
+        for name in names.strip("()").replace("\\", " ").split(","):
+            words = name.split()
+            if words and words[0] != "*":
+                joint = "" if module.endswith(".") else "."
+                out.append(f"{module}{joint}{words[0]}")
+        out.append(module)
+    for names in _PLAIN_IMPORT.findall(text):
+        for name in names.split(","):
+            words = name.split()
+            if words:
+                out.append(words[0])
+    return out
 
 
 def file_facts(ctx) -> Dict[str, object]:
@@ -141,6 +169,8 @@ class Hierarchy:
         self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
         self._imports: Dict[Path, Set[Path]] = {}
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
+        self._ddp: Optional[Set[Path]] = None
+        self._evidence_files: Dict[Path, Set[Path]] = {}
 
     # -- files --------------------------------------------------------------------------------
 
@@ -295,12 +325,18 @@ class Hierarchy:
     # -- who uses a file ------------------------------------------------------------------------
 
     def imported_files(self, path: Path) -> Set[Path]:
-        """The project files `path` imports (module-level imports)."""
+        """The project files `path` imports. Read from the file's import lines when the
+        project's texts are at hand (the CLI: no need to parse every importer, and the same
+        answer whether the file is in the run or not), else from its facts (flake8)."""
         found = self._imports.get(path)
         if found is None:
             found = set()
-            facts = self.facts_at(path) or {}
-            for qualname in facts.get("imports", {}).values():
+            text = self.project.text_of(path)
+            if text is not None:
+                qualnames = imports_in_text(text)
+            else:
+                qualnames = list((self.facts_at(path) or {}).get("imports", {}).values())
+            for qualname in qualnames:
                 target = self._import_file(qualname, path)
                 if target is not None:
                     found.add(target)
@@ -329,9 +365,8 @@ class Hierarchy:
         while todo:
             target = todo.pop()
             word = target.parent.name if target.name == "__init__.py" else target.stem
-            pattern = re.compile(rf"^\s*(from|import)\s[^\n]*\b{re.escape(word)}\b", re.M)
             candidates = {p for p in self._run_paths if self._names_in_imports(p, word)}
-            candidates.update(self.project.files_matching(pattern))
+            candidates.update(self.project.files_importing(word))
             for candidate in candidates:
                 if candidate in closure:
                     continue
@@ -339,6 +374,11 @@ class Hierarchy:
                     closure.add(candidate)
                     todo.append(candidate)
         return closure
+
+    def _ddp_files(self) -> Set[Path]:
+        if self._ddp is None:
+            self._ddp = set(self.project.files_matching(_DDP_WORDS))
+        return self._ddp
 
     def _names_in_imports(self, path: Path, word: str) -> bool:
         facts = self._facts.get(path) or {}
@@ -354,14 +394,19 @@ class Hierarchy:
         if path not in self._evidence:
             users = self.importers(path)
             files = set(users)
+            # A helper module the script imports may wrap in DDP (`setup_ddp(model)`); only
+            # those that speak of DDP are read, in the run or not (same answer either way).
+            helpers = self._ddp_files() if self.project.complete else self._run_paths
             for user in users:
-                files |= self.imported_files(user)
+                files |= self.imported_files(user) & helpers
             self._evidence[path] = [
                 (file, facts)
                 for file in sorted(files)
+                if file in self._run_paths or file in self._ddp_files()
                 for facts in [self.facts_at(file)]
                 if facts is not None
             ]
+            self._evidence_files[path] = files
         return self._evidence[path]
 
     # -- the project's DDP ----------------------------------------------------------------------
@@ -389,9 +434,18 @@ class Hierarchy:
     def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:
         return {name for _, facts in evidence for name in facts.get("frozen", ())}
 
-    @staticmethod
-    def read_outside(evidence: List[Tuple[Path, dict]], attr: str) -> bool:
-        return any(attr in facts.get("outside_reads", ()) for _, facts in evidence)
+    def read_outside(self, source: Path, attr: str) -> bool:
+        """Is `attr` read on an object other than `self` (`model.head.class_embed`) in a file of
+        `source`'s evidence (by text when the project's texts are at hand)?"""
+        pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
+            text = self.project.text_of(file)
+            if text is not None:
+                if pattern.search(text):
+                    return True
+            elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
+                return True
+        return False
 
     def absolute(self, display: str) -> Path:
         """The absolute path of a file of the run, from its display path."""

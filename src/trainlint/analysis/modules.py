@@ -27,6 +27,7 @@ across files, see hierarchy.py) this records
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set
 
@@ -34,6 +35,7 @@ import libcst as cst
 
 from . import Analysis
 from .calls import is_false, keyword, positional
+from ..walk import children
 from .names import Names, dotted_name
 
 ALL = "*"  # an escape or freeze that reaches every attribute
@@ -77,6 +79,7 @@ _PARAMETER_WALKS = {"parameters", "named_parameters", "children", "modules", "na
 _INIT_METHOD = re.compile(
     r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$|^(extra_repr|__repr__)$"
 )
+_READ_TYPES = (cst.Attribute, cst.Call, cst.Assign, cst.AnnAssign, cst.For)
 # Random sources: a branch on them is taken on some iterations and not others.
 _RANDOM_PREFIXES = ("random.", "numpy.random.", "torch.rand", "torch.bernoulli")
 # Tensor methods whose value depends on the data in a branch test.
@@ -161,6 +164,7 @@ class Modules(Analysis):
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
         self.classes: Dict[str, ModuleClass] = {}
+        self._positions: Dict[type, List[int]] = {}
         for node in ctx.nodes(cst.ClassDef):
             if node.bases and node.name.value not in self.classes:
                 self.classes[node.name.value] = self._read_class(node)
@@ -182,7 +186,9 @@ class Modules(Analysis):
         for statement in node.body.body:
             if isinstance(statement, cst.FunctionDef):
                 functions[statement.name.value] = statement
-        cls.init_methods = _init_reach(functions)
+        cls.init_methods = _init_reach(
+            functions, {name: self._within(f, (cst.Call,)) for name, f in functions.items()}
+        )
         cls.methods = {name: Method(name) for name in functions}
         for name, function in functions.items():
             method = cls.methods[name]
@@ -191,7 +197,7 @@ class Modules(Analysis):
                 continue
             registering = name in cls.init_methods
             initialising = registering or bool(_INIT_METHOD.search(name))
-            for sub in self.ctx.tree.descendants(function.body):
+            for sub in self._within(function, _READ_TYPES):
                 if isinstance(sub, cst.Attribute) and _is_name(sub.value, self_name):
                     # A lambda or function made while building runs later: its reads are uses.
                     later = initialising and self._deferred(sub, function)
@@ -212,6 +218,28 @@ class Modules(Analysis):
         for name in cls.frozen & set(cls.attrs):
             cls.attrs[name].frozen = True
         return cls
+
+    def _within(self, function: cst.FunctionDef, types) -> List[cst.CSTNode]:
+        """The nodes of `types` inside `function`, in document order: slices of the file's
+        nodes-by-type (a walk over every node of every method costs as much as the parse)."""
+        index = self.ctx.tree.index
+        last = function
+        while True:
+            kids = children(last)
+            if not kids:
+                break
+            last = kids[-1]
+        low, high = index[function], index[last]
+        found: List[cst.CSTNode] = []
+        for node_type in types:
+            nodes = self.ctx.nodes(node_type)
+            positions = self._positions.get(node_type)
+            if positions is None:
+                positions = self._positions[node_type] = [index[n] for n in nodes]
+            found.extend(nodes[bisect_right(positions, low) : bisect_right(positions, high)])
+        if len(types) > 1:
+            found.sort(key=index.__getitem__)
+        return found
 
     def _register(self, cls: ModuleClass, name: str, value: cst.CSTNode, node) -> None:
         kind, callee, frozen = self._kind_of(value)
@@ -457,8 +485,11 @@ def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
     return None
 
 
-def _init_reach(functions: Dict[str, cst.FunctionDef]) -> Set[str]:
-    """`__init__` and the methods only it calls (`self._init_layers()`), transitively."""
+def _init_reach(
+    functions: Dict[str, cst.FunctionDef], calls_in: Dict[str, List[cst.CSTNode]]
+) -> Set[str]:
+    """`__init__` and the methods only it calls (`self._init_layers()`), transitively;
+    `calls_in`: the calls inside each method."""
     if "__init__" not in functions:
         return set()
     calls: Dict[str, Set[str]] = {}
@@ -466,10 +497,9 @@ def _init_reach(functions: Dict[str, cst.FunctionDef]) -> Set[str]:
         self_name = _self_param(function)
         found: Set[str] = set()
         if self_name is not None:
-            for sub in _descendants(function.body):
+            for sub in calls_in[name]:
                 if (
-                    isinstance(sub, cst.Call)
-                    and isinstance(sub.func, cst.Attribute)
+                    isinstance(sub.func, cst.Attribute)
                     and _is_name(sub.func.value, self_name)
                     and sub.func.attr.value in functions
                 ):
@@ -490,8 +520,6 @@ def _init_reach(functions: Dict[str, cst.FunctionDef]) -> Set[str]:
 
 
 def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    from ..walk import children
-
     stack = list(reversed(children(node)))
     while stack:
         current = stack.pop()

@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional
 from ...analysis.devices import is_test_file
 from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
 from ...analysis.modules import ALL, Modules, escaped
-from ...analysis.wraps import Wraps
+from ...analysis.wraps import Wraps, is_local, local_name
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -50,7 +50,7 @@ class DdpUnusedParameters(Rule):
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
     (`register_buffer` is not a parameter), and attributes read on another object
-    (`self.head.class_embed`), stand-in models in test files that do not train with DDP.
+    (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP.
     Under flake8, which sees one file, only that file is evidence.
 
     ## Example
@@ -92,12 +92,20 @@ class DdpUnusedParameters(Rule):
     project = True
 
     def finish(self) -> None:
-        if is_test_file(self.ctx) and not self.ctx.analysis(Wraps).signals:
-            return  # stand-in models of unit tests (a hook test's one-layer model) never train
         modules = self.ctx.analysis(Modules)
+        judged = set(modules.classes)
+        if is_test_file(self.ctx):
+            # Stand-in models of unit tests (an optimizer test's toy model) never train; only
+            # those the test itself wraps in DDP are judged.
+            judged = {
+                local_name(q)
+                for site in self.ctx.analysis(Wraps).ddp_sites()
+                for q in site.classes
+                if is_local(q)
+            }
         fix = None
         for cls in modules.classes.values():
-            if ALL in cls.frozen:
+            if ALL in cls.frozen or cls.name not in judged:
                 continue
             reads = cls.reads()
             for attr in cls.attrs.values():
@@ -113,7 +121,7 @@ class DdpUnusedParameters(Rule):
 
     def _fix(self) -> Optional[PendingFix]:
         """`find_unused_parameters=True` on the one DDP call of this file that has no option."""
-        sites = [s for s in self.ctx.analysis(Wraps).ddp_sites()]
+        sites = self.ctx.analysis(Wraps).ddp_sites()
         if len(sites) != 1 or sites[0].options or not sites[0].call.args:
             return None
         last = sites[0].call.args[-1]
@@ -200,26 +208,24 @@ def _message(
     if family.frozen(attr) or family.reads_unconditionally(attr):
         return None
     outside = hierarchy.frozen_outside(evidence)
-    if attr in outside or ALL in outside or hierarchy.read_outside(evidence, attr):
+    if attr in outside or ALL in outside or hierarchy.read_outside(ref.path, attr):
         return None
     if registered["kind"] == "call" and not _has_parameters(hierarchy, registered, ref.path):
         return None
     what = _KINDS.get(registered["kind"], "submodule")
-    consequence = (
-        "DDP gets no gradient for it, so the first iteration's gradient reduction never "
-        f'finishes and iteration 2 raises "{DDP_ERROR}"'
-    )
     readers = family.branch_readers(attr)
     if readers:
         return (
             f"`self.{attr}` ({what} of `{ref.name}`) is read only under a data-dependent branch "
-            f"(in `{readers[0]}`): on an iteration that skips it, {consequence}; make every "
+            f"(in `{readers[0]}`): under DDP an iteration that skips it leaves its gradient "
+            f'reduction unfinished and the next iteration raises "{DDP_ERROR}"; make every '
             "iteration use it, or pass `find_unused_parameters=True` to DDP"
         )
     return (
         f"`self.{attr}` ({what}) is registered in `{ref.name}` but no method of `{ref.name}` "
-        f"(nor of its parents or subclasses) reads it: {consequence}; use it, delete it, or "
-        "pass `find_unused_parameters=True` to DDP"
+        "(nor of its parents or subclasses) reads it: under DDP it gets no gradient, the first "
+        f'iteration\'s gradient reduction never finishes and iteration 2 raises "{DDP_ERROR}"; '
+        "use it, delete it, or pass `find_unused_parameters=True` to DDP"
     )
 
 
