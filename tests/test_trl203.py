@@ -33,3 +33,26 @@ def test_without_a_loader_the_model_file_alone_is_quiet():
     project = Project(root=PROJECT, settings=settings, results={str(path): result})
     found, crashes = run_project_phase([all_rules()["TRL203"]], project)
     assert not crashes and found == []
+
+
+def test_a_dataparallel_only_trainer_outside_the_run_is_found(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "net.py").write_text(
+        "import torch.nn as nn\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        "        self.outputs = []\n\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        self.outputs.append(y)\n"
+        "        return y\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch.nn as nn\n\nfrom models.net import Net\n\n"
+        "model = nn.DataParallel(Net().cuda())\n"
+    )
+    alone = _found(lint([tmp_path / "models" / "net.py"], ["TRL203"], root=tmp_path))
+    assert alone == [("net.py", 12, "error")]

@@ -202,7 +202,7 @@ class ForwardMutatesModuleState(Rule):
                     continue  # not an nn.Module (a base of a library with a forward may be)
                 if effect == "lost" and not (
                     _read_by(hierarchy.family(ref), attr)
-                    or hierarchy.read_outside(evidence[display], attr)
+                    or hierarchy.read_outside(path, attr)
                 ):
                     continue  # set on a replica and read nowhere: losing it changes nothing
                 base = str(keys[key]["message"])
