@@ -306,6 +306,18 @@ class StateWrites(Analysis):
             for node in _own_nodes(write.function)
         )
 
+    def carries_over(self, write: StateWrite) -> bool:
+        """Does the write compute from the attribute's previous value (`self.n += 1`,
+        `self.pos = (self.pos + 1) % k`): state carried from one forward to the next?"""
+        statement = self.ctx.parent(write.node)
+        if isinstance(statement, cst.AssignTarget):
+            statement = self.ctx.parent(statement)
+        if isinstance(statement, cst.AugAssign):
+            return True
+        return isinstance(statement, cst.Assign) and self._mentions_attr(
+            statement.value, write.attr
+        )
+
     def _scratch(self, write: StateWrite) -> bool:
         """`self.t = f(x)` read back only later in the same function: a local variable kept
         on `self`, which each replica uses for itself. (Read nowhere else in the class: it is

@@ -138,7 +138,15 @@ class ForwardMutatesModuleState(Rule):
                 continue
             seen.add(write.attr)
             lost = write.kind == "assign"  # set on the replica: matters only if read
-            self._add(cls, write.node, f"{where} of `{cls}` {_what(write)}", write.attr, lost)
+            if lost and self.writes.carries_over(write):
+                what = (
+                    f"advances `self.{write.attr}` from its previous value: under "
+                    "nn.DataParallel each forward runs on fresh per-GPU replicas, so it stays "
+                    "at its initial value (the update is lost with the replica)"
+                )
+            else:
+                what = _what(write)
+            self._add(cls, write.node, f"{where} of `{cls}` {what}", write.attr, lost)
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
