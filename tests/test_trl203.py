@@ -35,24 +35,9 @@ def test_without_a_loader_the_model_file_alone_is_quiet():
     assert not crashes and found == []
 
 
-def test_a_dataparallel_only_trainer_outside_the_run_is_found(tmp_path):
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "__init__.py").write_text("")
-    (tmp_path / "models" / "net.py").write_text(
-        "import torch.nn as nn\n\n\n"
-        "class Net(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.fc = nn.Linear(4, 4)\n"
-        "        self.outputs = []\n\n"
-        "    def forward(self, x):\n"
-        "        y = self.fc(x)\n"
-        "        self.outputs.append(y)\n"
-        "        return y\n"
-    )
-    (tmp_path / "train.py").write_text(
-        "import torch.nn as nn\n\nfrom models.net import Net\n\n"
-        "model = nn.DataParallel(Net().cuda())\n"
-    )
-    alone = _found(lint([tmp_path / "models" / "net.py"], ["TRL203"], root=tmp_path))
-    assert alone == [("net.py", 12, "error")]
+def test_a_dataparallel_only_trainer_outside_the_run_is_found():
+    # No DistributedDataParallel, no process group: only `nn.DataParallel` in train.py.
+    project = RULE_FIXTURES / "TRL203" / "dataparallel_only_project"
+    model_file = project / "models" / "tapped_resnet.py"
+    alone = _found(lint([model_file], ["TRL203"], root=project))
+    assert alone == [("tapped_resnet.py", 15, "error")]
