@@ -14,8 +14,8 @@ It also records what the project phase needs about DDP in general:
 - `finds_unused`: the file asks DDP to tolerate unused parameters somewhere
   (`find_unused_parameters=True` on DDP, Lightning's `DDPStrategy`, Accelerate's
   `DistributedDataParallelKwargs`, HF `ddp_find_unused_parameters=True`, the
-  `"ddp_find_unused_parameters_true"` strategy, an MM-style config's top-level
-  `find_unused_parameters = True`) or uses `static_graph=True`;
+  `"ddp_find_unused_parameters_true"` strategy) or uses `static_graph=True` (an MM-style
+  config's `find_unused_parameters = True` applies to the models it names, not to the file);
 - `frozen`: attribute names frozen from outside their class (`model.backbone.requires_grad_(False)`,
   `for p in model.backbone.parameters(): p.requires_grad = False`), ALL when parameters are
   frozen by name patterns we cannot follow.
@@ -170,6 +170,9 @@ class Wraps(Analysis):
         return found
 
     def _finds_unused(self) -> bool:
+        """Code that makes DDP tolerate unused parameters (keywords, strategies, static graph).
+        An MM-style config's top-level `find_unused_parameters = True` is not counted here: it
+        applies to the models the config builds (TRL301 matches them by `type=`)."""
         for call in self.ctx.nodes(cst.Call):
             for name in TOLERANT_KEYWORDS:
                 value = keyword(call, name)
@@ -180,15 +183,6 @@ class Wraps(Analysis):
         for string in self.ctx.nodes(cst.SimpleString):
             if "find_unused_parameters_true" in string.value:
                 return True
-        for statement in self.ctx.module.body:
-            # An MM-style config: `find_unused_parameters = True` at the top level.
-            if isinstance(statement, cst.SimpleStatementLine):
-                for small in statement.body:
-                    if isinstance(small, cst.Assign) and not is_false(small.value):
-                        if any(
-                            dotted_name(t.target) == "find_unused_parameters" for t in small.targets
-                        ):
-                            return True
         return False
 
     def _frozen_outside(self) -> Set[str]:
