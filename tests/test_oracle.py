@@ -79,6 +79,12 @@ def _no_oracle():
     return tomllib.loads(NO_ORACLE_FILE.read_text(encoding="utf-8"))
 
 
+def _can_be_error(rule) -> bool:
+    """Error-level, or a warning that becomes an error in some projects ("error when the
+    class is wrapped in DataParallel"): such a rule may give its reason here too."""
+    return rule.severity == Severity.ERROR or "error" in rule.severity_note
+
+
 def test_every_error_rule_has_an_oracle_or_a_reason():
     """Discovered from the registry: a new error-level rule needs fixtures/oracle/<CODE>/ or a
     line in fixtures/oracle/no_oracle.toml saying why CPU torch cannot show its failure."""
@@ -101,7 +107,7 @@ def test_no_oracle_list_is_not_stale():
     for code, reason in _no_oracle().items():
         assert isinstance(reason, str) and reason.strip(), f"{code}: give the reason"
         assert code in rules, f"{code} is listed in no_oracle.toml but not registered"
-        assert rules[code].severity == Severity.ERROR, f"{code} is not error-level: drop it"
+        assert _can_be_error(rules[code]), f"{code} is not error-level: drop it"
         assert code not in with_oracle, f"{code} has an oracle now: drop it from no_oracle.toml"
 
 

@@ -48,8 +48,9 @@ INITIALISING_MODULES = {
 }
 _MAX_DEPTH = 12
 # Words of a file that may train with DDP or configure it (wraps.py's signals and options).
+# (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
 _DDP_WORDS = re.compile(
-    r"DistributedDataParallel|init_process_group|find_unused_parameters|static_graph|"
+    r"DataParallel|init_process_group|find_unused_parameters|static_graph|"
     r"LOCAL_RANK|torchrun|torch\.distributed\.(?:launch|run)|requires_grad"
 )
 _FROM_IMPORT = re.compile(
@@ -446,6 +447,10 @@ class Hierarchy:
             elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
                 return True
         return False
+
+    def absolute(self, display: str) -> Path:
+        """The absolute path of a file of the run, from its display path."""
+        return Path(os.path.abspath(self.project.paths.get(display, Path(display))))
 
     def display(self, path: Path) -> str:
         for display, known in self.project.paths.items():

@@ -603,3 +603,21 @@ def _prefix(node: cst.CSTNode) -> str:
         if literal is not None:
             return literal
     return ""
+
+
+def forward_reach(cls: ModuleClass) -> Set[str]:
+    """`forward` and the methods of the class it calls through `self.<method>()`, directly or
+    not, on any branch (what runs when the module is called). Empty without `forward`."""
+    if not cls.has_forward:
+        return set()
+    reached = {"forward"}
+    todo = ["forward"]
+    while todo:
+        method = cls.methods.get(todo.pop())
+        if method is None:
+            continue
+        for name in method.calls | method.branch_calls:
+            if name in cls.methods and name not in reached:
+                reached.add(name)
+                todo.append(name)
+    return reached

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from . import Analysis
-from .calls import has_star_args, is_false, keyword
+from .calls import has_star_args, is_false, keyword, positional
 from .modules import ALL, _freezes, frozen_by_loop
 from .names import LOCAL_PREFIX, Names, dotted_name
 from .parallel import INIT_PROCESS_GROUP, Parallel
@@ -120,8 +120,30 @@ class Wraps(Analysis):
             for value in values or ():
                 if value is not None and value is not expr:
                     out |= self.classes_of(value, depth + 1)
+            if not out and isinstance(expr, cst.Name):
+                out = self._argument_classes(expr, depth)
             return out
         return set()
+
+    def _argument_classes(self, name: cst.Name, depth: int) -> Set[str]:
+        """A parameter of a function of this file (`def parallelize(config, model)`): the
+        classes of what the file's calls of that function pass for it."""
+        out: Set[str] = set()
+        for binding in self.ctx.scopes.lookup(name.value, name):
+            function = binding.statement
+            if binding.kind != "param" or not isinstance(function, cst.FunctionDef):
+                continue
+            params = list(function.params.posonly_params) + list(function.params.params)
+            index = next((i for i, p in enumerate(params) if p.name.value == name.value), None)
+            for call in self.ctx.nodes(cst.Call):
+                if not (isinstance(call.func, cst.Name) and call.func.value == function.name.value):
+                    continue
+                value = keyword(call, name.value)
+                if value is None and index is not None:
+                    value = positional(call, index)
+                if value is not None:
+                    out |= self.classes_of(value, depth + 1)
+        return out
 
     def _returned_classes(self, function: cst.FunctionDef, depth: int) -> Set[str]:
         """Classes a helper of this file returns (`def build_model(): return Net(...)`)."""

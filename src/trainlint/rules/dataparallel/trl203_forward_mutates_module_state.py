@@ -1,0 +1,295 @@
+"""TRL203 forward-mutates-module-state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.modules import Modules, forward_reach
+from ...analysis.state_writes import HookWrite, StateWrite, StateWrites
+from ...analysis.wraps import DP_KIND, Wraps
+from ...diagnostics import Diagnostic, Severity
+from ..base import Rule
+
+
+class ForwardMutatesModuleState(Rule):
+    """## What it does
+    Reports an `nn.Module` whose `forward` (or a method `forward` calls) or whose forward hook
+    (`register_forward_hook(fn)` / `register_forward_pre_hook(fn)`, with `fn` a bound method,
+    a closure, a lambda or a factory returning one) writes state of the module:
+    `self.x = ...`, `self.cache[k] = ...`, `self.feats.append(...)`, `bank[name] = output` in a
+    hook made by `get_activation(name, self.core_out)`.
+
+    It is an error when the project wraps the class in `nn.DataParallel` (an instance of it or
+    of a subclass, or of a class whose `__init__` builds it as a submodule; also through a
+    helper such as `parallelize(config, model)`). It is a warning when a file that uses the
+    class's module (imports it, directly or not) wraps some other model in DataParallel, or
+    when the project wraps a model whose class cannot be named (built by a registry or a
+    dynamic import). Otherwise the rule is quiet: in projects without DataParallel, or that
+    use it only around other, known models, the writes are harmless
+    (DistributedDataParallel runs one model per process).
+
+    ## Why is this bad
+    On every forward, DataParallel copies the module to each GPU (a shallow copy) and runs the
+    copies in threads. The PyTorch documentation warns that "any updates to the running module
+    in forward will be lost": an attribute set in `forward` is set on a copy that is thrown away
+    (`model.last_attention` is never updated). Worse, containers created in `__init__` (a dict
+    or list on `self`) are the same object in every copy: all replica threads write into it at
+    once, and the values read back mix tensors from different GPUs and different graphs. The
+    depth-estimation models that store decoder features with `self.core_out[name] = output` in
+    forward hooks train on one GPU and die on several with
+
+        RuntimeError: Trying to backward through the graph a second time (or directly access
+        saved tensors after they have already been freed)
+
+    or with "Expected all tensors to be on the same device".
+
+    Not reported: in-place updates of the module's own tensors (`self.running_mean.mul_(m)`,
+    `self.num_batches_tracked += 1` on a registered buffer, `self.queue[:, i] = k`), which
+    DataParallel keeps for the replica on `device_ids[0]` (BatchNorm relies on it); writes under
+    `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
+    the eval-only branch of `self.training` (inference caches; a cache filled on the training
+    branch is reported); local variables and local containers; strings and numbers put into a
+    container (bookkeeping, no graph). An attribute set in `forward` (not in a hook) is only
+    lost on the replica, so it is reported only when it matters: read by a method of the class
+    or its relatives, or read on a model object anywhere in the project, and neither a replica's
+    own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
+    value read back only later in the same method. Forward hooks are different: they keep the
+    `self` they were made with, the original module, so every write of a hook is shared.
+
+    Under flake8, which sees one file, the DataParallel wrap must be in the same file.
+
+    ## Example
+    ```python
+    class DepthModel(nn.Module):
+        def __init__(self, backbone):
+            super().__init__()
+            self.backbone = backbone
+            self.features = {}
+            backbone.layer4.register_forward_hook(self._store)
+
+        def _store(self, module, inputs, output):
+            self.features["layer4"] = output
+
+        def forward(self, x):
+            depth = self.backbone(x)
+            return depth, self.features["layer4"]
+    ```
+
+    ## Use instead
+    ```python
+    class DepthModel(nn.Module):
+        def __init__(self, backbone):
+            super().__init__()
+            self.backbone = backbone
+
+        def forward(self, x):
+            features = {}
+            handle = self.backbone.layer4.register_forward_hook(
+                lambda module, inputs, output: features.__setitem__("layer4", output)
+            )
+            try:
+                depth = self.backbone(x)
+            finally:
+                handle.remove()
+            return depth, features["layer4"]
+    ```
+    or return the values from `forward`, or train with DistributedDataParallel.
+
+    ## Fix safety
+    No fix: where the values should go instead is a design decision.
+    """
+
+    code = "TRL203"
+    name = "forward-mutates-module-state"
+    severity = Severity.WARNING
+    severity_note = "error when the class is wrapped in DataParallel in the project"
+    project = True
+    # "from .": a package's __init__.py re-exporting model classes (`from .core import Net`)
+    # holds no torch code but the hierarchy needs its imports to resolve `models.Net`.
+    markers = ("class ", "torch", "from .")
+
+    def finish(self) -> None:
+        self.writes: StateWrites = self.ctx.analysis(StateWrites)
+        self.recorded: Dict[str, int] = {}
+        self.hooked: Dict[str, Set[str]] = {}
+        # Every class with a base: whether it is an nn.Module is decided across files.
+        for cls in self.ctx.analysis(Modules).classes.values():
+            methods = {
+                s.name.value: s for s in cls.node.body.body if isinstance(s, cst.FunctionDef)
+            }
+            for name in sorted(forward_reach(cls)):
+                self._record_method(cls.name, methods[name])
+            for hook in self.writes.hooks_in(cls.node):
+                self._record_hook(cls.name, hook)
+
+    # -- candidates ---------------------------------------------------------------------------
+
+    def _record_method(self, cls: str, method: cst.FunctionDef) -> None:
+        seen: Set[str] = set()
+        where = "`forward`" if method.name.value == "forward" else (
+            f"`{method.name.value}` (called from `forward`)"
+        )
+        for write in self.writes.in_method(method):
+            if write.attr in seen:
+                continue
+            seen.add(write.attr)
+            lost = write.kind == "assign"  # set on the replica: matters only if read
+            if lost and self.writes.carries_over(write):
+                what = (
+                    f"advances `self.{write.attr}` from its previous value: under "
+                    "nn.DataParallel each forward runs on fresh per-GPU replicas, so it stays "
+                    "at its initial value (the update is lost with the replica)"
+                )
+            else:
+                what = _what(write)
+            self._add(cls, write.node, f"{where} of `{cls}` {what}", write.attr, lost)
+
+    def _record_hook(self, cls: str, hook: HookWrite) -> None:
+        # One finding per attribute: ZoeDepth registers the same store on six layers.
+        seen = self.hooked.setdefault(cls, set())
+        for write in hook.writes:
+            if write.attr in seen:
+                continue
+            seen.add(write.attr)
+            node = write.node if hook.inside else hook.hook
+            # A hook keeps the `self` it closed over: the original module, which every
+            # replica's thread then writes, attribute or container alike.
+            message = f"a forward hook of `{cls}` {_what(write, shared=True)}"
+            self._add(cls, node, message, write.attr, False)
+
+    def _add(self, cls: str, node: cst.CSTNode, message: str, attr: str, lost: bool) -> None:
+        # The key carries what the project phase needs: class, attribute, replica-only write.
+        number = self.recorded.get(cls, 0)
+        self.recorded[cls] = number + 1
+        self.candidate(f"{cls}:{number}:{attr}:{'lost' if lost else 'shared'}", node, message)
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        facts = file_facts(self.ctx)
+        # Where each wrap of facts["wraps"] is, to name it in messages.
+        sites = self.ctx.analysis(Wraps).sites
+        facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in sites]
+        return facts
+
+    # -- the project phase ----------------------------------------------------------------------
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        hierarchy = Hierarchy(project, cls.code)
+        # Each candidate's file, read first so that its parents are among the known files.
+        files = {
+            display: (hierarchy.absolute(display), keys)
+            for display, keys in project.candidates(cls.code).items()
+            if hierarchy.facts_at(hierarchy.absolute(display)) is not None
+        }
+        if not files:
+            return
+        # The files that use each candidate's classes (its importers, and what they import),
+        # read before the project's wraps are listed: a run given only the model file (as
+        # pre-commit does) finds the trainer that wraps it.
+        evidence = {display: hierarchy.evidence(path) for display, (path, _) in files.items()}
+        everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
+        if not everywhere:
+            return  # no DataParallel: one model per process, the writes are harmless
+        wrapped = wrapped_classes(hierarchy, everywhere)
+        # A model built through a registry or a dynamic import (`build_model(config)`) is a
+        # DataParallel wrap of a class nobody can name: it may be any model of the project.
+        unknown = [wrap for wrap in everywhere if not wrap[2]]
+        for display, (path, keys) in sorted(files.items()):
+            # In a repository of many examples, one example's DataParallel of a known class
+            # says nothing of another's models.
+            near = data_parallel_wraps(hierarchy, evidence[display]) or unknown
+            for key in sorted(keys):
+                name, _, attr, effect = key.split(":", 3)
+                ref = ClassRef(path, name)
+                family = hierarchy.ancestry(ref)
+                if not family.is_module and (family.complete or not family.has_forward):
+                    continue  # not an nn.Module (a base of a library with a forward may be)
+                if effect == "lost" and not (
+                    _read_by(hierarchy.family(ref), attr)
+                    or hierarchy.read_outside(path, attr)
+                ):
+                    continue  # set on a replica and read nowhere: losing it changes nothing
+                base = str(keys[key]["message"])
+                if ref in wrapped:
+                    message = f"{base} (`{name}` is wrapped in nn.DataParallel at {wrapped[ref]})"
+                    severity = Severity.ERROR
+                elif near:
+                    message = f"{base} (nn.DataParallel is used at {near[0][0]})"
+                    severity = Severity.WARNING
+                else:
+                    continue  # DataParallel only around other, known classes
+                diagnostic = project.candidate(
+                    display, cls.code, key, message=message, severity=severity
+                )
+                if diagnostic is not None:
+                    yield diagnostic
+
+
+def data_parallel_wraps(
+    hierarchy: Hierarchy, evidence: List[Tuple[Path, dict]]
+) -> List[Tuple[str, Path, List[str]]]:
+    """("train.py:57", file, wrapped class names) for every nn.DataParallel wrap of the
+    evidence files."""
+    found = []
+    for path, facts in evidence:
+        rows = facts.get("wrap_rows", [])
+        for index, wrap in enumerate(facts.get("wraps", ())):
+            if wrap.get("kind") == DP_KIND:
+                row = rows[index] if index < len(rows) else "?"
+                where = f"{hierarchy.display(path)}:{row}"
+                found.append((where, path, list(wrap.get("classes", ()))))
+    return sorted(found, key=lambda item: item[0])
+
+
+def wrapped_classes(
+    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
+) -> Dict[ClassRef, str]:
+    """Classes whose code runs in DataParallel replicas -> where: each wrapped class, its
+    ancestors, and (through `__init__`'s submodules) the classes of its submodules."""
+    out: Dict[ClassRef, str] = {}
+    todo: List[Tuple[str, Path, str, int]] = [
+        (name, path, where, 0) for where, path, names in wraps for name in names
+    ]
+    while todo:
+        name, importer, where, depth = todo.pop()
+        ref = hierarchy.resolve(name, importer)
+        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
+            continue
+        for member, facts in hierarchy.ancestry(ref).members:
+            out.setdefault(member, where)
+            for attr in facts.get("attrs", {}).values():
+                if attr.get("callee"):
+                    todo.append((attr["callee"], member.path, where, depth + 1))
+    return out
+
+
+def _read_by(family: Family, attr: str) -> bool:
+    """Does a method of the family read `self.<attr>`? (Family.reads also counts walks over
+    every submodule, `self.parameters()`, which never read a plain attribute.)"""
+    return any(
+        attr in method.get("reads", ()) or attr in method.get("branch_reads", ())
+        for _, facts in family.members
+        for method in facts.get("methods", {}).values()
+    )
+
+
+def _what(write: StateWrite, shared: bool = False) -> str:
+    """What the write does under DataParallel, for the message."""
+    if write.kind == "assign" and not shared:
+        return (
+            f"sets `self.{write.attr}`: under nn.DataParallel this happens on a per-GPU replica "
+            "that is discarded after forward, so the model never sees it; return the value "
+            "from forward instead"
+        )
+    target = f"writes into `self.{write.attr}`" if write.kind == "item" else (
+        f"sets `self.{write.attr}` on the original module"
+    )
+    return (
+        f"{target}, which nn.DataParallel replicas share: their threads "
+        "race on it and mix tensors from different GPUs (\"Trying to backward through the "
+        "graph a second time\"); keep such values local to forward and return them"
+    )
