@@ -51,29 +51,47 @@ class Scopes(Analysis):
         self.tree = ctx.tree
         self.module_scope = Scope(ctx.module, "module", None)
         self.by_node: Dict[cst.CSTNode, Scope] = {ctx.module: self.module_scope}
+        self._scope_by_id: Dict[int, Scope] = {}
         self._build()
 
     # -- queries ------------------------------------------------------------------------------
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The scope in which `node` is evaluated."""
+        # A node is evaluated in its parent's scope unless the parent is a scope whose body (or
+        # parameter) it is, so every node passed on the way up gets the same answer: remember it
+        # for all of them (rules ask for the scope of nearly every name). Only nodes of the tree
+        # are remembered (they outlive the cache, so their ids stay theirs).
+        cache = self._scope_by_id
+        parent_of = self.tree.parent
+        passed = []
         child = node
-        parent = self.tree.parent(node)
+        parent = parent_of(node)
+        found = self.module_scope
         while parent is not None:
+            known = cache.get(id(child))
+            if known is not None:
+                found = known
+                break
+            passed.append(child)
             if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
                 # Defaults, annotations and decorators run in the enclosing scope.
                 if child is parent.body or (
                     isinstance(child, cst.Param) and child in _params_of(parent)
                 ):
-                    return self.by_node[parent]
+                    found = self.by_node[parent]
+                    break
             elif isinstance(parent, cst.ClassDef):
                 if child is parent.body:
-                    return self.by_node[parent]
+                    found = self.by_node[parent]
+                    break
             elif isinstance(parent, cst.Module):
-                return self.module_scope
+                break
             child = parent
-            parent = self.tree.parent(parent)
-        return self.module_scope
+            parent = parent_of(parent)
+        for seen in passed:
+            cache[id(seen)] = found
+        return found
 
     def lookup(self, name: str, at: cst.CSTNode) -> List[Binding]:
         """The bindings `name` may refer to when evaluated at node `at` (LEGB)."""
