@@ -182,7 +182,7 @@ def check(
             result.diagnostics.append(_problem(source, verdict.problem))
         return result
     try:
-        module = cst.parse_module(source.text)
+        module = parse_guard.parse_checked(source.text)
     except cst.ParserSyntaxError as exc:
         if any(r.code == SYNTAX_ERROR for r in rules):
             result.diagnostics.append(_syntax_error(source, exc))
