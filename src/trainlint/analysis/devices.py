@@ -2075,15 +2075,18 @@ class Moves(Analysis):
             return frozenset()
         nodes = list(_descendants(function.body))
         derived: Dict[str, Set[str]] = {p: {p} for p in params}
-        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`).
+        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`), followed
+        # three bindings deep; what each binding's value mentions does not change between rounds.
+        bindings = [
+            (targets, self._names_outside_devices(value))
+            for node in nodes
+            for targets, value in _binding_pairs(node)
+        ]
         for _ in range(3):
-            for node in nodes:
-                pairs = _binding_pairs(node)
-                for targets, value in pairs:
-                    mentioned = self._names_outside_devices(value)
-                    for param, names in derived.items():
-                        if mentioned & names:
-                            names.update(targets)
+            for targets, mentioned in bindings:
+                for param, names in derived.items():
+                    if mentioned & names:
+                        names.update(targets)
         moved: Set[int] = set()
         for node in nodes:
             if isinstance(node, cst.Call):
