@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
@@ -60,6 +61,9 @@ class FileContext:
         self.settings = settings
         self.path = source.path
         self._analyses: Dict[type, Any] = {}
+        self._names: Any = None
+        self._scopes: Any = None
+        self._code: Dict[int, str] = {}  # id(node) -> its text, for nodes of this tree
         self.positions = PositionIndex(module, source, tree.parent)
 
     # -- analyses -----------------------------------------------------------------------------
@@ -70,17 +74,25 @@ class FileContext:
             found = self._analyses[cls] = cls(self)  # type: ignore[call-arg]
         return found
 
+    # Rules ask for these two on almost every node: kept in attributes, past the import and the
+    # analysis lookup.
     @property
     def names(self):
-        from .analysis.names import Names
+        found = self._names
+        if found is None:
+            from .analysis.names import Names
 
-        return self.analysis(Names)
+            found = self._names = self.analysis(Names)
+        return found
 
     @property
     def scopes(self):
-        from .analysis.scopes import Scopes
+        found = self._scopes
+        if found is None:
+            from .analysis.scopes import Scopes
 
-        return self.analysis(Scopes)
+            found = self._scopes = self.analysis(Scopes)
+        return found
 
     # -- tree ---------------------------------------------------------------------------------
 
@@ -104,7 +116,15 @@ class FileContext:
 
     def code(self, node: cst.CSTNode) -> str:
         """The node's source text (libcst round-trips it exactly)."""
-        return self.module.code_for_node(node)
+        # Regenerating text is libcst's codegen over the whole subtree; analyses ask for the same
+        # nodes' text repeatedly. Remembered only for nodes of this tree (their ids stay theirs).
+        key = id(node)
+        found = self._code.get(key)
+        if found is None:
+            found = self.module.code_for_node(node)
+            if self.tree.parent(node) is not None:
+                self._code[key] = found
+        return found
 
     def span(self, node: cst.CSTNode) -> Span:
         return self.positions.span(node)
@@ -230,11 +250,8 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
             result.crashes.append(_crash(ctx.path, cls.code, exc))
     handlers: Dict[type, List[Tuple[Rule, Any]]] = {}
     for rule in instances:
-        for attr in dir(type(rule)):
-            if attr.startswith("visit_"):
-                node_type = getattr(cst, attr[len("visit_") :], None)
-                if isinstance(node_type, type):
-                    handlers.setdefault(node_type, []).append((rule, getattr(rule, attr)))
+        for node_type, attr in _visitors_of(type(rule)):
+            handlers.setdefault(node_type, []).append((rule, getattr(rule, attr)))
     crashed: set = set()
     if handlers:
         for node in ctx.tree.order:
@@ -281,6 +298,18 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                 result.diagnostics.extend(resolve_reports(ctx, rule.reports))
             except Exception as exc:
                 result.crashes.append(_crash(ctx.path, rule.code, exc))
+
+
+@lru_cache(maxsize=None)
+def _visitors_of(rule_class: Type[Rule]) -> Tuple[Tuple[type, str], ...]:
+    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order."""
+    found = []
+    for attr in dir(rule_class):
+        if attr.startswith("visit_"):
+            node_type = getattr(cst, attr[len("visit_") :], None)
+            if isinstance(node_type, type):
+                found.append((node_type, attr))
+    return tuple(found)
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:

@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from . import Analysis
-from .calls import argument
+from .calls import argument, string_value
 from .names import Names, dotted_name
 from .scopes import Scopes
 from ..walk import children as _walk_children
@@ -140,7 +140,7 @@ class Devices(Analysis):
             return None
         seen.add(expr)
         if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-            value = expr.evaluated_value if hasattr(expr, "evaluated_value") else None
+            value = string_value(expr)
             if isinstance(value, bytes):
                 value = None
             return parse_device_string(value) if isinstance(value, str) else None
@@ -1723,7 +1723,7 @@ def _is_test_path(path: str) -> bool:
 
 def _string_value(node: Optional[cst.CSTNode]) -> Optional[str]:
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        value = node.evaluated_value
+        value = string_value(node)
         return value if isinstance(value, str) else None
     return None
 
