@@ -9,7 +9,7 @@ comments are read from the text, positions come from `positions.py`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import libcst as cst
 
@@ -121,6 +121,24 @@ def _compute_children(node: cst.CSTNode) -> List[cst.CSTNode]:
             if known:
                 out.append(value)
     return out
+
+
+# Nodes that open a scope: their bodies run at another time (a call, class creation). Tested by
+# exact type: the parser builds exactly these classes, and `isinstance` on a libcst class is a
+# Python-level ABCMeta call.
+SCOPE_NODE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
+def own_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and its descendants in document order, not entering nested def/class/lambda."""
+    stack = [node]
+    scope_types = SCOPE_NODE_TYPES
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and type(current) in scope_types:
+            continue
+        stack.extend(reversed(children(current)))
 
 
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:

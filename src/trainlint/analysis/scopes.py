@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List, Optional, Union
 import libcst as cst
 
 from . import Analysis
+from ..walk import SCOPE_NODE_TYPES
 
 ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
 
@@ -74,18 +75,19 @@ class Scopes(Analysis):
                 found = known
                 break
             passed.append(child)
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            parent_type = type(parent)
+            if parent_type is cst.FunctionDef or parent_type is cst.Lambda:
                 # Defaults, annotations and decorators run in the enclosing scope.
                 if child is parent.body or (
-                    isinstance(child, cst.Param) and child in _params_of(parent)
+                    type(child) is cst.Param and child in _params_of(parent)
                 ):
                     found = self.by_node[parent]
                     break
-            elif isinstance(parent, cst.ClassDef):
+            elif parent_type is cst.ClassDef:
                 if child is parent.body:
                     found = self.by_node[parent]
                     break
-            elif isinstance(parent, cst.Module):
+            elif parent_type is cst.Module:
                 break
             child = parent
             parent = parent_of(parent)
@@ -177,7 +179,7 @@ class Scopes(Analysis):
         tree = self.tree
         # Create scopes first, in document order, so parents exist before children.
         for node in tree.order:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(node) in SCOPE_NODE_TYPES:
                 parent_scope = self.scope_of(node)
                 kind = {cst.FunctionDef: "function", cst.ClassDef: "class"}.get(
                     type(node), "lambda"
