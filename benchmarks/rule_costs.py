@@ -6,8 +6,8 @@
 
 Every file is read and parsed once; then each stage is timed over all files: Python's parse and
 nesting check (parse_guard), libcst's parse, the engine's tree walk (walk.Tree), every rule
-together (as `check` runs them, positions of the reports included), and each rule alone on a
-fresh FileContext (so it pays for the analyses it asks for, which together are shared). In one
+together (as `check` runs them, positions of the reports included; with the walk, which `check`
+runs right before them), and each rule alone (with the walk too) on a fresh FileContext (so it pays for the analyses it asks for, which together are shared). In one
 process, CPU time (`time.process_time`), median of `--repeat` runs. A rule alone costing much more
 than its share of "all rules" means it builds an analysis the others do not need.
 """
@@ -73,13 +73,14 @@ def costs(folder: Path, repeat: int) -> List[Tuple[str, float]]:
 
     loaded = load(folder)
     settings = Settings(root=folder, select=["ALL"])
-    trees = [Tree(module) for _, module, _ in loaded]
     rules = [rule for code, rule in all_rules().items() if code != engine.SYNTAX_ERROR]
 
     def run(rule_classes: Sequence[type]) -> Callable[[], None]:
         def work() -> None:
-            for (source, module, ast_tree), tree in zip(loaded, trees):
-                ctx = engine.FileContext(source, module, tree, settings)
+            for source, module, ast_tree in loaded:
+                # The tree is built here, as `check` builds it right before the rules: the walk
+                # remembers the children of the latest tree only.
+                ctx = engine.FileContext(source, module, Tree(module), settings)
                 ctx.positions.ast_tree = ast_tree
                 engine.run_rules(ctx, rule_classes, FileResult(path=source.path))
 
@@ -91,7 +92,7 @@ def costs(folder: Path, repeat: int) -> List[Tuple[str, float]]:
         ("libcst.parse_module", timed(lambda: [cst.parse_module(s.text) for s, _, _ in loaded],
                                       repeat)),
         ("walk.Tree", timed(lambda: [Tree(m) for _, m, _ in loaded], repeat)),
-        ("all rules together", timed(run(rules), repeat)),
+        ("walk.Tree + all rules together", timed(run(rules), repeat)),
     ]
     for rule in rules:
         rows.append((f"{rule.code} alone", timed(run([rule]), repeat)))
@@ -115,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
-    stages, per_rule = rows[:4], sorted(rows[4:], key=lambda row: -row[1])
+    stages, per_rule = rows[:4], sorted(rows[4:], key=lambda row: -row[1])  # rules: costliest first
     if args.top:
         per_rule = per_rule[: args.top]
     parse = stages[1][1]
