@@ -6,10 +6,11 @@
 
 Every file is read and parsed once; then each stage is timed over all files: Python's parse and
 nesting check (parse_guard), libcst's parse, the engine's tree walk (walk.Tree), every rule
-together (as `check` runs them, positions of the reports included; with the walk, which `check`
-runs right before them), and each rule alone (with the walk too) on a fresh FileContext (so it pays for the analyses it asks for, which together are shared). In one
-process, CPU time (`time.process_time`), median of `--repeat` runs. A rule alone costing much more
-than its share of "all rules" means it builds an analysis the others do not need.
+together (as `check` runs them, positions of the reports included, after the walk, which `check`
+runs right before them), and each rule alone (after the walk too) on a fresh FileContext, so it
+pays for the analyses it asks for, which together are shared. In one process, CPU time
+(`time.process_time`), median of `--repeat` runs. A rule alone costing much more than its share
+of "all rules" means it builds an analysis the others do not need.
 """
 
 from __future__ import annotations
