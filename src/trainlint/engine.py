@@ -164,13 +164,19 @@ def enabled_rules(settings: Settings, path: str) -> List[Type[Rule]]:
 
 def might_match(text: str, rules: Sequence[Type[Rule]]) -> bool:
     """False when no rule's markers occur in the text: the file cannot produce a finding."""
-    for rule in rules:
-        if not rule.markers:
-            return True
-        for marker in rule.markers:
-            if marker in text:
-                return True
-    return False
+    return any(_has_marker(rule, text) for rule in rules)
+
+
+def _has_marker(rule: Type[Rule], text: str) -> bool:
+    return not rule.markers or any(marker in text for marker in rule.markers)
+
+
+def rules_to_run(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+    """The rules that can report on this text: a rule none of whose markers occur in it cannot
+    (the markers' contract, which already decides whether a file is parsed), so it is not run
+    either when other rules make the file worth parsing. Project rules always run: their facts
+    about this file serve other files' findings."""
+    return [rule for rule in rules if rule.project or _has_marker(rule, text)]
 
 
 def check(
@@ -237,7 +243,7 @@ def check(
     except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
         result.crashes.append(_crash(source.path, "engine", exc))
         return result
-    run_rules(ctx, file_rules, result)
+    run_rules(ctx, rules_to_run(source.text, file_rules), result)
     return result
 
 
