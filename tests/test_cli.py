@@ -11,10 +11,13 @@ import subprocess
 import sys
 
 import jsonschema
+import libcst as cst
 import pytest
 
 from fixture_support import REPO
 from trainlint import cli
+from trainlint.diagnostics import Severity
+from trainlint.rules.base import Rule
 
 EXAMPLE = REPO / "examples" / "train_buggy.py"
 SCHEMA = json.loads((REPO / "tests" / "data" / "json_output.schema.json").read_text())
@@ -307,23 +310,21 @@ def test_read_only_file_is_reported_not_crashed(project):
 # -- in process: a rule that raises --------------------------------------------------------
 
 
-def test_a_crashing_rule_is_reported_and_the_run_goes_on(project, monkeypatch, capsys):
-    import libcst as cst
+class Exploding(Rule):
+    """Test rule: raises on every call it visits (also used by test_cache and test_parallel)."""
 
-    from trainlint import rules as registry
-    from trainlint.diagnostics import Severity
-    from trainlint.rules.base import Rule
+    code = "TRL999"
+    name = "exploding"
+    severity = Severity.ERROR
 
-    class Exploding(Rule):
-        code = "TRL999"
-        name = "exploding"
-        severity = Severity.ERROR
+    def visit_Call(self, node: cst.Call) -> None:
+        raise ValueError("boom")
 
-        def visit_Call(self, node: cst.Call) -> None:
-            raise ValueError("boom")
 
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL999": Exploding})
+def test_a_crashing_rule_is_reported_and_the_run_goes_on(
+    project, monkeypatch, capsys, register_rule
+):
+    register_rule(Exploding)
     (project / "a.py").write_text(DP_BUG)
     (project / "b.py").write_text(DP_BUG)
     monkeypatch.chdir(project)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import libcst as cst
-
 from fixture_support import REPO
+from test_cli import Exploding
 from trainlint.diagnostics import Severity
 from trainlint.flake8_plugin import TrainlintChecker
 from trainlint.rules.base import Rule
@@ -81,19 +80,8 @@ def test_plugin_yields_trl001_when_only_libcst_cannot_parse():
     assert results[0][:2] == (2, 4)
 
 
-def test_plugin_survives_a_crashing_rule(monkeypatch, capsys):
-    from trainlint import rules as registry
-
-    class Exploding(Rule):
-        code = "TRL999"
-        name = "exploding"
-        severity = Severity.ERROR
-
-        def visit_Call(self, node: cst.Call) -> None:
-            raise RuntimeError("kaboom")
-
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL999": Exploding})
+def test_plugin_survives_a_crashing_rule(register_rule, capsys):
+    register_rule(Exploding)
     lines = ["import torch.nn as nn\n", "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"]
     results = list(TrainlintChecker(None, lines, "train.py").run())
     # Info-level rules (TRL502 here) are left to flake8's default ignore list, not the checker.

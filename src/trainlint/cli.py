@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from . import __version__, cli_io
+from .cache import CACHE_DIR_ENV, CACHE_DIR_NAME
 from .config import ConfigError, Settings, load_settings, validate_codes
 from .report import FORMATS
 
@@ -41,6 +42,16 @@ class _Parser(argparse.ArgumentParser):
 
 def _codes(value: str) -> List[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more processes, not {value!r}")
+    return jobs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +104,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply excludes to paths given on the command line too (pre-commit)",
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+    speed = check.add_argument_group("cache and workers")
+    speed.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the per-file cache"
+    )
+    speed.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"where the cache lives (default: ${CACHE_DIR_ENV}, else {CACHE_DIR_NAME}/ in the "
+        "project root)",
+    )
+    speed.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help="check files in N processes (default: the CPU count; -j1: in this process)",
+    )
     cli_io.add_arguments(check)
 
     rule = sub.add_parser("rule", help="explain a rule: trainlint rule TRL201")
@@ -201,8 +230,10 @@ def settings_from_args(args: argparse.Namespace, paths: Sequence[Path]) -> Setti
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from .cache import Cache
     from .files import discover
     from .runner import run
+    from .workers import default_jobs
 
     if cli_io.reads_stdin(args):
         return cli_io.check_stdin(args, settings_from_args)
@@ -218,6 +249,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     progress = cli_io.progress_for(args, len(found.files))
+    cache = None if args.no_cache else Cache.for_settings(settings, args.cache_dir)
     try:
         result = run(
             found.files,
@@ -226,6 +258,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             unsafe=settings.unsafe_fixes,
             diff=args.diff,
             progress=progress,
+            cache=cache,
+            jobs=args.jobs or default_jobs(),
         )
     finally:
         if progress is not None:

@@ -82,9 +82,11 @@ class Settings:
                 enabled.add(code)
         return frozenset(enabled)
 
-    def codes_for(self, path: str) -> FrozenSet[str]:
-        """Enabled codes for one file, after per-file-ignores."""
-        enabled = self.enabled_codes()
+    def codes_for(self, path: str, enabled: Optional[FrozenSet[str]] = None) -> FrozenSet[str]:
+        """Enabled codes for one file, after per-file-ignores (`enabled`: enabled_codes(), when
+        the caller has it already)."""
+        if enabled is None:
+            enabled = self.enabled_codes()
         if not self.per_file_ignores:
             return enabled
         ignored: List[str] = []
@@ -112,13 +114,11 @@ class Settings:
                 return True
         return False
 
-    def fingerprint(self) -> str:
-        """Everything that changes the findings for a given file's content (cache key part)."""
-        data = {
-            "enabled": sorted(self.enabled_codes()),
-            "per_file_ignores": self.per_file_ignores,
-            "options": self.options,
-        }
+    def file_fingerprint(self, path: str, enabled: Optional[FrozenSet[str]] = None) -> str:
+        """Everything in the settings that changes one file's per-file result: its enabled codes
+        after per-file-ignores, and the rule options (not excludes or the output format, which
+        decide whether and how a file is reported, not what its result is)."""
+        data = {"codes": sorted(self.codes_for(path, enabled)), "options": self.options}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -3,6 +3,11 @@
 The per-file phase is `check_source` (pure: Source + Settings -> FileResult); everything that
 touches the disk happens here. Output order never depends on how files were processed: findings
 are sorted by (path, cell, row, column, code).
+
+The first check of each file goes through the cache (cache.py) when one is given, and the files
+the cache does not know are spread over worker processes (workers.py). The project phase always
+runs afresh over every file's result, cached or not. Fix rounds re-check changed texts here, in
+this process and without the cache: what is written is always computed from the text on disk.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import difflib
 import errno
 import os
 import stat
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -18,12 +24,14 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import libcst as cst
 
 from . import engine, noqa
+from .cache import Cache
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
 from .project import Project, run_project_phase
 from .rules import all_rules
 from .source import Source, SourceError
+from .workers import check_all
 
 MAX_FIX_ROUNDS = 10
 
@@ -118,18 +126,31 @@ def run(
     diff: bool = False,
     contents: Optional[Mapping[str, bytes]] = None,
     progress: Optional[Callable[[int, int, str], None]] = None,
+    cache: Optional[Cache] = None,
+    jobs: int = 1,
 ) -> RunResult:
     """Check `files` ((path, display path) pairs). `contents`: display path -> bytes to use
-    instead of reading the file (standard input). `progress(done, total, display)` is called
-    after each file of the per-file phase."""
+    instead of reading the file (standard input; never cached). `progress(done, total, display)`
+    is called after each file of the per-file phase. `cache`: where per-file results are looked
+    up and stored (None: nowhere). `jobs`: how many processes may check files at once."""
     out = RunResult(files=len(files))
     states: Dict[str, FileState] = {}
-    for done, (path, display) in enumerate(files, start=1):
+    to_check: List[FileState] = []  # readable files the cache does not know
+    done = 0
+
+    def finished(display: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, len(files), display)
+
+    for path, display in files:
         state = FileState(path=path, display=display)
         given = contents.get(display) if contents else None
         data, source, broken, error = read_source(path, display, given)
         state.original, state.source = data, source
         state.result = FileResult(path=display)
+        states[display] = state
         if error is not None:
             out.errors.append(error)
             state.frozen = True
@@ -138,13 +159,32 @@ def run(
                 state.result.diagnostics.append(broken)
             state.frozen = True
         else:
-            state.result = check_source(source, settings)  # type: ignore[arg-type]
-        states[display] = state
-        if progress is not None:
-            progress(done, len(files), display)
+            cached = None
+            if cache is not None and given is None:
+                cached = cache.get(display, path, data)  # type: ignore[arg-type]
+            if cached is None:
+                to_check.append(state)
+                continue
+            state.result = cached
+        finished(display)
+    checked = check_all(
+        [state.source for state in to_check],  # type: ignore[misc]
+        [state.original for state in to_check],  # type: ignore[misc]
+        settings,
+        jobs,
+        lambda source: check_source(source, settings),
+    )
+    with closing(checked):  # an interrupted run stops its workers at once
+        for index, result in checked:
+            state = to_check[index]
+            state.result = result
+            if cache is not None and state.display not in (contents or {}):
+                original: bytes = state.original  # type: ignore[assignment]  # readable
+                cache.put(state.display, state.path, original, result)
+            finished(state.display)
     out.states = states
 
-    project_diags, project_crashes = _project_phase(states, settings)
+    project_diags, project_crashes = _project_phase(states, settings, cache)
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
             changed_any = False
@@ -176,7 +216,7 @@ def run(
                 changed_any = True
             if not changed_any:
                 break
-            project_diags, project_crashes = _project_phase(states, settings)
+            project_diags, project_crashes = _project_phase(states, settings, cache)
 
     # Report what changed; write it unless only a diff was asked for.
     reverted = False
@@ -206,7 +246,7 @@ def run(
         out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
     if reverted:
-        project_diags, project_crashes = _project_phase(states, settings)
+        project_diags, project_crashes = _project_phase(states, settings, cache)
     for state in states.values():
         out.crashes.extend(state.result.crashes)
     out.crashes.extend(project_crashes)
@@ -252,7 +292,7 @@ def _unused_noqa(source: Source, noqa_map, diagnostics, settings: Settings) -> L
     return UnusedNoqa.check_noqa(source, noqa_map, diagnostics, codes)
 
 
-def _project_phase(states: Dict[str, FileState], settings: Settings):
+def _project_phase(states: Dict[str, FileState], settings: Settings, cache: Optional[Cache]):
     rules = [r for r in all_rules().values() if r.project and r.code in settings.enabled_codes()]
     if not rules:
         return [], []
@@ -261,17 +301,24 @@ def _project_phase(states: Dict[str, FileState], settings: Settings):
         settings=settings,
         results={display: state.result for display, state in states.items()},
         paths={display: state.path for display, state in states.items()},
-        loader=lambda path: _load_outside_run(path, settings),
+        loader=lambda path: _load_outside_run(path, settings, cache),
     )
     return run_project_phase(rules, project)
 
 
-def _load_outside_run(path: Path, settings: Settings) -> Optional[FileResult]:
+def _load_outside_run(
+    path: Path, settings: Settings, cache: Optional[Cache] = None
+) -> Optional[FileResult]:
     """Check a project file that is not part of the run, for its facts only."""
     if path.suffix != ".py":
         return None
     display = os.path.relpath(path)
-    _data, source, _broken, error = read_source(path, display)
-    if source is None or error is not None:
+    data, source, _broken, error = read_source(path, display)
+    if source is None or error is not None or data is None:
         return None
-    return check_source(source, settings)
+    result = cache.get(display, path, data) if cache is not None else None
+    if result is None:
+        result = check_source(source, settings)
+        if cache is not None:
+            cache.put(display, path, data, result)
+    return result

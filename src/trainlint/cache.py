@@ -1,0 +1,215 @@
+"""The per-file result cache: `.trainlint_cache/` in the project root (beside the configuration).
+
+A file's per-file result (findings, facts, candidates, noqa map) depends only on its bytes, the
+path it is shown as, the settings that apply to it (its enabled codes after per-file-ignores, and
+the rule options), the trainlint version and trainlint's own code. An entry stores that key and the
+result as JSON; an entry whose key differs is a miss and is overwritten. Entries are named after
+the file and its settings, not its content, so editing a file replaces its entry instead of adding
+one: the folder stays about as large as the project, and deleting it is always safe.
+
+Robustness: an entry is written to a temporary file and moved into place (`os.replace`), so a
+concurrent run reads a whole entry or none; an entry that cannot be read or decoded is a miss; a
+folder that cannot be written (a read-only checkout) turns writing off for the run, silently.
+Results with rule crashes are never stored, so a crash is reported on every run until fixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from . import __version__
+from .config import Settings
+from .diagnostics import Diagnostic, FileResult
+
+CACHE_DIR_NAME = ".trainlint_cache"
+CACHE_DIR_ENV = "TRAINLINT_CACHE_DIR"
+ENTRIES = "entries"
+# Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
+ENTRY_FORMAT = 1
+
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by trainlint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+
+def default_cache_dir(settings: Settings) -> Path:
+    """$TRAINLINT_CACHE_DIR, else `.trainlint_cache` in the project root: the folder of the
+    pyproject.toml that configures trainlint, or the nearest one with pyproject.toml, setup.cfg
+    or .git. Not beside a `--config` file, which may be shared by several projects."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(settings.root) / CACHE_DIR_NAME
+
+
+@lru_cache(maxsize=None)
+def _package_fingerprint() -> str:
+    """trainlint's version and the name, size and mtime of every module of the package: a
+    developer who edits a rule or an analysis invalidates every entry. Stat calls only (about a
+    hundred files, once per process)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256(__version__.encode())
+    for folder, dirs, names in sorted(os.walk(package)):
+        dirs.sort()
+        for name in sorted(names):
+            if name.endswith(".py"):
+                _stat_into(digest, Path(folder) / name)
+    return digest.hexdigest()
+
+
+def _stat_into(digest: Any, path: Path) -> None:
+    try:
+        info = path.stat()
+    except OSError:
+        digest.update(f"{path}:missing".encode())
+        return
+    digest.update(f"{path}:{info.st_size}:{info.st_mtime_ns}\n".encode())
+
+
+def code_fingerprint() -> str:
+    """The package's fingerprint plus the registered rules (code, class, defining file), so a
+    rule registered from outside the package (a plugin, a test) is part of the key too."""
+    from .rules import all_rules
+
+    digest = hashlib.sha256(_package_fingerprint().encode())
+    for code, rule in all_rules().items():
+        digest.update(f"{code}:{rule.__module__}.{rule.__qualname__}\n".encode())
+        module = sys.modules.get(rule.__module__)
+        filename = getattr(module, "__file__", None)
+        if filename:
+            _stat_into(digest, Path(filename))
+    return digest.hexdigest()
+
+
+class Cache:
+    """Per-file results of one run's settings, read and written under `directory`."""
+
+    def __init__(self, directory: Path, settings: Settings) -> None:
+        self.directory = Path(directory)
+        self.settings = settings
+        self.code = code_fingerprint()
+        # The settings are final for the run: what they enable is worked out once, and each
+        # file's settings key once (get and put both need it).
+        self._enabled = settings.enabled_codes()
+        self._settings_keys: Dict[str, str] = {}
+        self.writable = True  # turned off at the first failed write
+        self.hits = 0
+        self.misses = 0
+
+    @classmethod
+    def for_settings(cls, settings: Settings, directory: Optional[Path] = None) -> "Cache":
+        return cls(directory if directory is not None else default_cache_dir(settings), settings)
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _settings_key(self, display: str) -> str:
+        key = self._settings_keys.get(display)
+        if key is None:
+            key = self._settings_keys[display] = self.settings.file_fingerprint(
+                display, self._enabled
+            )
+        return key
+
+    def _entry_path(self, display: str, path: Path, settings_key: str) -> Path:
+        name = hashlib.sha256(
+            f"{os.path.abspath(path)}\0{display}\0{settings_key}".encode()
+        ).hexdigest()
+        return self.directory / ENTRIES / name[:2] / f"{name}.json"
+
+    def _key(self, display: str, data: bytes, settings_key: str) -> str:
+        content = hashlib.sha256(data).hexdigest()
+        return f"{ENTRY_FORMAT}:{__version__}:{self.code}:{settings_key}:{content}:{display}"
+
+    # -- reading and writing ------------------------------------------------------------------
+
+    def get(self, display: str, path: Path, data: bytes) -> Optional[FileResult]:
+        """The stored result for `data` shown as `display`, or None."""
+        settings_key = self._settings_key(display)
+        entry = self._entry_path(display, path, settings_key)
+        try:
+            with open(entry, "rb") as handle:
+                stored = json.loads(handle.read())
+            if stored["key"] != self._key(display, data, settings_key):
+                self.misses += 1
+                return None
+            result = result_from_json(stored["result"])
+        except Exception:  # missing, unreadable, truncated by hand, or from another layout
+            self.misses += 1
+            return None
+        self.hits += 1
+        return result
+
+    def put(self, display: str, path: Path, data: bytes, result: FileResult) -> None:
+        """Store `result` for `data` shown as `display`; never raises."""
+        if not self.writable or result.crashes:
+            return
+        settings_key = self._settings_key(display)
+        entry = self._entry_path(display, path, settings_key)
+        payload = json.dumps(
+            {"key": self._key(display, data, settings_key), "result": result_to_json(result)},
+            separators=(",", ":"),
+        ).encode()
+        temporary = None
+        try:
+            if not entry.parent.is_dir():
+                self._prepare()
+                entry.parent.mkdir(parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=entry.parent, prefix=entry.stem, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+            os.replace(temporary, entry)
+            temporary = None
+        except OSError:  # read-only checkout, full disk, permissions: run without writing
+            self.writable = False
+        finally:
+            if temporary is not None:
+                try:
+                    os.unlink(temporary)
+                except OSError:
+                    pass
+
+    def _prepare(self) -> None:
+        """Create the folder with a `.gitignore` that ignores everything in it (so it never shows
+        in `git status`) and a CACHEDIR.TAG (so backup tools skip it)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, text in ((".gitignore", "*\n"), ("CACHEDIR.TAG", CACHEDIR_TAG)):
+            marker = self.directory / name
+            if not marker.exists():
+                marker.write_text(text, encoding="utf-8")
+
+
+# -- FileResult <-> JSON ------------------------------------------------------------------------
+
+
+def result_to_json(result: FileResult) -> Dict[str, Any]:
+    return {
+        "path": result.path,
+        "diagnostics": [d.to_dict() for d in result.diagnostics],
+        "facts": result.facts,
+        "candidates": result.candidates,
+        # JSON object keys are strings; rows are turned back into ints when read.
+        "noqa": [
+            [row, list(codes) if codes is not None else None] for row, codes in result.noqa.items()
+        ],
+    }
+
+
+def result_from_json(data: Dict[str, Any]) -> FileResult:
+    return FileResult(
+        path=data["path"],
+        diagnostics=[Diagnostic.from_dict(d) for d in data["diagnostics"]],
+        facts=data["facts"],
+        candidates=data["candidates"],
+        noqa={
+            int(row): tuple(codes) if codes is not None else None for row, codes in data["noqa"]
+        },
+    )

@@ -1,0 +1,162 @@
+"""Worker processes (-j): the output, exit code and reported crashes of a parallel run are those
+of a serial run; small runs start no pool; a dying worker or Ctrl-C never loses the run."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from fixture_support import FIXTURES, REPO, RULE_FIXTURES
+from test_cli import Exploding
+from trainlint import cli, runner, workers
+from trainlint.config import load_settings
+from trainlint.diagnostics import Severity
+from trainlint.rules.base import Rule
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """How many worker pools were started."""
+    started = []
+    real = workers._in_pool
+
+    def counting(*args, **kwargs):
+        started.append(args[3])  # jobs
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(workers, "_in_pool", counting)
+    return started
+
+
+def run_main(capsys, *args):
+    code = cli.main(["--no-cache", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_parallel_json_output_equals_serial_over_the_fixture_tree(monkeypatch, capsys, pools):
+    monkeypatch.chdir(REPO)
+    args = ["--select", "ALL", "--output-format", "json", "fixtures"]
+    serial = run_main(capsys, "-j1", *args)
+    assert pools == []
+    parallel = run_main(capsys, "-j2", *args)
+    assert pools == [2]
+    assert parallel == serial
+    assert serial[0] == 1 and serial[1].count('"code"') > 100
+
+
+def test_parallel_text_output_equals_serial(monkeypatch, capsys, pools):
+    monkeypatch.chdir(REPO)
+    args = ["--select", "ALL", "fixtures/rules/TRL101", "fixtures/rules/TRL201", "fixtures/clean"]
+    serial = run_main(capsys, "-j1", *args)
+    parallel = run_main(capsys, "-j2", *args)
+    assert pools == [2]
+    assert parallel == serial and serial[0] == 1 and "TRL201" in serial[1]
+
+
+def test_a_handful_of_files_is_checked_without_a_pool(monkeypatch, capsys, pools):
+    monkeypatch.chdir(REPO)
+    few = sorted(str(p.relative_to(REPO)) for p in (RULE_FIXTURES / "TRL201").glob("*.py"))[:5]
+    assert run_main(capsys, "-j2", *few)[0] == 1
+    assert pools == []
+    assert not workers.worth_a_pool([100_000] * 7, 2)  # too few files
+    assert not workers.worth_a_pool([1_000] * 50, 2)  # too few bytes
+    assert not workers.worth_a_pool([100_000] * 50, 1)  # -j1
+    assert workers.worth_a_pool([100_000] * 8, 2)
+
+
+def test_only_cache_hits_start_no_pool(monkeypatch, capsys, pools):
+    monkeypatch.chdir(REPO)
+    args = ["-j2", "--output-format", "json", "fixtures/clean", "fixtures/rules/TRL101"]
+    cold = cli.main(args), capsys.readouterr()
+    warm = cli.main(args), capsys.readouterr()
+    assert pools == [2] and warm == cold
+
+
+@pytest.fixture
+def many_files(tmp_path, monkeypatch):
+    """A project with enough files for a pool: copies of the TRL1xx/TRL2xx fixtures."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for family in ("TRL101", "TRL102", "TRL201"):
+        shutil.copytree(RULE_FIXTURES / family, root / family)
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_a_rule_crash_in_a_worker_is_reported_as_in_a_serial_run(
+    many_files, register_rule, capsys, pools
+):
+    register_rule(Exploding)
+    args = ["--output-format", "concise", "--select", "TRL1,TRL2,TRL999", "."]
+    serial = run_main(capsys, "-j1", *args)
+    parallel = run_main(capsys, "-j2", *args)
+    assert pools == [2]
+    assert parallel == serial
+    assert serial[0] == 2
+    assert serial[2].count("internal error in rule TRL999: ValueError: boom") > 20
+    assert "TRL201" in serial[1]
+
+
+def test_a_worker_that_dies_costs_nothing_but_time(
+    many_files, register_rule, checked_here, capsys, pools
+):
+    parent = os.getpid()
+
+    class Dying(Rule):
+        """Kills the worker process that checks one file (as the OOM killer would)."""
+
+        code = "TRL999"
+        name = "dying"
+        severity = Severity.ERROR
+
+        def visit_Module(self, node: cst.Module) -> None:
+            if os.getpid() != parent and self.ctx.path.endswith("alias_forms.py"):
+                os._exit(9)
+
+    register_rule(Dying)
+    args = ["--output-format", "json", "--select", "TRL1,TRL2,TRL999", "."]
+    serial = run_main(capsys, "-j1", *args)
+    checked_here.clear()
+    parallel = run_main(capsys, "-j2", *args)
+    assert pools == [2]
+    assert parallel == serial and serial[0] == 1 and serial[2] == ""
+    # The worker died: the files it left were checked in this process, the victim among them.
+    assert any(path.endswith("alias_forms.py") for path in checked_here)
+
+
+def test_ctrl_c_stops_the_workers_and_exits_2(many_files, monkeypatch, capsys):
+    real_put = runner.Cache.put
+
+    def interrupted(self, *args):
+        real_put(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner.Cache, "put", interrupted)
+    code = cli.main(["-j2", "-q", "."])
+    assert code == 2 and capsys.readouterr().err == "error: interrupted\n"
+    assert multiprocessing.active_children() == []
+
+
+def test_settings_cross_to_workers_intact():
+    settings = load_settings([FIXTURES])
+    settings.per_file_ignores = {"tests/*.py": ["TRL1"]}
+    settings.options = {"device-movers": ["to_gpu"]}
+    assert pickle.loads(pickle.dumps(settings)) == settings
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", ""])
+def test_jobs_must_be_a_positive_number(value, capsys):
+    assert cli.main(["-j", value, str(Path(".").resolve())]) == 2
+    assert "expected 1 or more processes" in capsys.readouterr().err
+
+
+def test_default_jobs_is_the_cpus_this_process_may_use():
+    assert 1 <= workers.default_jobs() <= (os.cpu_count() or 1)
