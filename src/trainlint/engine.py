@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
@@ -60,6 +61,9 @@ class FileContext:
         self.settings = settings
         self.path = source.path
         self._analyses: Dict[type, Any] = {}
+        self._names: Any = None
+        self._scopes: Any = None
+        self._code: Dict[int, str] = {}  # id(node) -> its text, for nodes of this tree
         self.positions = PositionIndex(module, source, tree.parent)
 
     # -- analyses -----------------------------------------------------------------------------
@@ -70,17 +74,25 @@ class FileContext:
             found = self._analyses[cls] = cls(self)  # type: ignore[call-arg]
         return found
 
+    # Rules ask for these two on almost every node: kept in attributes, past the import and the
+    # analysis lookup.
     @property
     def names(self):
-        from .analysis.names import Names
+        found = self._names
+        if found is None:
+            from .analysis.names import Names
 
-        return self.analysis(Names)
+            found = self._names = self.analysis(Names)
+        return found
 
     @property
     def scopes(self):
-        from .analysis.scopes import Scopes
+        found = self._scopes
+        if found is None:
+            from .analysis.scopes import Scopes
 
-        return self.analysis(Scopes)
+            found = self._scopes = self.analysis(Scopes)
+        return found
 
     # -- tree ---------------------------------------------------------------------------------
 
@@ -104,7 +116,15 @@ class FileContext:
 
     def code(self, node: cst.CSTNode) -> str:
         """The node's source text (libcst round-trips it exactly)."""
-        return self.module.code_for_node(node)
+        # Regenerating text is libcst's codegen over the whole subtree; analyses ask for the same
+        # nodes' text repeatedly. Remembered only for nodes of this tree (their ids stay theirs).
+        key = id(node)
+        found = self._code.get(key)
+        if found is None:
+            found = self.module.code_for_node(node)
+            if self.tree.parent(node) is not None:
+                self._code[key] = found
+        return found
 
     def span(self, node: cst.CSTNode) -> Span:
         return self.positions.span(node)
@@ -144,13 +164,19 @@ def enabled_rules(settings: Settings, path: str) -> List[Type[Rule]]:
 
 def might_match(text: str, rules: Sequence[Type[Rule]]) -> bool:
     """False when no rule's markers occur in the text: the file cannot produce a finding."""
-    for rule in rules:
-        if not rule.markers:
-            return True
-        for marker in rule.markers:
-            if marker in text:
-                return True
-    return False
+    return any(_has_marker(rule, text) for rule in rules)
+
+
+def _has_marker(rule: Type[Rule], text: str) -> bool:
+    return not rule.markers or any(marker in text for marker in rule.markers)
+
+
+def rules_to_run(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+    """The rules that can report on this text: a rule none of whose markers occur in it cannot
+    (the markers' contract, which already decides whether a file is parsed), so it is not run
+    either when other rules make the file worth parsing. Project rules always run: their facts
+    about this file serve other files' findings."""
+    return [rule for rule in rules if rule.project or _has_marker(rule, text)]
 
 
 def check(
@@ -182,7 +208,7 @@ def check(
             result.diagnostics.append(_problem(source, verdict.problem))
         return result
     try:
-        module = cst.parse_module(source.text)
+        module = parse_guard.parse_checked(source.text)
     except cst.ParserSyntaxError as exc:
         if any(r.code == SYNTAX_ERROR for r in rules):
             result.diagnostics.append(_syntax_error(source, exc))
@@ -217,7 +243,7 @@ def check(
     except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
         result.crashes.append(_crash(source.path, "engine", exc))
         return result
-    run_rules(ctx, file_rules, result)
+    run_rules(ctx, rules_to_run(source.text, file_rules), result)
     return result
 
 
@@ -230,11 +256,8 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
             result.crashes.append(_crash(ctx.path, cls.code, exc))
     handlers: Dict[type, List[Tuple[Rule, Any]]] = {}
     for rule in instances:
-        for attr in dir(type(rule)):
-            if attr.startswith("visit_"):
-                node_type = getattr(cst, attr[len("visit_") :], None)
-                if isinstance(node_type, type):
-                    handlers.setdefault(node_type, []).append((rule, getattr(rule, attr)))
+        for node_type, attr in _visitors_of(type(rule)):
+            handlers.setdefault(node_type, []).append((rule, getattr(rule, attr)))
     crashed: set = set()
     if handlers:
         for node in ctx.tree.order:
@@ -281,6 +304,18 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                 result.diagnostics.extend(resolve_reports(ctx, rule.reports))
             except Exception as exc:
                 result.crashes.append(_crash(ctx.path, rule.code, exc))
+
+
+@lru_cache(maxsize=None)
+def _visitors_of(rule_class: Type[Rule]) -> Tuple[Tuple[type, str], ...]:
+    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order."""
+    found = []
+    for attr in dir(rule_class):
+        if attr.startswith("visit_"):
+            node_type = getattr(cst, attr[len("visit_") :], None)
+            if isinstance(node_type, type):
+                found.append((node_type, attr))
+    return tuple(found)
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:

@@ -17,12 +17,20 @@ the deepest estimate is 54.
 
 Python is also the authority on syntax: code that libcst accepts but Python rejects (`f() = 1`)
 does not run, so it is a TRL001 too.
+
+Because Python has accepted the text by then, `parse_checked` skips the validation libcst runs
+on every node its parser builds (`CSTNode.__post_init__` -> `_validate`, about an eighth of the
+parse): it checks invariants of hand-built trees (balanced parentheses, a Name is an identifier),
+which a tree parsed from valid Python already holds.
 """
 
 from __future__ import annotations
 
 import ast
+import threading
 from typing import List, NamedTuple, Optional, Tuple
+
+import libcst as cst
 
 # How deep the tree may nest (libcst-like levels, see `nesting_depth`) for trainlint to analyse it.
 MAX_DEPTH = 200
@@ -96,6 +104,34 @@ def precheck(text: str, max_depth: int = MAX_DEPTH) -> Verdict:
             ),
         )
     return verdict
+
+
+# libcst's own node validation hook, replaced by a no-op while `parse_checked` parses.
+_VALIDATING_POST_INIT = cst.CSTNode.__dict__.get("__post_init__")
+_validation = threading.Lock()
+_skipping = 0  # parses in this process running without node validation now
+
+
+def _no_validation(self: cst.CSTNode) -> None:
+    pass
+
+
+def parse_checked(text: str) -> cst.Module:
+    """`libcst.parse_module` of a text `precheck` accepted, without re-validating every node.
+    Raises what `parse_module` raises."""
+    global _skipping
+    if _VALIDATING_POST_INIT is None:  # libcst validates some other way: parse as usual
+        return cst.parse_module(text)
+    with _validation:
+        _skipping += 1
+        cst.CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
+    try:
+        return cst.parse_module(text)
+    finally:
+        with _validation:
+            _skipping -= 1
+            if _skipping == 0:
+                cst.CSTNode.__post_init__ = _VALIDATING_POST_INIT  # type: ignore[method-assign]
 
 
 # Edges of Python's tree that are more than one level in libcst's tree: a statement's body is an

@@ -253,7 +253,11 @@ class PositionIndex:
         except _Stop:
             pass
         except Exception:
-            return False
+            # Stopping inside a node whose range ends at a later node (an `if` header's test
+            # ends the `if`'s syntactic range at its body) makes libcst's bookkeeping fail on
+            # the way out, after every target was recorded; the text check below still decides.
+            if provider.remaining:
+                return False
         # The regenerated text must be the file's text at that place, or the anchor was wrong.
         generated = "".join(state.tokens)
         start = self.source.offset(row, 0 if compound else col)

@@ -9,7 +9,7 @@ comments are read from the text, positions come from `positions.py`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import libcst as cst
 
@@ -66,6 +66,22 @@ _ORDER_OVERRIDES: Dict[str, Tuple[str, ...]] = {
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
 
+# type -> is it a libcst node. `isinstance(value, cst.CSTNode)` goes through ABCMeta's
+# `__instancecheck__` (a Python call) for every field value; a dict keyed by the exact type is
+# several times cheaper on the walk's hottest line.
+_IS_NODE: Dict[type, bool] = {}
+
+# The children lists of the most recent Tree, by node id: analyses call `children()` on the same
+# nodes again and again. The Tree is kept with them, so every id in it stays its node's id.
+_KNOWN: Tuple[Optional["Tree"], Dict[int, List[cst.CSTNode]]] = (None, {})
+
+
+def _is_node_type(value_type: type) -> bool:
+    known = _IS_NODE.get(value_type)
+    if known is None:
+        known = _IS_NODE[value_type] = issubclass(value_type, cst.CSTNode)
+    return known
+
 
 def _fields_of(node_type: type) -> Tuple[str, ...]:
     fields = _FIELDS.get(node_type)
@@ -82,31 +98,74 @@ def _fields_of(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
-def children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    """A node's children that can matter to a rule, in document order."""
+def _compute_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     out: List[cst.CSTNode] = []
-    node_base = cst.CSTNode
-    for name in _fields_of(type(node)):
+    is_node = _IS_NODE
+    node_type = type(node)
+    fields = _FIELDS.get(node_type) or _fields_of(node_type)
+    for name in fields:
         value = getattr(node, name)
-        if isinstance(value, node_base):
-            out.append(value)
-        elif type(value) in (tuple, list):
-            out.extend(item for item in value if isinstance(item, node_base))
+        value_type = type(value)
+        if value_type is tuple or value_type is list:
+            for item in value:
+                item_type = type(item)
+                known = is_node.get(item_type)
+                if known is None:
+                    known = _is_node_type(item_type)
+                if known:
+                    out.append(item)
+        else:
+            known = is_node.get(value_type)
+            if known is None:
+                known = _is_node_type(value_type)
+            if known:
+                out.append(value)
     return out
+
+
+# Nodes that open a scope: their bodies run at another time (a call, class creation). Tested by
+# exact type: the parser builds exactly these classes, and `isinstance` on a libcst class is a
+# Python-level ABCMeta call.
+SCOPE_NODE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
+
+
+def own_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and its descendants in document order, not entering nested def/class/lambda."""
+    stack = [node]
+    scope_types = SCOPE_NODE_TYPES
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and type(current) in scope_types:
+            continue
+        stack.extend(reversed(children(current)))
+
+
+def children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """A node's children that can matter to a rule, in document order (do not modify the list)."""
+    found = _KNOWN[1].get(id(node))
+    if found is None:
+        found = _compute_children(node)
+    return found
 
 
 class Tree:
     """The module's nodes: parent links, document order, index by type."""
 
-    __slots__ = ("module", "parents", "order", "by_type", "_index")
+    __slots__ = ("module", "_parent_of", "_children_of", "order", "by_type", "_index")
 
     def __init__(self, module: cst.Module) -> None:
+        global _KNOWN
         self.module = module
-        self.parents: Dict[cst.CSTNode, Optional[cst.CSTNode]] = {module: None}
+        # Keyed by id(node): libcst nodes hash with a Python-level __hash__, id() is a C call.
+        # The tree holds the module, so no id is reused while it lives.
+        self._parent_of: Dict[int, Optional[cst.CSTNode]] = {id(module): None}
+        self._children_of: Dict[int, List[cst.CSTNode]] = {}
         self.order: List[cst.CSTNode] = []  # pre-order, document order
         self.by_type: Dict[Type[cst.CSTNode], List[cst.CSTNode]] = {}
         self._index: Optional[Dict[cst.CSTNode, int]] = None
         self._build()
+        _KNOWN = (self, self._children_of)
 
     @property
     def index(self) -> Dict[cst.CSTNode, int]:
@@ -116,10 +175,11 @@ class Tree:
         return self._index
 
     def _build(self) -> None:
-        parents = self.parents
+        parent_of = self._parent_of
+        children_of = self._children_of
         order = self.order
         by_type = self.by_type
-        node_base = cst.CSTNode
+        compute = _compute_children
         stack: List[cst.CSTNode] = [self.module]
         while stack:
             node = stack.pop()
@@ -129,39 +189,40 @@ class Tree:
             if bucket is None:
                 bucket = by_type[node_type] = []
             bucket.append(node)
-            children: List[cst.CSTNode] = []
-            for name in _fields_of(node_type):
-                value = getattr(node, name)
-                if isinstance(value, node_base):
-                    children.append(value)
-                elif type(value) in (tuple, list):
-                    for item in value:
-                        if isinstance(item, node_base):
-                            children.append(item)
-            for child in children:
-                parents[child] = node
-            children.reverse()
-            stack.extend(children)
+            kids = compute(node)
+            children_of[id(node)] = kids
+            for child in kids:
+                parent_of[id(child)] = node
+            stack.extend(reversed(kids))
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self.parents.get(node)
+        return self._parent_of.get(id(node))
 
     def ancestors(self, node: cst.CSTNode):
-        parent = self.parents.get(node)
+        parent_of = self._parent_of
+        parent = parent_of.get(id(node))
         while parent is not None:
             yield parent
-            parent = self.parents.get(parent)
+            parent = parent_of.get(id(parent))
+
+    def children(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        """`node`'s children (do not modify the list)."""
+        found = self._children_of.get(id(node))
+        if found is None:
+            found = _compute_children(node)
+        return found
 
     def nodes(self, node_type: Type[cst.CSTNode]) -> List[cst.CSTNode]:
         return self.by_type.get(node_type, [])
 
     def descendants(self, node: cst.CSTNode):
         """Nodes under `node` (itself excluded) in document order."""
-        stack: List[cst.CSTNode] = list(reversed(children(node)))
+        children_of = self.children
+        stack: List[cst.CSTNode] = list(reversed(children_of(node)))
         while stack:
             current = stack.pop()
             yield current
-            stack.extend(reversed(children(current)))
+            stack.extend(reversed(children_of(current)))
 
     def is_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         return self.index.get(a, -1) < self.index.get(b, -1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from ast import literal_eval
+from functools import lru_cache
+from typing import List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -19,6 +21,20 @@ def positional(call: cst.Call, index: int) -> Optional[cst.BaseExpression]:
             return arg.value
         seen += 1
     return None
+
+
+def string_value(node: Union[cst.SimpleString, cst.ConcatenatedString]) -> object:
+    """`node.evaluated_value`, remembered by the literal's text for plain strings (libcst runs
+    `ast.literal_eval`, a compile, on every call; analyses read the same strings again and
+    again)."""
+    if type(node) is cst.SimpleString:
+        return _literal(node.value)
+    return node.evaluated_value
+
+
+@lru_cache(maxsize=4096)
+def _literal(text: str) -> Union[str, bytes]:
+    return literal_eval(text)
 
 
 def keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:

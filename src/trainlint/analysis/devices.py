@@ -24,7 +24,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from . import Analysis
-from .calls import argument
+from .calls import argument, string_value
 from .names import Names, dotted_name
 from .scopes import Scopes
 from ..walk import children as _walk_children
@@ -140,7 +140,7 @@ class Devices(Analysis):
             return None
         seen.add(expr)
         if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-            value = expr.evaluated_value if hasattr(expr, "evaluated_value") else None
+            value = string_value(expr)
             if isinstance(value, bytes):
                 value = None
             return parse_device_string(value) if isinstance(value, str) else None
@@ -1723,7 +1723,7 @@ def _is_test_path(path: str) -> bool:
 
 def _string_value(node: Optional[cst.CSTNode]) -> Optional[str]:
     if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-        value = node.evaluated_value
+        value = string_value(node)
         return value if isinstance(value, str) else None
     return None
 
@@ -2075,15 +2075,18 @@ class Moves(Analysis):
             return frozenset()
         nodes = list(_descendants(function.body))
         derived: Dict[str, Set[str]] = {p: {p} for p in params}
-        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`).
+        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`), followed
+        # three bindings deep; what each binding's value mentions does not change between rounds.
+        bindings = [
+            (targets, self._names_outside_devices(value))
+            for node in nodes
+            for targets, value in _binding_pairs(node)
+        ]
         for _ in range(3):
-            for node in nodes:
-                pairs = _binding_pairs(node)
-                for targets, value in pairs:
-                    mentioned = self._names_outside_devices(value)
-                    for param, names in derived.items():
-                        if mentioned & names:
-                            names.update(targets)
+            for targets, mentioned in bindings:
+                for param, names in derived.items():
+                    if mentioned & names:
+                        names.update(targets)
         moved: Set[int] = set()
         for node in nodes:
             if isinstance(node, cst.Call):

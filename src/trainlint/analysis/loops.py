@@ -34,7 +34,7 @@ import libcst as cst
 
 from . import Analysis
 from .names import LOCAL_PREFIX, Names, dotted_name
-from ..walk import children
+from ..walk import children, own_nodes
 from .scopes import Scopes
 
 Path = Tuple[Union[int, str], ...]  # position inside a batch: (1,), (1, 0), ("labels",)
@@ -1793,7 +1793,7 @@ class _Walker:
     # -- sinks --------------------------------------------------------------------------------
 
     def sinks_in(self, node: cst.CSTNode) -> None:
-        for child in _own_nodes(node):
+        for child in own_nodes(node):
             if isinstance(child, cst.Call):
                 self._call_sink(child)
             elif isinstance(child, cst.BinaryOperation):
@@ -1931,7 +1931,7 @@ class _Walker:
         found: Set[str] = set()
         tracked = set(self.state)
         for statement in self.body:
-            for node in _own_nodes(statement):
+            for node in own_nodes(statement):
                 if not isinstance(node, cst.Call):
                     continue
                 func = node.func
@@ -1948,14 +1948,14 @@ class _Walker:
     def _moves_batch_items(self) -> bool:
         """Does the code that sees the batch move any item of it (anywhere, on any path)?"""
         names = set(self.source.elements) | set(self.source.roots)
-        nodes = [node for statement in self.body for node in _own_nodes(statement)]
+        nodes = [node for statement in self.body for node in own_nodes(statement)]
         for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
             for node in nodes:
                 if isinstance(node, cst.Assign) and _names_of(node.value) & names:
                     for target in node.targets:
                         names |= _target_names(target.target)
         for statement in self.body:
-            for node in _own_nodes(statement):
+            for node in own_nodes(statement):
                 if isinstance(node, _MOVING_NODES) and self.moves.is_moved(node):
                     if self.moves._data_names(node) & names and not _follows_a_tensor(
                         self.moves, node
@@ -1968,7 +1968,7 @@ class _Walker:
         roots = set(self.source.roots)
         found: Set[str] = set()
         for statement in self.body:
-            for node in _own_nodes(statement):
+            for node in own_nodes(statement):
                 if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(
                     node.value, cst.Name
                 ):
@@ -2042,17 +2042,6 @@ _THIRD_PARTY = frozenset(
 )
 
 
-def _own_nodes(node: cst.CSTNode):
-    """`node` and its descendants in document order, not entering nested def/class/lambda."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(children(current)))
-
-
 def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:
     """`target.to(output.device)`: a move to wherever another tensor already is, which says
     nothing about where the model lives (device-agnostic code, model parallelism)."""
@@ -2067,7 +2056,7 @@ def _names_of(node: cst.CSTNode) -> Set[str]:
 
 
 def _walk_names(node: cst.CSTNode):
-    return (n for n in _own_nodes(node) if isinstance(n, cst.Name))
+    return (n for n in own_nodes(node) if isinstance(n, cst.Name))
 
 
 def _target_names(target: cst.CSTNode) -> Set[str]:
@@ -2086,7 +2075,7 @@ def _target_names(target: cst.CSTNode) -> Set[str]:
 def _bound_names(statements) -> Set[str]:
     found: Set[str] = set()
     for statement in statements:
-        for node in _own_nodes(statement):
+        for node in own_nodes(statement):
             if isinstance(node, cst.Assign):
                 for t in node.targets:
                     found |= _target_names(t.target)

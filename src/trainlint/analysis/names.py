@@ -71,10 +71,12 @@ def canonical(qualname: str) -> str:
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
     """`a.b.c` for Name/Attribute chains, else None (calls, subscripts, ...)."""
     parts = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
+    # Exact types: a parsed tree holds exactly these classes, and isinstance on a libcst class
+    # is a Python-level ABCMeta call (this runs for most calls of every file).
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+    if type(node) is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))
@@ -94,8 +96,7 @@ class Names(Analysis):
         return cached
 
     def is_(self, node: cst.CSTNode, *qualnames: str) -> bool:
-        found = self.qualified(node)
-        return any(q in found for q in qualnames)
+        return not self.qualified(node).isdisjoint(qualnames)
 
     def matches_suffix(self, node: cst.CSTNode, *suffixes: str) -> bool:
         """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""

@@ -28,6 +28,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from . import Analysis
+from .calls import string_value
 from .names import Names, dotted_name
 from .scopes import Binding, Scopes
 
@@ -410,7 +411,7 @@ class Parallel(Analysis):
             # `getattr(args, "data_parallel", False)`, `cfg.get("data_parallel")`
             for arg in test.args:
                 if isinstance(arg.value, cst.SimpleString):
-                    value = arg.value.evaluated_value
+                    value = string_value(arg.value)
                     if isinstance(value, str) and _OPT_IN.match(value):
                         return test
             return None
@@ -426,7 +427,7 @@ class Parallel(Analysis):
         if self._env_reads is None:
             found: Set[str] = set()
             for string in self.ctx.nodes(cst.SimpleString):
-                value = string.evaluated_value
+                value = string_value(string)
                 if not isinstance(value, str) or not value.isupper():
                     continue
                 if self._is_env_read(string):
@@ -474,7 +475,7 @@ class Parallel(Analysis):
                     break
             if not found:
                 for string in self.ctx.nodes(cst.SimpleString):
-                    if string.evaluated_value == "CUDA_VISIBLE_DEVICES":
+                    if string_value(string) == "CUDA_VISIBLE_DEVICES":
                         parent = self.ctx.parent(string)
                         element = self.ctx.parent(parent) if parent is not None else None
                         subscript = self.ctx.parent(element) if element is not None else None
@@ -562,7 +563,7 @@ class Parallel(Analysis):
         if value is None:
             return False
         for node in _self_and_descendants(self.ctx, value):
-            if isinstance(node, cst.SimpleString) and node.evaluated_value == "LOCAL_RANK":
+            if isinstance(node, cst.SimpleString) and string_value(node) == "LOCAL_RANK":
                 return True
         return False
 

@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List, Optional, Union
 import libcst as cst
 
 from . import Analysis
+from ..walk import SCOPE_NODE_TYPES
 
 ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
 
@@ -51,29 +52,48 @@ class Scopes(Analysis):
         self.tree = ctx.tree
         self.module_scope = Scope(ctx.module, "module", None)
         self.by_node: Dict[cst.CSTNode, Scope] = {ctx.module: self.module_scope}
+        self._scope_by_id: Dict[int, Scope] = {}
         self._build()
 
     # -- queries ------------------------------------------------------------------------------
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The scope in which `node` is evaluated."""
+        # A node is evaluated in its parent's scope unless the parent is a scope whose body (or
+        # parameter) it is, so every node passed on the way up gets the same answer: remember it
+        # for all of them (rules ask for the scope of nearly every name). Only nodes of the tree
+        # are remembered (they outlive the cache, so their ids stay theirs).
+        cache = self._scope_by_id
+        parent_of = self.tree.parent
+        passed = []
         child = node
-        parent = self.tree.parent(node)
+        parent = parent_of(node)
+        found = self.module_scope
         while parent is not None:
-            if isinstance(parent, (cst.FunctionDef, cst.Lambda)):
+            known = cache.get(id(child))
+            if known is not None:
+                found = known
+                break
+            passed.append(child)
+            parent_type = type(parent)
+            if parent_type is cst.FunctionDef or parent_type is cst.Lambda:
                 # Defaults, annotations and decorators run in the enclosing scope.
                 if child is parent.body or (
-                    isinstance(child, cst.Param) and child in _params_of(parent)
+                    type(child) is cst.Param and child in _params_of(parent)
                 ):
-                    return self.by_node[parent]
-            elif isinstance(parent, cst.ClassDef):
+                    found = self.by_node[parent]
+                    break
+            elif parent_type is cst.ClassDef:
                 if child is parent.body:
-                    return self.by_node[parent]
-            elif isinstance(parent, cst.Module):
-                return self.module_scope
+                    found = self.by_node[parent]
+                    break
+            elif parent_type is cst.Module:
+                break
             child = parent
-            parent = self.tree.parent(parent)
-        return self.module_scope
+            parent = parent_of(parent)
+        for seen in passed:
+            cache[id(seen)] = found
+        return found
 
     def lookup(self, name: str, at: cst.CSTNode) -> List[Binding]:
         """The bindings `name` may refer to when evaluated at node `at` (LEGB)."""
@@ -159,7 +179,7 @@ class Scopes(Analysis):
         tree = self.tree
         # Create scopes first, in document order, so parents exist before children.
         for node in tree.order:
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(node) in SCOPE_NODE_TYPES:
                 parent_scope = self.scope_of(node)
                 kind = {cst.FunctionDef: "function", cst.ClassDef: "class"}.get(
                     type(node), "lambda"

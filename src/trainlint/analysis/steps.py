@@ -50,6 +50,7 @@ from .loops import Loops
 from .names import Names, dotted_name
 from .parallel import MODULE_RETURNING
 from .scopes import Scopes
+from ..walk import own_nodes
 
 # -- recognising things ---------------------------------------------------------------------------
 
@@ -623,7 +624,7 @@ class TrainingSteps(Analysis):
 
     def _expr(self, node, mapping, site, via, follow):
         items = []
-        for child in _own_nodes(node):
+        for child in own_nodes(node):
             if not isinstance(child, cst.Call):
                 continue
             event = self.event(child, mapping, site or child, via)
@@ -1023,7 +1024,7 @@ class TrainingSteps(Analysis):
             for loop in self.all_loops():
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
                     continue
-                for node in _own_nodes(loop.body):
+                for node in own_nodes(loop.body):
                     if isinstance(node, cst.Call) and self.is_model(node.func):
                         text = dotted_name(node.func)
                         if text:
@@ -1063,7 +1064,7 @@ class TrainingSteps(Analysis):
         for node in self.ctx.tree.descendants(loop.body):
             if isinstance(node, cst.Call) and self.is_autograd_grad(node):
                 return None
-        for node in _own_nodes(loop.body):
+        for node in own_nodes(loop.body):
             if isinstance(node, cst.Call) and self.is_model(node.func):
                 return node
         return None
@@ -1076,19 +1077,6 @@ class TrainingSteps(Analysis):
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _own_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """`node` and its descendants in document order, not entering nested def/class/lambda."""
-    from ..walk import children
-
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(children(current)))
 
 
 def _expression_children(node: cst.CSTNode) -> List[cst.CSTNode]:

@@ -175,14 +175,15 @@ class SyncBatchNormAfterDdp(Rule):
         return False
 
     def _is_sync_batchnorm_class(self, node: cst.CSTNode) -> bool:
+        # The name first: it rules out nearly every Name and Attribute of the file cheaply.
+        leaf = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore
+        if leaf != "SyncBatchNorm":
+            return False
         parent = self.ctx.parent(node)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return False  # `nn.SyncBatchNorm.convert_sync_batchnorm`: handled above
         if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute):
             return False  # the `SyncBatchNorm` in `nn.SyncBatchNorm`
         if isinstance(parent, (cst.ImportAlias, cst.AssignTarget)):
-            return False
-        leaf = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore
-        if leaf != "SyncBatchNorm":
             return False
         return self.ctx.names.is_(node, SYNC_BATCHNORM)
