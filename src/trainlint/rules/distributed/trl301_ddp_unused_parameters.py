@@ -206,9 +206,6 @@ class MMConfigs:
         self.code = code
         self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
         self._memo: Dict[Path, Resolved] = {}
-        self._displays = {
-            Path(os.path.abspath(path)): display for display, path in project.paths.items()
-        }
 
     def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
         """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
@@ -241,7 +238,7 @@ class MMConfigs:
         return facts.get("mm_config") if isinstance(facts, dict) else None
 
     def _display(self, path: Path) -> str:
-        return self._displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
+        return self.project.display_of(path) or os.path.relpath(path)
 
 
 def _absolute(project, display: str) -> Path:

@@ -414,23 +414,14 @@ class _Chains:
     def __init__(self, code: str, project) -> None:
         self.code = code
         self.project = project
-        self.displays = {_path_of(project, display): display for display in project.results}
-        # Facts of the run's own files are at hand; only files outside the run are loaded.
-        self.in_run: Dict[Path, Optional[Dict[str, Any]]] = {path: None for path in self.displays}
-        for display, facts in project.facts(code).items():
-            if isinstance(facts, dict):
-                self.in_run[_path_of(project, display)] = facts.get("config")
         self.memo: Dict[Path, Resolved] = {}
 
     def facts(self, path: Path) -> Optional[Dict[str, Any]]:
-        path = Path(os.path.abspath(path))
-        if path in self.in_run:
-            return self.in_run[path]
         facts = self.project.facts_of(path, self.code)
         return facts.get("config") if isinstance(facts, dict) else None
 
     def display(self, path: Path) -> str:
-        return self.displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
+        return self.project.display_of(path) or os.path.relpath(path)
 
     def resolve(self, path: Path, facts: Dict[str, Any]) -> Resolved:
         return resolve(path, facts, self.facts, self.display, self.memo)
