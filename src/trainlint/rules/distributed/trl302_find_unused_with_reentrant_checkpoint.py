@@ -82,7 +82,11 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     come from different bases) at its `_base_`; the other site is a note. The CLI reads a
     config's whole `_base_` chain (also when pre-commit passes only the child) and pairs a
     training script's `find_unused_parameters=True` with reentrant checkpoint calls in the
-    project modules it imports. Under flake8, which sees one file, only that file counts.
+    project modules it imports (also through a package `__init__.py`). Given only some files,
+    it answers as a whole-tree run does for them: a changed model module is reported when a
+    script outside the run imports it with `find_unused_parameters=True`; a script given
+    without the module gets no finding, since the finding belongs at the checkpoint call.
+    Under flake8, which sees one file, only that file counts.
 
     ## Why is this bad
     With `find_unused_parameters=True`, DDP walks the autograd graph after every forward and
