@@ -50,7 +50,10 @@ class DdpUnusedParameters(Rule):
     `__init__`, never used it, and DDP failed on iteration 2.
 
     The rule is an error when the project trains with DDP (a DDP wrap, `init_process_group`,
-    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`), a warning otherwise. It follows
+    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`, an MMEngine/MMDetection config
+    that builds the class with `type=`, in it or in its `_base_` files), a warning otherwise;
+    such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
+    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
     the class's parents and subclasses across the files of the project (also files outside the
     run that the checked files import). It stays quiet where a use may hide: a parent class
     from an installed library (its `forward` may read the attribute; trainlint does not guess),
