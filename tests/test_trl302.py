@@ -94,7 +94,6 @@ def test_checkpoints_pair_only_with_scripts_that_import_them(tmp_path):
     assert lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics == []
 
 
-
 def test_a_run_given_some_files_reports_what_a_whole_tree_run_reports_in_them(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / "nets").mkdir()
@@ -111,6 +110,7 @@ def test_a_run_given_some_files_reports_what_a_whole_tree_run_reports_in_them(tm
     assert found[0].related[0][0].endswith("train.py")
     # Given only the script, the finding stays at the checkpoint call, which is not in the run.
     assert lint([tmp_path / "train.py"], ["TRL302"], root=tmp_path).diagnostics == []
+
 
 def _rows(tmp_path, text):
     path = tmp_path / "launch.py"
