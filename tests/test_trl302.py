@@ -94,6 +94,24 @@ def test_checkpoints_pair_only_with_scripts_that_import_them(tmp_path):
     assert lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics == []
 
 
+def test_a_run_given_some_files_reports_what_a_whole_tree_run_reports_in_them(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "__init__.py").write_text("from .trunk import Trunk\n")
+    (tmp_path / "nets" / "trunk.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(SCRIPT.format(import_line="from nets import Trunk"))
+    whole = lint([tmp_path], ["TRL302"], root=tmp_path).diagnostics
+    assert [(d.path.endswith("trunk.py"), d.row) for d in whole] == [(True, 12)]
+    # Pre-commit passes the changed model module: the script outside the run is read.
+    found = lint([tmp_path / "nets" / "trunk.py"], ["TRL302"], root=tmp_path).diagnostics
+    # (A file outside the run is named relative to the working directory, as the CLI names all.)
+    assert [d.row for d in found] == [d.row for d in whole]
+    assert "train.py: DDP raises" in found[0].message
+    assert found[0].related[0][0].endswith("train.py")
+    # Given only the script, the finding stays at the checkpoint call, which is not in the run.
+    assert lint([tmp_path / "train.py"], ["TRL302"], root=tmp_path).diagnostics == []
+
+
 def _rows(tmp_path, text):
     path = tmp_path / "launch.py"
     path.write_text(textwrap.dedent(text))

@@ -40,6 +40,7 @@ class Project:
     _texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
     _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
     _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
+    _display_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -88,14 +89,27 @@ class Project:
         it, else loaded once through the loader. None for files outside the project root, files
         that do not exist, and whenever no loader is given (flake8)."""
         path = Path(os.path.abspath(path))
-        for display, known in self.paths.items():
-            if Path(os.path.abspath(known)) == path:
-                return self.results.get(display)
+        display = self.display_of(path)
+        if display is not None:
+            return self.results.get(display)
         if self.loader is None or not _inside(path, self.root) or not path.is_file():
             return None
         if path not in self._loaded:
             self._loaded[path] = self.loader(path)
         return self._loaded[path]
+
+    def display_of(self, path: Path) -> Optional[str]:
+        """The display path of the file at `path` when it is part of the run, else None."""
+        if self._display_by_path is None:
+            # Built once: lookups come per import and per config of every file of the run.
+            # Files without an entry in `paths` (flake8) are named by their path.
+            self._display_by_path = {
+                Path(os.path.abspath(self.paths.get(display, display))): display
+                for display in self.results
+            }
+            for display, known in self.paths.items():
+                self._display_by_path.setdefault(Path(os.path.abspath(known)), display)
+        return self._display_by_path.get(Path(os.path.abspath(path)))
 
     def facts_of(self, path: Path, code: str) -> Optional[object]:
         """The facts rule `code` recorded for the file at `path`, in the run or not."""

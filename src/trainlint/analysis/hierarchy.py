@@ -78,6 +78,17 @@ def imports_in_text(text: str) -> List[str]:
     return out
 
 
+def import_qualnames(ctx) -> Dict[str, str]:
+    """Name bound by an import at module level -> what it imports (`Head` -> ".head.Head"): the
+    `"imports"` fact `Hierarchy.imported_files` reads where no file texts are at hand (flake8)."""
+    imports: Dict[str, str] = {}
+    for name, bindings in ctx.scopes.module_scope.bindings.items():
+        for binding in bindings:
+            if binding.kind == "import" and binding.qualname:
+                imports[name] = binding.qualname
+    return imports
+
+
 def file_facts(ctx) -> Dict[str, object]:
     """The plain data the project phase needs about one file (cacheable)."""
     modules = ctx.analysis(Modules)
@@ -85,12 +96,7 @@ def file_facts(ctx) -> Dict[str, object]:
     facts["plain"] = sorted(
         node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
     )
-    imports: Dict[str, str] = {}
-    for name, bindings in ctx.scopes.module_scope.bindings.items():
-        for binding in bindings:
-            if binding.kind == "import" and binding.qualname:
-                imports[name] = binding.qualname
-    facts["imports"] = imports
+    facts["imports"] = import_qualnames(ctx)
     facts.update(ctx.analysis(Wraps).facts())
     facts["outside_reads"] = sorted(_outside_reads(ctx))
     return facts

@@ -549,3 +549,24 @@ def _checkpoints(leaf: Node) -> bool:
     if isinstance(value, bool):
         return value
     return isinstance(value, int) and value > 0
+
+
+def type_names(tree: Node) -> List[str]:
+    """The `type=` names a merged config builds anywhere (`'DINO'`, `'DenoisingHead'`)."""
+    found: List[str] = []
+    for node in _walk(tree):
+        if _is_dict_node(node):
+            kind = node["dict"].get("type")
+            if isinstance(kind, dict) and isinstance(kind.get("value"), str):
+                found.append(kind["value"])
+    return found
+
+
+def tolerates_unused(tree: Node) -> bool:
+    """Does the DDP wrap of this merged config accept parameters without a gradient
+    (`find_unused_parameters=True`, or `static_graph=True` in `model_wrapper_cfg`)?"""
+    if find_unused_setting(tree) is not None:
+        return True
+    top = tree["dict"] if _is_dict_node(tree) else {}
+    wrapper = top.get("model_wrapper_cfg")
+    return _is_dict_node(wrapper) and _true(wrapper["dict"].get("static_graph"))

@@ -5,10 +5,18 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from ...analysis.devices import is_test_file
 from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.mmconfig import (
+    MM_CONFIG_MARKERS,
+    MMConfig,
+    Resolved,
+    resolve,
+    tolerates_unused,
+    type_names,
+)
 from ...analysis.modules import ALL, Modules, escaped
 from ...analysis.wraps import Wraps, is_local, local_name
 from ...diagnostics import Diagnostic, Severity
@@ -42,7 +50,10 @@ class DdpUnusedParameters(Rule):
     `__init__`, never used it, and DDP failed on iteration 2.
 
     The rule is an error when the project trains with DDP (a DDP wrap, `init_process_group`,
-    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`), a warning otherwise. It follows
+    torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`, an MMEngine/MMDetection config
+    that builds the class with `type=`, in it or in its `_base_` files), a warning otherwise;
+    such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
+    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
     the class's parents and subclasses across the files of the project (also files outside the
     run that the checked files import). It stays quiet where a use may hide: a parent class
     from an installed library (its `forward` may read the attribute; trainlint does not guess),
@@ -88,7 +99,7 @@ class DdpUnusedParameters(Rule):
     severity_note = "warning when nothing in the project trains with DDP"
     fix = "unsafe"
     # Every file that imports may link a class to the script that wraps it in DDP.
-    markers = ("class ", "torch", "find_unused", "import ")
+    markers = ("class ", "torch", "find_unused", "import ") + MM_CONFIG_MARKERS
     project = True
 
     def finish(self) -> None:
@@ -117,7 +128,12 @@ class DdpUnusedParameters(Rule):
                 self.candidate(f"{cls.name}.{attr.name}", attr.node, "", fix=fix or None)
 
     def facts(self):
-        return file_facts(self.ctx)
+        facts = file_facts(self.ctx)
+        config = self.ctx.analysis(MMConfig)
+        if config.is_config:
+            # Merged with its `_base_` chain in the project phase (`MMConfigs`).
+            facts["mm_config"] = config.facts()
+        return facts
 
     def _fix(self) -> Optional[PendingFix]:
         """`find_unused_parameters=True` on the one DDP call of this file that has no option."""
@@ -136,6 +152,7 @@ class DdpUnusedParameters(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
+        configs = MMConfigs(project, cls.code)
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             facts = hierarchy.facts_at(path) or {}
@@ -150,9 +167,9 @@ class DdpUnusedParameters(Rule):
                 if message is None:
                     continue
                 family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
-                if mm_configs(project, family, tolerant=True):
+                if configs.naming(family, tolerant=True):
                     continue
-                named = signals or mm_configs(project, family)
+                named = signals or configs.naming(family)
                 diagnostic = project.candidate(
                     display,
                     cls.code,
@@ -167,27 +184,64 @@ class DdpUnusedParameters(Rule):
 def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
     """Why the project trains these classes with DDP ("train.py: init_process_group", ...),
     from the code of the files that import them; empty when nothing says so. MM-style configs
-    are the other signal (`mm_configs`)."""
+    are the other signal (`MMConfigs`)."""
     return [
         f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)
     ]
 
 
+# Configs worth reading for a family (a text filter; the merged chain decides): those naming one
+# of its classes, and children that may tolerate unused parameters for a model their base builds.
 _MM_CONFIG = r"(?=[\s\S]*^(?:_base_|model)\s*=)"
-# Not behind a `#`: the incident's config shipped `#find_unused_parameters = True` commented out.
-_MM_FIND_UNUSED = r"(?=[\s\S]*^[^#\n]*\bfind_unused_parameters\s*=\s*True)"
+_MM_TOLERANT = r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True"
 
 
-def mm_configs(project, class_names: List[str], tolerant: bool = False) -> List[Path]:
-    """MM-style config files of the project (`_base_ = ...` / `model = dict(...)`) that build one
-    of `class_names` (`type='DETRHead'`); with `tolerant`, only those that also set
-    `find_unused_parameters = True` (top level or in `model_wrapper_cfg`). MMEngine/MMDet
-    launch such configs with DDP. The hook for analysis/mmconfig.py, which follows `_base_`
-    chains: this reads one file at a time, by its text, never executing it."""
-    names = "|".join(re.escape(name) for name in sorted(set(class_names)))
-    named = rf"(?=[\s\S]*\btype\s*=\s*['\"](?:{names})['\"])"
-    pattern = r"\A" + _MM_CONFIG + named + (_MM_FIND_UNUSED if tolerant else "")
-    return project.files_matching(re.compile(pattern, re.M))
+class MMConfigs:
+    """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
+    its `_base_` chain once (analysis/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
+    so a config that builds a class (`type='DETRHead'`, in it or in a base) makes the finding
+    an error, and one whose merged DDP wrap tolerates unused parameters drops it. Configs are
+    found by their text, so a run given only some files answers like a whole-tree run; their
+    facts are TRL301's own (`"mm_config"`), never another rule's."""
+
+    def __init__(self, project, code: str) -> None:
+        self.project = project
+        self.code = code
+        self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
+        self._memo: Dict[Path, Resolved] = {}
+
+    def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
+        """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
+        accepts unused parameters."""
+        names = "|".join(re.escape(name) for name in sorted(set(class_names)))
+        named = rf"\btype\s*=\s*['\"](?:{names})['\"]"
+        pattern = rf"\A{_MM_CONFIG}(?=[\s\S]*{named}|[\s\S]*{_MM_TOLERANT})"
+        found = []
+        for path in self.project.files_matching(re.compile(pattern, re.M)):
+            merged = self._merge(path)
+            if merged is None or not merged[0] & set(class_names):
+                continue
+            if merged[1] or not tolerant:
+                found.append(path)
+        return found
+
+    def _merge(self, path: Path) -> Optional[Tuple[Set[str], bool]]:
+        """(the `type=` names the merged config builds, whether it tolerates unused parameters)."""
+        if path not in self._merged:
+            own = self._config_facts(path)
+            merged = None
+            if own:
+                tree = resolve(path, own, self._config_facts, self._display, self._memo).tree
+                merged = (set(type_names(tree)), tolerates_unused(tree))
+            self._merged[path] = merged
+        return self._merged[path]
+
+    def _config_facts(self, path: Path) -> Optional[Dict[str, Any]]:
+        facts = self.project.facts_of(path, self.code)
+        return facts.get("mm_config") if isinstance(facts, dict) else None
+
+    def _display(self, path: Path) -> str:
+        return self.project.display_of(path) or os.path.relpath(path)
 
 
 def _absolute(project, display: str) -> Path:

@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 
+from ...analysis.hierarchy import Hierarchy, import_qualnames
 from ...analysis.calls import argument, has_star_args, is_true, keyword
 from ...analysis.mmconfig import (
     MMConfig,
@@ -81,7 +82,11 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     come from different bases) at its `_base_`; the other site is a note. The CLI reads a
     config's whole `_base_` chain (also when pre-commit passes only the child) and pairs a
     training script's `find_unused_parameters=True` with reentrant checkpoint calls in the
-    project modules it imports. Under flake8, which sees one file, only that file counts.
+    project modules it imports (also through a package `__init__.py`). Given only some files,
+    it answers as a whole-tree run does for them: a changed model module is reported when a
+    script outside the run imports it with `find_unused_parameters=True`; a script given
+    without the module gets no finding, since the finding belongs at the checkpoint call.
+    Under flake8, which sees one file, only that file counts.
 
     ## Why is this bad
     With `find_unused_parameters=True`, DDP walks the autograd graph after every forward and
@@ -358,7 +363,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     def _record(self, find_unused: List[_Site], checkpoints: List[_Site]) -> None:
         """Both halves as facts, and every checkpoint site as a candidate: the other half may be
         in another file of the project."""
-        facts: Dict[str, Any] = {"find_unused": [], "checkpoints": [], "imports": []}
+        facts: Dict[str, Any] = {"find_unused": [], "checkpoints": [], "imports": {}}
         for kind, sites in (("find_unused", find_unused), ("checkpoints", checkpoints)):
             for site in sites:
                 row, col = self.ctx.span(site.node)[:2]
@@ -375,24 +380,8 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                 if kind == "checkpoints":
                     self.candidate(key, site.node, "", fix=site.fix)
         if find_unused or checkpoints:
-            facts["imports"] = self._imports()
+            facts["imports"] = import_qualnames(self.ctx)
             self._facts = facts
-
-    def _imports(self) -> List[List[Any]]:
-        """[level, module, [names]] of every import (relative imports keep their dots)."""
-        found: List[List[Any]] = []
-        for node in self.ctx.nodes(cst.Import):
-            for alias in node.names:
-                found.append([0, self.ctx.code(alias.name).replace(" ", ""), []])
-        for node in self.ctx.nodes(cst.ImportFrom):
-            module = self.ctx.code(node.module).replace(" ", "") if node.module else ""
-            imported = (
-                [self.ctx.code(a.name) for a in node.names]
-                if not isinstance(node.names, cst.ImportStar)
-                else []
-            )
-            found.append([len(node.relative), module, imported])
-        return found
 
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
@@ -414,23 +403,14 @@ class _Chains:
     def __init__(self, code: str, project) -> None:
         self.code = code
         self.project = project
-        self.displays = {_path_of(project, display): display for display in project.results}
-        # Facts of the run's own files are at hand; only files outside the run are loaded.
-        self.in_run: Dict[Path, Optional[Dict[str, Any]]] = {path: None for path in self.displays}
-        for display, facts in project.facts(code).items():
-            if isinstance(facts, dict):
-                self.in_run[_path_of(project, display)] = facts.get("config")
         self.memo: Dict[Path, Resolved] = {}
 
     def facts(self, path: Path) -> Optional[Dict[str, Any]]:
-        path = Path(os.path.abspath(path))
-        if path in self.in_run:
-            return self.in_run[path]
         facts = self.project.facts_of(path, self.code)
         return facts.get("config") if isinstance(facts, dict) else None
 
     def display(self, path: Path) -> str:
-        return self.displays.get(Path(os.path.abspath(path))) or os.path.relpath(path)
+        return self.project.display_of(path) or os.path.relpath(path)
 
     def resolve(self, path: Path, facts: Dict[str, Any]) -> Resolved:
         return resolve(path, facts, self.facts, self.display, self.memo)
@@ -520,83 +500,36 @@ def _origin(leaf: Dict[str, Any], display: str) -> str:
 
 
 def _check_code(code: str, project) -> Iterable[Diagnostic]:
-    """Reentrant checkpoint calls in a project module that a script with
-    `find_unused_parameters=True` imports (directly or through other project files)."""
-    facts = {
-        display: data
-        for display, data in project.facts(code).items()
-        if isinstance(data, dict) and "find_unused" in data
-    }
-    by_path = {_path_of(project, d): d for d in facts}
-    run_paths = {_path_of(project, d) for d in project.results}
-    reported = set()  # (file, candidate): two scripts importing one module report it once
-    for display, data in sorted(facts.items()):
-        if not data["find_unused"]:
+    """Reentrant checkpoint calls of a file of the run that a script with
+    `find_unused_parameters=True` imports (directly, or through other project modules such as a
+    package `__init__.py`), the script in the run or not (analysis/hierarchy.py resolves the
+    imports and reads files outside the run). A file that sets both is reported by itself."""
+    hierarchy = Hierarchy(project, code)
+    for display, data in sorted(project.facts(code).items()):
+        if not isinstance(data, dict) or not data.get("checkpoints") or data["find_unused"]:
             continue
-        start = _path_of(project, display)
-        for reached in _imported_files(start, data, by_path, facts, run_paths, project.root):
-            if reached == display:
-                continue
-            other = facts[reached]
-            first = data["find_unused"][0]
-            for site in other["checkpoints"]:
-                if (reached, site["key"]) in reported:
-                    continue
-                reported.add((reached, site["key"]))
-                diagnostic = project.candidate(
-                    reached,
-                    code,
-                    site["key"],
-                    message=_message(
-                        site["text"], site["why"], first["text"], display, site["when"]
-                    ),
-                )
-                if diagnostic is not None:
-                    note = (display, *first["at"], f"`{first['text']}` is set here")
-                    yield dataclasses.replace(diagnostic, related=(note,))
-
-
-def _imported_files(start: Path, data, by_path, facts, run_paths, root) -> List[str]:
-    """Display paths of the files of the run that `start` imports, transitively. A package whose
-    `__init__.py` says nothing about checkpointing (it re-exports its modules) stands for the
-    files of the run inside it."""
-    seen: List[str] = []
-    todo = [(start, data)]
-    visited = {start}
-    while todo:
-        path, current = todo.pop()
-        for level, module, imported in current.get("imports", ()):
-            for candidate in _module_files(path, level, module, imported, Path(root)):
-                reached = [candidate]
-                if candidate.name == "__init__.py" and candidate not in by_path:
-                    if candidate in run_paths:
-                        reached = [p for p in by_path if candidate.parent in p.parents]
-                for found in reached:
-                    display = by_path.get(found)
-                    if display is None or found in visited:
-                        continue
-                    visited.add(found)
-                    seen.append(display)
-                    todo.append((found, facts[display]))
-    return seen
-
-
-def _module_files(path: Path, level: int, module: str, imported, root: Path) -> List[Path]:
-    if level:
-        if level - 1 > len(path.parent.parents):
-            return []  # more dots than folders: not a module of this project
-        bases = [path.parent.parents[level - 2] if level > 1 else path.parent]
-    else:
-        bases = [path.parent, Path(os.path.abspath(root)), Path(os.path.abspath(root)) / "src"]
-    parts = [p for p in module.split(".") if p]
-    found = []
-    for base in bases:
-        target = base.joinpath(*parts) if parts else base
-        if parts:
-            found.append(target.with_suffix(".py"))
-        found.append(target / "__init__.py")
-        found += [target / f"{name}.py" for name in imported]
-    return [Path(os.path.normpath(p)) for p in found]
+        path = _path_of(project, display)
+        script = None
+        for importer in sorted(hierarchy.importers(path) - {path}, key=hierarchy.display):
+            if (hierarchy.facts_at(importer) or {}).get("find_unused"):
+                script = importer
+                break
+        if script is None:
+            continue
+        script_display = hierarchy.display(script)
+        first = hierarchy.facts_at(script)["find_unused"][0]
+        for site in data["checkpoints"]:
+            diagnostic = project.candidate(
+                display,
+                code,
+                site["key"],
+                message=_message(
+                    site["text"], site["why"], first["text"], script_display, site["when"]
+                ),
+            )
+            if diagnostic is not None:
+                note = (script_display, *first["at"], f"`{first['text']}` is set here")
+                yield dataclasses.replace(diagnostic, related=(note,))
 
 
 def _message(
