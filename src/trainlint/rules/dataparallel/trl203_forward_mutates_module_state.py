@@ -57,7 +57,9 @@ class ForwardMutatesModuleState(Rule):
     lost on the replica, so it is reported only when it matters: read by a method of the class
     or its relatives, or read on a model object anywhere in the project, and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
-    value read back only later in the same method. Forward hooks are different: they keep the
+    value read back only later in the same method, nor state that each call sets afresh and
+    only that call reads (a decoder's recurrent state reset at the top of `forward` and read by
+    its step helper; another method that reads it must set it first too). Forward hooks are different: they keep the
     `self` they were made with, the original module, so every write of a hook is shared.
 
     Under flake8, which sees one file, the DataParallel wrap must be in the same file.
@@ -116,11 +118,18 @@ class ForwardMutatesModuleState(Rule):
         self.writes: StateWrites = self.ctx.analysis(StateWrites)
         self.recorded: Dict[str, int] = {}
         self.hooked: Dict[str, Set[str]] = {}
+        # class -> method -> attributes assigned by the method or what it calls (below), and
+        # class -> what a call of the module runs: the project phase tells a reader of a value
+        # lost with the replica from a method that sets it afresh before use.
+        self.sets_afresh: Dict[str, Dict[str, List[str]]] = {}
+        self.reach: Dict[str, List[str]] = {}
         # Every class with a base: whether it is an nn.Module is decided across files.
         for cls in self.ctx.analysis(Modules).classes.values():
             methods = {
                 s.name.value: s for s in cls.node.body.body if isinstance(s, cst.FunctionDef)
             }
+            self.reach[cls.name] = sorted(forward_reach(cls))
+            self.sets_afresh[cls.name] = self._assigned_through_calls(cls, methods)
             for name in sorted(forward_reach(cls)):
                 self._record_method(cls.name, methods[name])
             for hook in self.writes.hooks_in(cls.node):
@@ -144,9 +153,11 @@ class ForwardMutatesModuleState(Rule):
                     "nn.DataParallel each forward runs on fresh per-GPU replicas, so it stays "
                     "at its initial value (the update is lost with the replica)"
                 )
+                effect = "carried"  # reads its own lost value: wrong at every call
             else:
                 what = _what(write)
-            self._add(cls, write.node, f"{where} of `{cls}` {what}", write.attr, lost)
+                effect = "lost" if lost else "shared"
+            self._add(cls, write.node, f"{where} of `{cls}` {what}", write.attr, effect)
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
@@ -159,16 +170,40 @@ class ForwardMutatesModuleState(Rule):
             # A hook keeps the `self` it closed over: the original module, which every
             # replica's thread then writes, attribute or container alike.
             message = f"a forward hook of `{cls}` {_what(write, shared=True)}"
-            self._add(cls, node, message, write.attr, False)
+            self._add(cls, node, message, write.attr, "shared")
 
-    def _add(self, cls: str, node: cst.CSTNode, message: str, attr: str, lost: bool) -> None:
-        # The key carries what the project phase needs: class, attribute, replica-only write.
+    def _add(self, cls: str, node: cst.CSTNode, message: str, attr: str, effect: str) -> None:
+        # The key carries what the project phase needs: class, attribute, and the effect:
+        # "shared" (a container or a hook's write: races), "lost" (set on the replica: matters
+        # only if read after the call), "carried" (advanced from its previous value).
         number = self.recorded.get(cls, 0)
         self.recorded[cls] = number + 1
-        self.candidate(f"{cls}:{number}:{attr}:{'lost' if lost else 'shared'}", node, message)
+        self.candidate(f"{cls}:{number}:{attr}:{effect}", node, message)
+
+    def _assigned_through_calls(self, cls, methods) -> Dict[str, List[str]]:
+        assigned = {
+            name: {w.attr for w in self.writes.in_method(node) if w.kind == "assign"}
+            for name, node in methods.items()
+        }
+        out: Dict[str, List[str]] = {}
+        for name in methods:
+            seen, todo, attrs = {name}, [name], set()
+            while todo:
+                current = todo.pop()
+                attrs |= assigned.get(current, set())
+                info = cls.methods.get(current)
+                for callee in (info.calls | info.branch_calls) if info is not None else ():
+                    if callee in methods and callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
+            if attrs:
+                out[name] = sorted(attrs)
+        return out
 
     def facts(self) -> Optional[Dict[str, object]]:
         facts = file_facts(self.ctx)
+        facts["call_reach"] = self.reach
+        facts["sets_afresh"] = self.sets_afresh
         # Where each wrap of facts["wraps"] is, to name it in messages.
         sites = self.ctx.analysis(Wraps).sites
         facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in sites]
@@ -208,11 +243,19 @@ class ForwardMutatesModuleState(Rule):
                 family = hierarchy.ancestry(ref)
                 if not family.is_module and (family.complete or not family.has_forward):
                     continue  # not an nn.Module (a base of a library with a forward may be)
+                if effect == "carried" and not (
+                    _read_by(hierarchy.family(ref), attr) or hierarchy.read_outside(path, attr)
+                ):
+                    continue
                 if effect == "lost" and not (
-                    _read_by(hierarchy.family(ref), attr)
+                    _read_after_the_call(hierarchy, hierarchy.family(ref), attr)
                     or hierarchy.read_outside(path, attr)
                 ):
-                    continue  # set on a replica and read nowhere: losing it changes nothing
+                    # Set on a replica and read nowhere, or only by code of the same call
+                    # (tacotron2's decoder states, set in forward and read by decode() during
+                    # that forward) or by methods that set it afresh first: the replica's value
+                    # is the one they see, so losing it with the replica changes nothing.
+                    continue
                 base = str(keys[key]["message"])
                 if ref in wrapped:
                     message = f"{base} (`{name}` is wrapped in nn.DataParallel at {wrapped[ref]})"
@@ -265,6 +308,22 @@ def wrapped_classes(
                 if attr.get("callee"):
                     todo.append((attr["callee"], member.path, where, depth + 1))
     return out
+
+
+def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> bool:
+    """Does a method of the family read `self.<attr>` outside what a call of the module runs,
+    without setting it afresh itself (or through what it calls)? A member whose file holds no
+    facts of this rule is judged by its reads alone."""
+    for ref, facts in family.members:
+        file_facts_ = hierarchy.facts_at(ref.path) or {}
+        reach = set(file_facts_.get("call_reach", {}).get(ref.name, ()))
+        afresh = file_facts_.get("sets_afresh", {}).get(ref.name, {})
+        for name, method in facts.get("methods", {}).items():
+            if name in reach or attr in afresh.get(name, ()):
+                continue
+            if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
+                return True
+    return False
 
 
 def _read_by(family: Family, attr: str) -> bool:
