@@ -96,22 +96,11 @@ class Rule:
             )
         )
 
-    def candidate(
-        self,
-        key: str,
-        node: cst.CSTNode,
-        message: str,
-        *,
-        fix: Optional[PendingFix] = None,
-        severity: Optional[Severity] = None,
-        end_node: Optional[cst.CSTNode] = None,
-        related: Iterable[Tuple[cst.CSTNode, str]] = (),
-    ) -> None:
+    def candidate(self, key: str, node: cst.CSTNode, message: str, **details: Any) -> None:
         """A finding the project phase may confirm (project rules only); `key` names it for
-        `check_project` (e.g. "Head.class_embed")."""
-        self.candidates[key] = PendingReport(
-            self, node, end_node, message, severity or self.severity, fix, tuple(related)
-        )
+        `check_project` (e.g. "Head.class_embed"). `details` are `report()`'s keywords."""
+        self.report(node, message, **details)
+        self.candidates[key] = self.reports.pop()  # made like a report, kept aside
 
     def safe_fix(self, message: str, *edits: "EditSpec") -> PendingFix:
         return PendingFix(Applicability.SAFE, message, edits)
