@@ -21,3 +21,15 @@ def test_validation_is_back_after_a_parse_and_after_a_failed_parse():
         parse_checked("x = = 1\n")
     with pytest.raises(cst.CSTValidationError):
         cst.Name("not an identifier")
+
+
+def test_pythons_warnings_about_the_analysed_code_are_not_shown():
+    import warnings
+
+    from trainlint.parse_guard import python_parse
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        verdict = python_parse('pattern = "\\d+"\nassert (pattern, "not empty")\n')
+    assert verdict.problem is None
+    assert shown == []

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import threading
+import warnings
 from typing import List, NamedTuple, Optional, Tuple
 
 import libcst as cst
@@ -52,7 +53,12 @@ class Verdict(NamedTuple):
 def python_parse(text: str) -> Verdict:
     """Python's verdict on the text: its tree, or a Problem with Python's own message."""
     try:
-        return Verdict(ast.parse(text), None)
+        # Python warns about the analysed code itself ("invalid escape sequence '\\d'", a
+        # SyntaxWarning shown by default since 3.12): that is the user's business, not output
+        # of a linter that did not ask for it.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Verdict(ast.parse(text), None)
     except SyntaxError as exc:
         row = exc.lineno or 1
         col = max((exc.offset or 1) - 1, 0)
