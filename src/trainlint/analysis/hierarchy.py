@@ -173,6 +173,7 @@ class Hierarchy:
             path = project.paths.get(display, Path(display))
             self._facts[Path(os.path.abspath(path))] = facts
         self._run_paths = set(self._facts)
+        self._run_import_words: Optional[Dict[str, Set[Path]]] = None
         self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
         self._imports: Dict[Path, Set[Path]] = {}
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
@@ -372,7 +373,7 @@ class Hierarchy:
         while todo:
             target = todo.pop()
             word = target.parent.name if target.name == "__init__.py" else target.stem
-            candidates = {p for p in self._run_paths if self._names_in_imports(p, word)}
+            candidates = set(self._run_files_naming(word))
             candidates.update(self.project.files_importing(word))
             for candidate in candidates:
                 if candidate in closure:
@@ -387,12 +388,19 @@ class Hierarchy:
             self._ddp = set(self.project.files_matching(_DDP_WORDS))
         return self._ddp
 
-    def _names_in_imports(self, path: Path, word: str) -> bool:
-        facts = self._facts.get(path) or {}
-        return any(
-            word in qualname.replace(".", " ").split()
-            for qualname in facts.get("imports", {}).values()
-        )
+    def _run_files_naming(self, word: str) -> Set[Path]:
+        """Files of the run with an import naming `word` (a module or package name). Indexed
+        once: the run's facts never change, and looking through every file of the run for each
+        model module made the project phase quadratic (0.6 s of a 2 s warm run on 680 files)."""
+        if self._run_import_words is None:
+            index: Dict[str, Set[Path]] = {}
+            for path in self._run_paths:
+                facts = self._facts.get(path) or {}
+                for qualname in facts.get("imports", {}).values():
+                    for name in qualname.replace(".", " ").split():
+                        index.setdefault(name, set()).add(path)
+            self._run_import_words = index
+        return self._run_import_words.get(word, set())
 
     def evidence(self, path: Path) -> List[Tuple[Path, dict]]:
         """The files that say how `path`'s classes are trained: `path`, the files that import
