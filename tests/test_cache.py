@@ -31,10 +31,11 @@ def project(tmp_path, monkeypatch):
     return root
 
 
-def run_cached(settings, cache_dir, paths=(".",)):
+def run_cached(settings, cache_dir, paths=(".",), whole_project=False):
     found = discover([Path(p) for p in paths], settings)
     cache = Cache(cache_dir, settings)
-    return runner.run(found.files, settings, cache=cache, jobs=1), cache
+    result = runner.run(found.files, settings, cache=cache, jobs=1, whole_project=whole_project)
+    return result, cache
 
 
 def findings(result):
@@ -291,6 +292,84 @@ def test_files_outside_the_run_are_loaded_through_the_cache(
         result, _ = run_cached(settings, tmp_path / "c", ["m.py"])
         assert result.diagnostics == []
     assert checked_here == ["m.py", os.path.join("lib", "extra.py")]
+
+
+@pytest.fixture
+def project_phases(monkeypatch):
+    """How many times the project phase of TRL999 ran."""
+    ran = []
+    real = DefinedHereUsedElsewhere.check_project.__func__
+
+    def counting(cls, project):
+        ran.append(1)
+        return real(cls, project)
+
+    monkeypatch.setattr(DefinedHereUsedElsewhere, "check_project", classmethod(counting))
+    return ran
+
+
+def test_a_whole_project_run_keeps_the_project_phase_findings(
+    project, tmp_path, test_rule, project_phases
+):
+    (project / "train.py").write_text("def unused():\n    pass\n")
+    settings = Settings(root=project, select=["TRL999"])
+    first, _ = run_cached(settings, tmp_path / "c", whole_project=True)
+    second, _ = run_cached(settings, tmp_path / "c", whole_project=True)
+    assert [(d.path, d.row) for d in first.diagnostics] == [("train.py", 1)]
+    assert findings(second) == findings(first)
+    assert len(project_phases) == 1  # the second run's phase came from the cache
+    # A run over some files never reuses it (the phase reads other files' texts then).
+    third, _ = run_cached(settings, tmp_path / "c", ["train.py"])
+    assert findings(third) == findings(first) and len(project_phases) == 2
+    # Any change to a file of the run is a miss.
+    (project / "train.py").write_text("def unused():\n    pass\n\n\nunused()\n")
+    fourth, _ = run_cached(settings, tmp_path / "c", whole_project=True)
+    assert fourth.diagnostics == [] and len(project_phases) == 3
+
+
+def test_kept_project_findings_follow_the_files_outside_the_run(
+    project, tmp_path, test_rule, project_phases
+):
+    """lib/ is excluded, so lib/extra.py is not in the run; TRL999 reads it through the loader.
+    Creating it, changing it, and removing it each invalidate the kept findings."""
+    (project / "train.py").write_text("def unused():\n    pass\n")
+    settings = Settings(root=project, select=["TRL999"], extend_exclude=["lib"])
+
+    def reported():
+        result, _ = run_cached(settings, tmp_path / "c", whole_project=True)
+        return [d.row for d in result.diagnostics]
+
+    assert reported() == [1]
+    (project / "lib").mkdir()
+    (project / "lib" / "extra.py").write_text("unused()\n")
+    assert reported() == []
+    assert reported() == []
+    (project / "lib" / "extra.py").write_text("print('no call')\n")
+    assert reported() == [1]
+    (project / "lib" / "extra.py").unlink()
+    assert reported() == [1]
+    assert len(project_phases) == 4  # each change ran the phase again; the repeat did not
+
+
+def test_the_cli_keeps_the_project_phase_only_for_a_run_over_the_root(project, monkeypatch):
+    seen = []
+    real = runner.run
+
+    def spying(files, settings, **kwargs):
+        seen.append(kwargs.get("whole_project"))
+        return real(files, settings, **kwargs)
+
+    monkeypatch.setattr(runner, "run", spying)
+    (project / "sub").mkdir()
+    (project / "sub" / "x.py").write_text("import torch\n")
+    cli.main(["--no-cache", "."])
+    cli.main(["--no-cache", str(project)])
+    cli.main(["--no-cache", "sub"])
+    cli.main(["--no-cache", "train.py"])
+    monkeypatch.chdir(project / "sub")
+    cli.main(["--no-cache", "."])
+    cli.main(["--no-cache", ".."])
+    assert seen == [True, True, False, False, False, True]
 
 
 # -- where the cache lives, and when it is bypassed -------------------------------------------

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import __version__
 from .config import Settings
@@ -31,8 +31,10 @@ from .diagnostics import Diagnostic, FileResult
 CACHE_DIR_NAME = ".trainlint_cache"
 CACHE_DIR_ENV = "TRAINLINT_CACHE_DIR"
 ENTRIES = "entries"
+PROJECT = "project"  # the project phase's findings over a whole project's files
 # Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
 ENTRY_FORMAT = 1
+PROJECT_FORMAT = 1
 
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -78,16 +80,27 @@ def _stat_into(digest: Any, path: Path) -> None:
 def code_fingerprint() -> str:
     """The package's fingerprint plus the registered rules (code, class, defining file), so a
     rule registered from outside the package (a plugin, a test) is part of the key too."""
-    from .rules import all_rules
+    from .rules import rule_catalog
 
     digest = hashlib.sha256(_package_fingerprint().encode())
-    for code, rule in all_rules().items():
-        digest.update(f"{code}:{rule.__module__}.{rule.__qualname__}\n".encode())
-        module = sys.modules.get(rule.__module__)
-        filename = getattr(module, "__file__", None)
+    for code, rule in rule_catalog().items():
+        digest.update(f"{code}:{rule.module}.{rule.qualname}\n".encode())
+        filename = getattr(sys.modules.get(rule.module), "__file__", None)
+        filename = filename or _package_module_file(rule.module)
         if filename:
             _stat_into(digest, Path(filename))
     return digest.hexdigest()
+
+
+def _package_module_file(module: str) -> Optional[str]:
+    """The file of a trainlint module that is not imported (yet): the name its `__file__`
+    will have, so the fingerprint is the same before and after the rules are imported."""
+    import trainlint
+
+    parts = module.split(".")
+    if parts[0] != "trainlint" or len(parts) < 2:
+        return None
+    return os.path.join(os.path.dirname(trainlint.__file__), *parts[1:]) + ".py"
 
 
 class Cache:
@@ -158,6 +171,70 @@ class Cache:
             {"key": self._key(display, data, settings_key), "result": result_to_json(result)},
             separators=(",", ":"),
         ).encode()
+        self._write(entry, payload)
+
+    # -- the project phase ----------------------------------------------------------------------
+
+    def project_key(self, files: List[Tuple[str, Path, Optional[bytes]]]) -> str:
+        """The key of the project phase over `files` ((display, path, bytes or None when
+        unreadable), in run order): the code, the settings, and every file's content."""
+        digest = hashlib.sha256(
+            json.dumps(
+                [
+                    PROJECT_FORMAT, __version__, self.code, sorted(self._enabled),
+                    self.settings.per_file_ignores, self.settings.options,
+                    str(self.settings.root), os.getcwd(),  # messages name files from here
+                ],
+                sort_keys=True, default=str,
+            ).encode()
+        )
+        for display, path, data in files:
+            content = content_digest(data) or "unreadable"
+            digest.update(f"{display}\0{os.path.abspath(path)}\0{content}\n".encode())
+        return digest.hexdigest()
+
+    def get_project(self, key: str) -> Optional[List[Diagnostic]]:
+        """The project phase's findings stored under `key`, if every file it looked at outside
+        the run is as it was (it exists or not, its bytes)."""
+        try:
+            with open(self._project_path(key), "rb") as handle:
+                stored = json.loads(handle.read())
+            if stored["key"] != key:
+                return None
+            for path, existed in stored["probes"].items():
+                if os.path.isfile(path) != existed:
+                    return None
+            for path, content in stored["reads"].items():
+                if _content_of(path) != content:
+                    return None
+            return [Diagnostic.from_dict(d) for d in stored["diagnostics"]]
+        except Exception:  # missing, unreadable, or from another layout
+            return None
+
+    def put_project(
+        self,
+        key: str,
+        diagnostics: List[Diagnostic],
+        probes: Dict[str, bool],
+        reads: Dict[str, Optional[str]],
+    ) -> None:
+        if not self.writable:
+            return
+        payload = json.dumps(
+            {
+                "key": key,
+                "diagnostics": [d.to_dict() for d in diagnostics],
+                "probes": probes,
+                "reads": reads,
+            },
+            separators=(",", ":"),
+        ).encode()
+        self._write(self._project_path(key), payload)
+
+    def _project_path(self, key: str) -> Path:
+        return self.directory / PROJECT / key[:2] / f"{key}.json"
+
+    def _write(self, entry: Path, payload: bytes) -> None:
         temporary = None
         try:
             if not entry.parent.is_dir():
@@ -185,6 +262,18 @@ class Cache:
             marker = self.directory / name
             if not marker.exists():
                 marker.write_text(text, encoding="utf-8")
+
+
+def content_digest(data: Optional[bytes]) -> Optional[str]:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def _content_of(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as handle:
+            return content_digest(handle.read())
+    except OSError:
+        return None
 
 
 # -- FileResult <-> JSON ------------------------------------------------------------------------

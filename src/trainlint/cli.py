@@ -229,6 +229,19 @@ def settings_from_args(args: argparse.Namespace, paths: Sequence[Path]) -> Setti
     return settings
 
 
+def _covers_project(paths: Sequence[Path], settings: Settings) -> bool:
+    """Is the run over the project root itself (`trainlint check .` at the root), so that its
+    files are the project's files?"""
+    if len(paths) != 1 or not paths[0].is_dir():
+        return False
+    if settings.force_exclude and str(paths[0]) not in (".", ""):
+        return False  # the root itself may be excluded: let the project phase walk it
+    try:
+        return paths[0].resolve() == settings.root.resolve()
+    except OSError:
+        return False
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .cache import Cache
     from .files import discover
@@ -260,6 +273,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             progress=progress,
             cache=cache,
             jobs=args.jobs or default_jobs(),
+            whole_project=_covers_project(paths, settings),
         )
     finally:
         if progress is not None:

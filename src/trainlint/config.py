@@ -11,10 +11,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 if sys.version_info >= (3, 11):  # pragma: no cover - depends on the interpreter
     import tomllib
@@ -71,14 +73,11 @@ class Settings:
     # -- which rules run ----------------------------------------------------------------------
 
     def enabled_codes(self) -> FrozenSet[str]:
-        from .rules import all_rules
+        from .rules import rule_catalog
 
-        rules = all_rules()
         enabled = set()
-        for code, rule in rules.items():
-            if _selected(
-                code, rule.default_enabled(), self.select, self.extend_select, self.ignore
-            ):
+        for code, rule in rule_catalog().items():
+            if _selected(code, rule.default_enabled, self.select, self.extend_select, self.ignore):
                 enabled.add(code)
         return frozenset(enabled)
 
@@ -108,11 +107,11 @@ class Settings:
             return p.as_posix()
 
     def is_excluded(self, path: Path) -> bool:
-        rel = self.relative(str(path))
-        for pattern in list(self.exclude) + list(self.extend_exclude):
-            if path_matches(rel, pattern):
-                return True
-        return False
+        return self.excludes_relative(self.relative(str(path)))
+
+    def excludes_relative(self, rel_posix: str) -> bool:
+        """Does `exclude`/`extend-exclude` match this path relative to the root?"""
+        return _any_matches(tuple(self.exclude) + tuple(self.extend_exclude))(rel_posix)
 
     def file_fingerprint(self, path: str, enabled: Optional[FrozenSet[str]] = None) -> str:
         """Everything in the settings that changes one file's per-file result: its enabled codes
@@ -157,27 +156,81 @@ def _selected(
 def path_matches(rel_posix: str, pattern: str) -> bool:
     """Glob semantics close to ruff's: a pattern without `/` matches any path component or the
     file name; with `/` it matches the path from the root; `**` spans directories."""
+    matchers = _compiled_pattern(pattern)
+    if matchers is None:
+        return False
+    component, whole = matchers
+    if component is not None:
+        if component(rel_posix):
+            return True
+        # The parts PurePosixPath would give: an absolute path's first part is "/".
+        parts = rel_posix.split("/")
+        if rel_posix.startswith("/"):
+            parts[0] = "/"
+        return any(component(part) for part in parts if part)
+    return any(match(rel_posix) for match in whole)
+
+
+@lru_cache(maxsize=64)
+def _any_matches(patterns: Tuple[str, ...]) -> Callable[[str], bool]:
+    """`any(path_matches(rel, p) for p in patterns)` as one function: the patterns without `/`
+    joined into one regular expression asked once per path component (discovery asks about
+    every folder and file of the tree, and the default excludes are 22 patterns)."""
+    compiled = [_compiled_pattern(pattern) for pattern in patterns]
+    components = [
+        fnmatch.translate(_normalised(pattern))
+        for pattern, found in zip(patterns, compiled)
+        if found is not None and found[0] is not None
+    ]
+    wholes = [match for found in compiled if found is not None for match in found[1]]
+    component = re.compile("|".join(components)).match if components else None
+
+    def matches(rel_posix: str) -> bool:
+        if component is not None:
+            if component(rel_posix) is not None:
+                return True
+            parts = rel_posix.split("/")
+            if rel_posix.startswith("/"):
+                parts[0] = "/"
+            if any(component(part) is not None for part in parts if part):
+                return True
+        return any(match(rel_posix) for match in wholes)
+
+    return matches
+
+
+def _normalised(pattern: str) -> str:
     pattern = pattern.strip()
     if pattern.startswith("./"):
         pattern = pattern[2:]
-    pattern = pattern.rstrip("/")
+    return pattern.rstrip("/")
+
+
+@lru_cache(maxsize=4096)
+def _compiled_pattern(pattern: str):
+    """(matcher of one path component, None) for a pattern without `/`; (None, matchers of the
+    whole relative path) for one with `/`; None for an empty pattern. Compiled once per pattern:
+    discovery asks every pattern of `exclude` about every folder and file of the tree."""
+    pattern = _normalised(pattern)
     if not pattern:
-        return False
-    path = PurePosixPath(rel_posix)
+        return None
     if "/" not in pattern:
-        return any(
-            fnmatch.fnmatchcase(part, pattern) for part in path.parts
-        ) or fnmatch.fnmatchcase(rel_posix, pattern)
+        return _glob(pattern), ()
     candidates = [pattern]
     if "**/" in pattern:
         candidates.append(pattern.replace("**/", ""))
+    whole = []
     for candidate in candidates:
-        if fnmatch.fnmatchcase(rel_posix, candidate):
-            return True
+        whole.append(_glob(candidate))
         # A directory pattern matches everything under it.
-        if fnmatch.fnmatchcase(rel_posix, candidate.rstrip("/") + "/*"):
-            return True
-    return False
+        whole.append(_glob(candidate.rstrip("/") + "/*"))
+    return None, tuple(whole)
+
+
+def _glob(pattern: str):
+    """`fnmatch.fnmatchcase(name, pattern)` as one compiled match function."""
+    match = re.compile(fnmatch.translate(pattern)).match
+    return lambda name: match(name) is not None
 
 
 # -- reading configuration --------------------------------------------------------------------
@@ -256,9 +309,9 @@ def known_keys() -> Dict[str, Any]:
 
 
 def validate_codes(codes: Iterable[str], where: str) -> List[str]:
-    from .rules import all_rules
+    from .rules import rule_catalog
 
-    known = list(all_rules())
+    known = list(rule_catalog())
     out = []
     for raw in codes:
         if not isinstance(raw, str):
@@ -273,7 +326,8 @@ def validate_codes(codes: Iterable[str], where: str) -> List[str]:
 
 
 def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settings:
-    keys = known_keys()
+    # The rules' own keys need the rules imported: only when the table has other keys.
+    keys = dict(_CORE_KEYS) if all(key in _CORE_KEYS for key in table) else known_keys()
     settings = Settings(root=root)
     for key, value in table.items():
         expected = keys.get(key)

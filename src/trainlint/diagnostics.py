@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .source import Source
 
 
 class Severity(str, enum.Enum):
@@ -159,3 +162,57 @@ class FileResult:
     # row -> codes named by a `# noqa` comment on that row (None: a bare `# noqa`), so that
     # project-phase findings can be filtered without reading the file again.
     noqa: Dict[int, Optional[Tuple[str, ...]]] = field(default_factory=dict)
+
+
+# -- made from a file (the engine, and TRL002 in runs that need no engine) ---------------------
+
+
+def make_diagnostic(
+    source: "Source",
+    code: str,
+    name: str,
+    message: str,
+    severity: Severity,
+    span: Tuple[int, int, int, int],
+    fix: Optional[Fix] = None,
+    related: Tuple[Tuple[str, int, int, str], ...] = (),
+) -> Diagnostic:
+    row, col, end_row, end_col = span
+    diagnostic = Diagnostic(
+        code=code,
+        message=message,
+        path=source.path,
+        row=row,
+        col=col,
+        end_row=end_row,
+        end_col=end_col,
+        severity=severity,
+        name=name,
+        fix=fix,
+        text_row=row,
+        noqa_row=row,
+        related=related,
+    )
+    located = source.cell_of(row)
+    if located is not None:
+        diagnostic.cell, diagnostic.row = located
+        end = source.cell_of(end_row)
+        diagnostic.end_row = end[1] if end is not None else diagnostic.row
+        diagnostic.noqa_row = diagnostic.row
+    if fix is not None:
+        diagnostic.fix = Fix(
+            fix.applicability, fix.message, tuple(locate_edit(source, e) for e in fix.edits)
+        )
+    return diagnostic
+
+
+def locate_edit(source: "Source", edit: Edit) -> Edit:
+    """The edit with report positions filled in (cell-relative rows for notebooks)."""
+    row, col = source.position(edit.start)
+    end_row, end_col = source.position(edit.end)
+    located = source.cell_of(row)
+    if located is not None:
+        row = located[1]
+        end = source.cell_of(end_row)
+        end_row = end[1] if end is not None else row
+    return Edit(edit.start, edit.end, edit.content, row, col, end_row, end_col)

@@ -17,7 +17,15 @@ import libcst as cst
 
 from . import noqa, parse_guard
 from .config import Settings
-from .diagnostics import Diagnostic, Edit, FileResult, Fix, RuleCrash, Severity
+from .diagnostics import (
+    Diagnostic,
+    Edit,
+    FileResult,
+    Fix,
+    RuleCrash,
+    Severity,
+    make_diagnostic,
+)
 from .positions import PositionIndex, Span
 from .rules import all_rules
 from .rules.base import PendingReport, Rule
@@ -368,57 +376,6 @@ def _check_report(report: PendingReport) -> None:
     for node in (report.node, report.end_node):
         if node is not None and not isinstance(node, cst.CSTNode):
             raise TypeError(f"report() needs a libcst node, not {type(node).__name__}")
-
-
-def make_diagnostic(
-    source: Source,
-    code: str,
-    name: str,
-    message: str,
-    severity: Severity,
-    span: Span,
-    fix: Optional[Fix] = None,
-    related: Tuple[Tuple[str, int, int, str], ...] = (),
-) -> Diagnostic:
-    row, col, end_row, end_col = span
-    diagnostic = Diagnostic(
-        code=code,
-        message=message,
-        path=source.path,
-        row=row,
-        col=col,
-        end_row=end_row,
-        end_col=end_col,
-        severity=severity,
-        name=name,
-        fix=fix,
-        text_row=row,
-        noqa_row=row,
-        related=related,
-    )
-    located = source.cell_of(row)
-    if located is not None:
-        diagnostic.cell, diagnostic.row = located
-        end = source.cell_of(end_row)
-        diagnostic.end_row = end[1] if end is not None else diagnostic.row
-        diagnostic.noqa_row = diagnostic.row
-    if fix is not None:
-        diagnostic.fix = Fix(
-            fix.applicability, fix.message, tuple(locate_edit(source, e) for e in fix.edits)
-        )
-    return diagnostic
-
-
-def locate_edit(source: Source, edit: Edit) -> Edit:
-    """The edit with report positions filled in (cell-relative rows for notebooks)."""
-    row, col = source.position(edit.start)
-    end_row, end_col = source.position(edit.end)
-    located = source.cell_of(row)
-    if located is not None:
-        row = located[1]
-        end = source.cell_of(end_row)
-        end_row = end[1] if end is not None else row
-    return Edit(edit.start, edit.end, edit.content, row, col, end_row, end_col)
 
 
 def _resolve_edit(ctx: FileContext, spec: EditSpec) -> Edit:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .config import Settings
 from .gitignore import GitIgnore
@@ -46,9 +46,10 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
     found = Discovery()
     seen = set()
     gitignore = GitIgnore() if settings.respect_gitignore else None
+    excluded = _exclusion(settings)
 
-    def add(path: Path) -> None:
-        key = os.path.realpath(path)
+    def add(path: Path, real: Optional[str] = None) -> None:
+        key = real or os.path.realpath(path)
         if key in seen:
             return
         seen.add(key)
@@ -73,10 +74,11 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
         for root, dirs, names in os.walk(path, followlinks=False, onerror=_walk_error(found)):
             folder = Path(root)
             absolute = top / folder.relative_to(path)
+            real_folder = str(absolute)
             keep = []
             for name in sorted(dirs):
                 sub = folder / name
-                if settings.is_excluded(sub) or _is_virtualenv(sub):
+                if excluded(sub, real_folder, name) or _is_virtualenv(sub):
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, True, top):
                     continue
@@ -86,13 +88,32 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
                 if not name.endswith(SOURCE_SUFFIXES):
                     continue
                 file = folder / name
-                if settings.is_excluded(file):
+                if excluded(file, real_folder, name):
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, False, top):
                     continue
-                add(file)
+                real = os.path.join(real_folder, name)
+                add(file, None if os.path.islink(real) else real)
     found.files.sort(key=lambda item: item[1])
     return found
+
+
+def _exclusion(settings: Settings) -> Callable[[Path, str, str], bool]:
+    """`excluded(path, real_folder, name)`: `settings.is_excluded(path)` for an entry `name` of
+    a walked folder whose resolved path is `real_folder`. The path relative to the project
+    root is made from strings (resolving every path of a large tree cost more than the rest of
+    discovery); symlinks, which resolve elsewhere, and paths outside the root take the slow
+    road."""
+    root = str(settings.root.resolve())
+    prefix = root.rstrip(os.sep) + os.sep
+
+    def excluded(path: Path, real_folder: str, name: str) -> bool:
+        real = os.path.join(real_folder, name)
+        if real.startswith(prefix) and not os.path.islink(real):
+            return settings.excludes_relative(real[len(prefix) :].replace(os.sep, "/"))
+        return settings.is_excluded(path)
+
+    return excluded
 
 
 def _walk_error(found: Discovery):

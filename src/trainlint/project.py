@@ -37,7 +37,12 @@ class Project:
     # Python). None under flake8, which sees one file: only in-file evidence is used there.
     loader: Optional[Callable[[Path], Optional[FileResult]]] = None
     _loaded: Dict[Path, Optional[FileResult]] = field(default_factory=dict, repr=False)
-    _texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
+    # What the rules learnt of files outside the run, so that the phase's findings can be kept
+    # (cache.py) while those files stay as they were: path -> whether it was a file.
+    probes: Dict[str, bool] = field(default_factory=dict, repr=False)
+    # The project's Python files and their texts, when the caller has them already (a run over
+    # the whole project root read them all); else read on first use.
+    texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
     _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
     _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
     _display_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
@@ -92,11 +97,19 @@ class Project:
         display = self.display_of(path)
         if display is not None:
             return self.results.get(display)
-        if self.loader is None or not _inside(path, self.root) or not path.is_file():
+        if self.loader is None or not _inside(path, self.root) or not self.is_file(path):
             return None
         if path not in self._loaded:
             self._loaded[path] = self.loader(path)
         return self._loaded[path]
+
+    def is_file(self, path: Path) -> bool:
+        """`path.is_file()`, remembered (and recorded in `probes`)."""
+        key = os.path.abspath(path)
+        found = self.probes.get(key)
+        if found is None:
+            found = self.probes[key] = os.path.isfile(key)
+        return found
 
     def display_of(self, path: Path) -> Optional[str]:
         """The display path of the file at `path` when it is part of the run, else None."""
@@ -148,7 +161,7 @@ class Project:
     def _project_texts(self) -> List[Tuple[Path, str]]:
         if self.loader is None:
             return []
-        if self._texts is None:
+        if self.texts is None:
             from .files import discover
 
             texts: List[Tuple[Path, str]] = []
@@ -160,8 +173,8 @@ class Project:
                 except OSError:
                     continue
                 texts.append((Path(os.path.abspath(path)), text))
-            self._texts = texts
-        return self._texts
+            self.texts = texts
+        return self.texts
 
     @property
     def complete(self) -> bool:
@@ -171,6 +184,11 @@ class Project:
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*", re.M)
 _WORD = re.compile(r"\w+")
+
+
+def project_text(data: bytes) -> str:
+    """A file's bytes as `_project_texts` reads them (`read_text` with universal newlines)."""
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -21,17 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import libcst as cst
-
-from . import engine, noqa
-from .cache import Cache
+# Neither libcst nor the engine and its rules are imported here: a run whose files all come from
+# the cache never needs them (they cost more than the rest of such a run).
+from . import noqa
+from .cache import Cache, content_digest
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
-from .project import Project, run_project_phase
-from .rules import all_rules
+from .project import Project, project_text, run_project_phase
+from .rules import all_rules, rule_catalog
 from .source import Source, SourceError
-from .workers import check_all
 
 MAX_FIX_ROUNDS = 10
 
@@ -90,7 +89,7 @@ def read_source(
         return (
             data,
             None,
-            engine.syntax_error_diagnostic(display, exc.message, exc.row, exc.col),
+            _engine().syntax_error_diagnostic(display, exc.message, exc.row, exc.col),
             None,
         )
     return data, source, None, None
@@ -114,7 +113,13 @@ def read_regular_file(path: Path) -> bytes:
 
 
 def check_source(source: Source, settings: Settings) -> FileResult:
-    return engine.check(source, settings)
+    return _engine().check(source, settings)
+
+
+def _engine():
+    from . import engine
+
+    return engine
 
 
 def run(
@@ -128,11 +133,14 @@ def run(
     progress: Optional[Callable[[int, int, str], None]] = None,
     cache: Optional[Cache] = None,
     jobs: int = 1,
+    whole_project: bool = False,
 ) -> RunResult:
     """Check `files` ((path, display path) pairs). `contents`: display path -> bytes to use
     instead of reading the file (standard input; never cached). `progress(done, total, display)`
     is called after each file of the per-file phase. `cache`: where per-file results are looked
-    up and stored (None: nowhere). `jobs`: how many processes may check files at once."""
+    up and stored (None: nowhere). `jobs`: how many processes may check files at once.
+    `whole_project`: `files` are what discovery finds under the project root (the project phase
+    then reads their texts from this run instead of walking the tree again)."""
     out = RunResult(files=len(files))
     states: Dict[str, FileState] = {}
     to_check: List[FileState] = []  # readable files the cache does not know
@@ -167,6 +175,8 @@ def run(
                 continue
             state.result = cached
         finished(display)
+    from .workers import check_all
+
     checked = check_all(
         [state.source for state in to_check],  # type: ignore[misc]
         [state.original for state in to_check],  # type: ignore[misc]
@@ -184,7 +194,12 @@ def run(
             finished(state.display)
     out.states = states
 
-    project_diags, project_crashes = _project_phase(states, settings, cache)
+    texts = _project_texts(states) if whole_project else None
+    # Over the whole project, the phase's findings are kept in the cache (keyed by every file of
+    # the run); only for this first phase, before any fix changed a file's result.
+    project_diags, project_crashes = _project_phase(
+        states, settings, cache, texts, reuse=whole_project
+    )
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
             changed_any = False
@@ -199,6 +214,8 @@ def run(
                 if not applied or new_text == state.source.text:
                     continue
                 try:
+                    import libcst as cst
+
                     cst.parse_module(new_text)
                 except Exception:
                     codes = ", ".join(sorted({d.code for d in applied}))
@@ -216,7 +233,7 @@ def run(
                 changed_any = True
             if not changed_any:
                 break
-            project_diags, project_crashes = _project_phase(states, settings, cache)
+            project_diags, project_crashes = _project_phase(states, settings, cache, texts)
 
     # Report what changed; write it unless only a diff was asked for.
     reverted = False
@@ -246,7 +263,7 @@ def run(
         out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
     if reverted:
-        project_diags, project_crashes = _project_phase(states, settings, cache)
+        project_diags, project_crashes = _project_phase(states, settings, cache, texts)
     for state in states.values():
         out.crashes.extend(state.result.crashes)
     out.crashes.extend(project_crashes)
@@ -292,28 +309,66 @@ def _unused_noqa(source: Source, noqa_map, diagnostics, settings: Settings) -> L
     return UnusedNoqa.check_noqa(source, noqa_map, diagnostics, codes)
 
 
-def _project_phase(states: Dict[str, FileState], settings: Settings, cache: Optional[Cache]):
-    rules = [r for r in all_rules().values() if r.project and r.code in settings.enabled_codes()]
-    if not rules:
+def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
+    """(absolute path, text) of the run's readable Python files, as the project phase reads
+    project files from disk: the bytes read before any fix (a fix is written after the run)."""
+    return [
+        (Path(os.path.abspath(state.path)), project_text(state.original))
+        for state in states.values()
+        if state.original is not None and state.path.suffix == ".py"
+    ]
+
+
+def _project_phase(
+    states: Dict[str, FileState],
+    settings: Settings,
+    cache: Optional[Cache],
+    texts: Optional[List[Tuple[Path, str]]] = None,
+    reuse: bool = False,
+):
+    enabled = settings.enabled_codes()
+    codes = [code for code, rule in rule_catalog().items() if rule.project and code in enabled]
+    if not codes:
         return [], []
+    key = None
+    if reuse and cache is not None:
+        key = cache.project_key(
+            [(display, state.path, state.original) for display, state in states.items()]
+        )
+        kept = cache.get_project(key)
+        if kept is not None:
+            return kept, []
+    rules = [all_rules()[code] for code in codes]
+    reads: Dict[str, Optional[str]] = {}
     project = Project(
         root=settings.root,
         settings=settings,
         results={display: state.result for display, state in states.items()},
         paths={display: state.path for display, state in states.items()},
-        loader=lambda path: _load_outside_run(path, settings, cache),
+        loader=lambda path: _load_outside_run(path, settings, cache, reads),
+        texts=texts,
     )
-    return run_project_phase(rules, project)
+    found, crashes = run_project_phase(rules, project)
+    crashed = any(state.result.crashes for state in states.values())
+    if key is not None and not crashes and not crashed:  # crashes are never kept (cache.py)
+        cache.put_project(key, found, project.probes, reads)  # type: ignore[union-attr]
+    return found, crashes
 
 
 def _load_outside_run(
-    path: Path, settings: Settings, cache: Optional[Cache] = None
+    path: Path,
+    settings: Settings,
+    cache: Optional[Cache] = None,
+    reads: Optional[Dict[str, Optional[str]]] = None,
 ) -> Optional[FileResult]:
-    """Check a project file that is not part of the run, for its facts only."""
+    """Check a project file that is not part of the run, for its facts only (`reads`: where
+    to note the digest of the bytes read, None when unreadable)."""
     if path.suffix != ".py":
         return None
     display = os.path.relpath(path)
     data, source, _broken, error = read_source(path, display)
+    if reads is not None:
+        reads[os.path.abspath(path)] = content_digest(data)
     if source is None or error is not None or data is None:
         return None
     result = cache.get(display, path, data) if cache is not None else None

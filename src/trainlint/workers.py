@@ -13,18 +13,22 @@ files it had not finished are checked in this process, as a serial run would.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 import threading
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from contextlib import closing
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from .config import Settings
 from .diagnostics import FileResult
 from .source import Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import Executor
+
+# multiprocessing and concurrent.futures are imported when a pool is started: a pre-commit run
+# on a few files never starts one, and importing them costs it about 0.1 s.
 
 # Below either threshold the pool's start-up costs more than checking the files here (about 25 ms
 # a file, 5 us a byte, against tens of milliseconds to start and feed workers).
@@ -81,6 +85,8 @@ def _in_pool(
     sources: Sequence[Source], data: Sequence[bytes], settings: Settings, jobs: int
 ) -> Iterator[Tuple[int, FileResult]]:
     # Largest files first, so no worker is left with a big file at the end.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     order = sorted(range(len(sources)), key=lambda i: -len(data[i]))
     size = max(1, min(MAX_CHUNK, len(order) // (jobs * CHUNKS_PER_WORKER)))
     chunks = [order[start : start + size] for start in range(0, len(order), size)]
@@ -111,6 +117,8 @@ def _context():
     """fork where it is safe (Linux, one thread): workers start in milliseconds with trainlint
     already imported and the same rule registry as this process. Elsewhere the platform's
     default, whose workers import trainlint once each."""
+    import multiprocessing
+
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context()
@@ -132,7 +140,7 @@ def _check_chunk(items: List[Tuple[str, bytes]]) -> List[FileResult]:
     return [check(Source.from_bytes(display, data), _worker_settings) for display, data in items]
 
 
-def _stop(executor: Executor) -> None:
+def _stop(executor: "Executor") -> None:
     terminate = getattr(executor, "terminate_workers", None)  # Python 3.14+
     if terminate is not None:
         terminate()

@@ -178,6 +178,7 @@ class Hierarchy:
         self._imports: Dict[Path, Set[Path]] = {}
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
         self._ddp: Optional[Set[Path]] = None
+        self._display_by_path: Optional[Dict[Path, str]] = None
         self._evidence_files: Dict[Path, Set[Path]] = {}
 
     # -- files --------------------------------------------------------------------------------
@@ -211,7 +212,7 @@ class Hierarchy:
             target = base.joinpath(*parts)
             for candidate in (target.with_suffix(".py"), target / "__init__.py"):
                 if parts or candidate.name == "__init__.py":
-                    if candidate.is_file() and _inside(candidate, self.root):
+                    if self.project.is_file(candidate) and _inside(candidate, self.root):
                         return Path(os.path.abspath(candidate))
         return None
 
@@ -467,9 +468,14 @@ class Hierarchy:
         return Path(os.path.abspath(self.project.paths.get(display, Path(display))))
 
     def display(self, path: Path) -> str:
-        for display, known in self.project.paths.items():
-            if Path(os.path.abspath(known)) == path:
-                return display
+        if self._display_by_path is None:
+            # Indexed once: messages name a file per wrap site and per signal of every file.
+            self._display_by_path = {}
+            for display, known in self.project.paths.items():
+                self._display_by_path.setdefault(Path(os.path.abspath(known)), display)
+        display = self._display_by_path.get(path)
+        if display is not None:
+            return display
         try:
             return path.relative_to(self.root).as_posix()
         except ValueError:

@@ -7,6 +7,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Dict, List, Type
 
+from . import catalog
 from .base import Rule
 
 
@@ -40,6 +41,20 @@ def _discover() -> Dict[str, Type[Rule]]:
                 raise RuntimeError(f"{module.__name__} defines {rule.code}; module name must match")
             found[rule.code] = rule
     return dict(sorted(found.items()))
+
+
+_DISCOVER = _discover
+
+
+def rule_catalog() -> Dict[str, catalog.RuleInfo]:
+    """code -> what the rule is (name, default selection, project phase, module), sorted by
+    code, without importing the rules when catalog.json describes the rules on disk and they
+    are not imported yet (rules/catalog.py)."""
+    if _discover is _DISCOVER and _DISCOVER.cache_info().currsize == 0:
+        stored = catalog.stored()
+        if stored is not None:
+            return stored
+    return catalog.from_rules(all_rules())
 
 
 def all_rules() -> Dict[str, Type[Rule]]:

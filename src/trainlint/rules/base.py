@@ -24,11 +24,13 @@ import inspect
 import textwrap
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import libcst as cst
-
 from ..diagnostics import Applicability, Diagnostic, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
+    # Annotations only: the base (and TRL002, which the runner imports for unused noqa
+    # comments) must not import libcst in a run served by the cache.
+    import libcst as cst
+
     from ..engine import EditSpec, FileContext
     from ..project import Project
 

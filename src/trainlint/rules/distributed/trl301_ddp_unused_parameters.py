@@ -190,10 +190,15 @@ def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
     ]
 
 
-# Configs worth reading for a family (a text filter; the merged chain decides): those naming one
-# of its classes, and children that may tolerate unused parameters for a model their base builds.
-_MM_CONFIG = r"(?=[\s\S]*^(?:_base_|model)\s*=)"
-_MM_TOLERANT = r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True"
+# Configs worth reading for a family (a text filter; the merged chain decides): MM-style configs
+# (a `_base_ = ` or `model = ` line) naming one of its classes, and children that may tolerate
+# unused parameters for a model their base builds.
+_MM_CONFIG = re.compile(r"^(?:_base_|model)\s*=", re.M)
+# Every `type='Name'` of a config (a lookahead, so that overlapping spellings are all found).
+_TYPE_STRING = re.compile(r"(?=\btype\s*=\s*['\"]([^'\"]*)['\"])")
+_MM_TOLERANT = re.compile(
+    r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True", re.M
+)
 
 
 class MMConfigs:
@@ -209,15 +214,22 @@ class MMConfigs:
         self.code = code
         self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
         self._memo: Dict[Path, Resolved] = {}
+        self._configs: Optional[List[Tuple[Path, Set[str], bool]]] = None
 
     def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
         """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
         accepts unused parameters."""
-        names = "|".join(re.escape(name) for name in sorted(set(class_names)))
-        named = rf"\btype\s*=\s*['\"](?:{names})['\"]"
-        pattern = rf"\A{_MM_CONFIG}(?=[\s\S]*{named}|[\s\S]*{_MM_TOLERANT})"
+        if self._configs is None:
+            # The project's configs and the `type='...'` strings each names, found once:
+            # families are asked about one by one.
+            self._configs = [
+                (path, set(_TYPE_STRING.findall(text)), bool(_MM_TOLERANT.search(text)))
+                for path in self.project.files_matching(_MM_CONFIG)
+                for text in [self.project.text_of(path) or ""]
+            ]
+        wanted = set(class_names)
         found = []
-        for path in self.project.files_matching(re.compile(pattern, re.M)):
+        for path in [p for p, types, tolerant in self._configs if tolerant or types & wanted]:
             merged = self._merge(path)
             if merged is None or not merged[0] & set(class_names):
                 continue

@@ -63,9 +63,9 @@ class UnusedNoqa(Rule):
     ) -> List[Diagnostic]:
         """TRL002 findings for one file: `noqa_map` from the file's text, `diagnostics` every
         finding of the file before `# noqa` filtering, `enabled` the codes enabled for it."""
-        from .. import all_rules
+        from .. import rule_catalog
 
-        known = list(all_rules())
+        known = list(rule_catalog())
         used: Dict[int, Set[str]] = {}
         for d in diagnostics:
             row = d.text_row or d.row
@@ -95,7 +95,7 @@ class UnusedNoqa(Rule):
 
     @classmethod
     def _finding(cls, source, row, listed, unused, unknown, comments) -> Diagnostic:
-        from ...engine import make_diagnostic
+        from ...diagnostics import make_diagnostic
 
         line = source.line(row)
         match = noqa.NOQA_RE.search(line)
