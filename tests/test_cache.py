@@ -201,7 +201,7 @@ def test_concurrent_writers_and_readers_only_ever_see_whole_entries(project, tmp
 )
 def test_a_corrupt_entry_is_a_miss_and_is_rewritten(project, tmp_path, checked_here, content):
     first, _ = run_cached(Settings(root=project), tmp_path / "c")
-    entries = list((tmp_path / "c").rglob("*.json"))
+    entries = list((tmp_path / "c" / "entries").rglob("*.json"))
     assert len(entries) == 1
     entries[0].write_bytes(content)
     second, _ = run_cached(Settings(root=project), tmp_path / "c")
@@ -214,7 +214,7 @@ def test_an_entry_with_the_right_key_but_a_wrong_result_shape_is_a_miss(
     project, tmp_path, checked_here
 ):
     run_cached(Settings(root=project), tmp_path / "c")
-    (entry,) = (tmp_path / "c").rglob("*.json")
+    (entry,) = (tmp_path / "c" / "entries").rglob("*.json")
     stored = json.loads(entry.read_text())
     stored["result"]["diagnostics"] = [{"code": "TRL201"}]
     entry.write_text(json.dumps(stored))
@@ -318,13 +318,56 @@ def test_a_whole_project_run_keeps_the_project_phase_findings(
     assert [(d.path, d.row) for d in first.diagnostics] == [("train.py", 1)]
     assert findings(second) == findings(first)
     assert len(project_phases) == 1  # the second run's phase came from the cache
-    # A run over some files never reuses it (the phase reads other files' texts then).
-    third, _ = run_cached(settings, tmp_path / "c", ["train.py"])
-    assert findings(third) == findings(first) and len(project_phases) == 2
+    # A run over other files has its own entry.
+    for _ in range(2):
+        third, _ = run_cached(settings, tmp_path / "c", ["train.py"])
+        assert findings(third) == findings(first) and len(project_phases) == 2
     # Any change to a file of the run is a miss.
     (project / "train.py").write_text("def unused():\n    pass\n\n\nunused()\n")
     fourth, _ = run_cached(settings, tmp_path / "c", whole_project=True)
     assert fourth.diagnostics == [] and len(project_phases) == 3
+
+
+class CalledInSomeText(DefinedHereUsedElsewhere):
+    """TRL998: like TRL999, but a call is looked for in the project's texts (as TRL203 and
+    TRL301 look for importers and configs), so a run over some files reads the others."""
+
+    code = "TRL998"
+
+    @classmethod
+    def check_project(cls, project):
+        import re
+
+        for path, found in sorted(project.candidates(cls.code).items()):
+            for key in sorted(found):
+                if not project.files_matching(re.compile(rf"^\s*{key}\(\)", re.M)):
+                    yield project.candidate(path, cls.code, key)
+
+
+def test_kept_project_findings_of_a_run_over_some_files_follow_the_other_files(
+    project, tmp_path, register_rule
+):
+    register_rule(CalledInSomeText)
+    (project / "train.py").write_text("def unused():\n    pass\n")
+    (project / "other.py").write_text("print('no call')\n")
+    settings = Settings(root=project, select=["TRL998"])
+    phases = []
+    real = CalledInSomeText.check_project.__func__
+
+    def reported():
+        result, _ = run_cached(settings, tmp_path / "c", ["train.py"])
+        return [d.row for d in result.diagnostics]
+
+    def counting(cls, project):
+        phases.append(1)
+        return real(cls, project)
+
+    CalledInSomeText.check_project = classmethod(counting)
+    assert reported() == [1] and reported() == [1] and len(phases) == 1
+    (project / "other.py").write_text("unused()\n")  # a file outside the run changed
+    assert reported() == [] and reported() == [] and len(phases) == 2
+    (project / "more.py").write_text("print('a new file')\n")  # the project gained a file
+    assert reported() == [] and len(phases) == 3
 
 
 def test_kept_project_findings_follow_the_files_outside_the_run(
@@ -351,7 +394,7 @@ def test_kept_project_findings_follow_the_files_outside_the_run(
     assert len(project_phases) == 4  # each change ran the phase again; the repeat did not
 
 
-def test_the_cli_keeps_the_project_phase_only_for_a_run_over_the_root(project, monkeypatch):
+def test_the_cli_takes_project_texts_from_the_run_only_over_the_root(project, monkeypatch):
     seen = []
     real = runner.run
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__
 from .config import Settings
@@ -175,15 +175,18 @@ class Cache:
 
     # -- the project phase ----------------------------------------------------------------------
 
-    def project_key(self, files: List[Tuple[str, Path, Optional[bytes]]]) -> str:
+    def project_key(self, files: List[Tuple[str, Path, Optional[bytes]]], whole: bool) -> str:
         """The key of the project phase over `files` ((display, path, bytes or None when
-        unreadable), in run order): the code, the settings, and every file's content."""
+        unreadable), in run order): the code, the settings, and every file's content. `whole`:
+        the files are the whole project's (the phase reads no other texts then, so its entry
+        must never serve a run over a list of files that a new file of the project joined)."""
         digest = hashlib.sha256(
             json.dumps(
                 [
                     PROJECT_FORMAT, __version__, self.code, sorted(self._enabled),
                     self.settings.per_file_ignores, self.settings.options,
                     str(self.settings.root), os.getcwd(),  # messages name files from here
+                    whole,
                 ],
                 sort_keys=True, default=str,
             ).encode()
@@ -193,9 +196,12 @@ class Cache:
             digest.update(f"{display}\0{os.path.abspath(path)}\0{content}\n".encode())
         return digest.hexdigest()
 
-    def get_project(self, key: str) -> Optional[List[Diagnostic]]:
+    def get_project(
+        self, key: str, texts_digest: Callable[[], str]
+    ) -> Optional[List[Diagnostic]]:
         """The project phase's findings stored under `key`, if every file it looked at outside
-        the run is as it was (it exists or not, its bytes)."""
+        the run is as it was (it exists or not, its bytes) and, when it read the project's
+        texts (a run over some files), `texts_digest()` of them now is what it was."""
         try:
             with open(self._project_path(key), "rb") as handle:
                 stored = json.loads(handle.read())
@@ -207,6 +213,8 @@ class Cache:
             for path, content in stored["reads"].items():
                 if _content_of(path) != content:
                     return None
+            if stored["texts"] is not None and stored["texts"] != texts_digest():
+                return None
             return [Diagnostic.from_dict(d) for d in stored["diagnostics"]]
         except Exception:  # missing, unreadable, or from another layout
             return None
@@ -217,6 +225,7 @@ class Cache:
         diagnostics: List[Diagnostic],
         probes: Dict[str, bool],
         reads: Dict[str, Optional[str]],
+        texts: Optional[str],
     ) -> None:
         if not self.writable:
             return
@@ -226,6 +235,7 @@ class Cache:
                 "diagnostics": [d.to_dict() for d in diagnostics],
                 "probes": probes,
                 "reads": reads,
+                "texts": texts,
             },
             separators=(",", ":"),
         ).encode()

@@ -40,6 +40,7 @@ class Project:
     # What the rules learnt of files outside the run, so that the phase's findings can be kept
     # (cache.py) while those files stay as they were: path -> whether it was a file.
     probes: Dict[str, bool] = field(default_factory=dict, repr=False)
+    read_texts: bool = field(default=False, repr=False)  # walked the project for its texts
     # The project's Python files and their texts, when the caller has them already (a run over
     # the whole project root read them all); else read on first use.
     texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
@@ -162,18 +163,8 @@ class Project:
         if self.loader is None:
             return []
         if self.texts is None:
-            from .files import discover
-
-            texts: List[Tuple[Path, str]] = []
-            for path, _display in discover([self.root], self.settings).files:
-                if path.suffix != ".py":
-                    continue
-                try:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    continue
-                texts.append((Path(os.path.abspath(path)), text))
-            self.texts = texts
+            self.texts = read_project_texts(self.root, self.settings)
+            self.read_texts = True
         return self.texts
 
     @property
@@ -184,6 +175,32 @@ class Project:
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*", re.M)
 _WORD = re.compile(r"\w+")
+
+
+def read_project_texts(root: Path, settings: Settings) -> List[Tuple[Path, str]]:
+    """(absolute path, text) of the project's Python files: what discovery finds under the
+    root (excludes and .gitignore honoured), read as text; unreadable files are left out."""
+    from .files import discover
+
+    texts: List[Tuple[Path, str]] = []
+    for path, _display in discover([root], settings).files:
+        if path.suffix != ".py":
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        texts.append((Path(os.path.abspath(path)), text))
+    return texts
+
+
+def texts_digest(texts: List[Tuple[Path, str]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path, text in texts:
+        digest.update(f"{path}\0{len(text)}\0".encode() + text.encode("utf-8"))
+    return digest.hexdigest()
 
 
 def project_text(data: bytes) -> str:

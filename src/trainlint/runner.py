@@ -28,7 +28,13 @@ from .cache import Cache, content_digest
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
-from .project import Project, project_text, run_project_phase
+from .project import (
+    Project,
+    project_text,
+    read_project_texts,
+    run_project_phase,
+    texts_digest,
+)
 from .rules import all_rules, rule_catalog
 from .source import Source, SourceError
 
@@ -195,10 +201,10 @@ def run(
     out.states = states
 
     texts = _project_texts(states) if whole_project else None
-    # Over the whole project, the phase's findings are kept in the cache (keyed by every file of
-    # the run); only for this first phase, before any fix changed a file's result.
+    # The phase's findings are kept in the cache (keyed by every file of the run, checked against
+    # what it read outside the run); only for this first phase, before a fix changed a result.
     project_diags, project_crashes = _project_phase(
-        states, settings, cache, texts, reuse=whole_project
+        states, settings, cache, texts, reuse=not contents
     )
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
@@ -333,9 +339,12 @@ def _project_phase(
     key = None
     if reuse and cache is not None:
         key = cache.project_key(
-            [(display, state.path, state.original) for display, state in states.items()]
+            [(display, state.path, state.original) for display, state in states.items()],
+            whole=texts is not None,
         )
-        kept = cache.get_project(key)
+        kept = cache.get_project(
+            key, lambda: texts_digest(read_project_texts(settings.root, settings))
+        )
         if kept is not None:
             return kept, []
     rules = [all_rules()[code] for code in codes]
@@ -351,7 +360,8 @@ def _project_phase(
     found, crashes = run_project_phase(rules, project)
     crashed = any(state.result.crashes for state in states.values())
     if key is not None and not crashes and not crashed:  # crashes are never kept (cache.py)
-        cache.put_project(key, found, project.probes, reads)  # type: ignore[union-attr]
+        walked = texts_digest(project.texts or []) if project.read_texts else None
+        cache.put_project(key, found, project.probes, reads, walked)  # type: ignore[union-attr]
     return found, crashes
 
 
