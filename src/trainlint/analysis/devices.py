@@ -1874,13 +1874,23 @@ class Moves(Analysis):
         self._placements: Dict[Tuple[cst.CSTNode, int], FrozenSet[str]] = {}
         self._call_sites: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        # id(call) -> (call, its move or None): every analysis asks for the moves of the same
+        # calls (the dataflow, the summaries, the placements). The entry keeps the call alive,
+        # so its id is not reused while it is remembered.
+        self._moves: Dict[int, Tuple[cst.Call, Optional[Move]]] = {}
 
     # -- one move -----------------------------------------------------------------------------
 
     def move(self, node: cst.CSTNode) -> Optional[Move]:
         """The move `node` performs, if it is one (moves to the CPU are not moves)."""
-        if not isinstance(node, cst.Call):
+        if type(node) is not cst.Call:
             return None
+        entry = self._moves.get(id(node))
+        if entry is None:
+            entry = self._moves[id(node)] = (node, self._move(node))
+        return entry[1]
+
+    def _move(self, node: cst.Call) -> Optional[Move]:
         func = node.func
         non_blocking = _kw_true(node, "non_blocking")
         if isinstance(func, cst.Attribute):
@@ -2074,22 +2084,13 @@ class Moves(Analysis):
         if not params:
             return frozenset()
         nodes = list(_descendants(function.body))
-        derived: Dict[str, Set[str]] = {p: {p} for p in params}
-        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`), followed
-        # three bindings deep; what each binding's value mentions does not change between rounds.
-        bindings = [
-            (targets, self._names_outside_devices(value))
-            for node in nodes
-            for targets, value in _binding_pairs(node)
-        ]
-        for _ in range(3):
-            for targets, mentioned in bindings:
-                for param, names in derived.items():
-                    if mentioned & names:
-                        names.update(targets)
+        derived: Dict[str, Set[str]] = {}
         moved: Set[int] = set()
         for node in nodes:
-            if isinstance(node, cst.Call):
+            node_type = type(node)
+            if node_type is not cst.Call and node_type is not cst.Assign:
+                continue
+            if node_type is cst.Call:
                 if self.move(node) is None and not self.is_moved(node):
                     continue
                 mentioned = self._data_names(node)
@@ -2104,10 +2105,31 @@ class Moves(Analysis):
                     mentioned |= _names_in(t.target)
             else:
                 continue
+            if not derived:
+                derived = self._derived_names(params, nodes)
             for index, param in enumerate(params):
                 if mentioned & derived[param]:
                     moved.add(index)
         return frozenset(moved)
+
+    def _derived_names(
+        self, params: List[str], nodes: List[cst.CSTNode]
+    ) -> Dict[str, Set[str]]:
+        """Each parameter -> the names bound from it (`for k, v in batch.items()`, `t =
+        batch[k]`), followed three bindings deep; what each binding's value mentions does not
+        change between rounds. Built only for a function that moves something."""
+        derived: Dict[str, Set[str]] = {p: {p} for p in params}
+        bindings = [
+            (targets, self._names_outside_devices(value))
+            for node in nodes
+            for targets, value in _binding_pairs(node)
+        ]
+        for _ in range(3):
+            for targets, mentioned in bindings:
+                for param, names in derived.items():
+                    if mentioned & names:
+                        names.update(targets)
+        return derived
 
     def _names_outside_devices(self, expr: cst.CSTNode) -> Set[str]:
         """Names in `expr`, except those only used as the device of a move (`x.to(device)`
@@ -2347,7 +2369,7 @@ class Moves(Analysis):
         here = self.scopes.enclosing_function(at)
         last: Optional[Tuple[int, str]] = None
         elsewhere: Optional[str] = None
-        for node in self._call_statements(scope_node):
+        for node in self._call_statements(scope_node).get(name, ()):
             kind = self._placement_statement(node.value, name)
             if kind is None:
                 continue
@@ -2361,20 +2383,28 @@ class Moves(Analysis):
             return last
         return (None, elsewhere) if elsewhere is not None else None
 
-    def _call_statements(self, scope_node: cst.CSTNode) -> List[cst.Expr]:
-        """The expression statements that are calls (`model.cuda()`) under a scope, cached:
-        `_in_place` asks for every name of every model call."""
-        cache = self.__dict__.setdefault("_call_statements_cache", {})
-        found = cache.get(scope_node)
-        if found is None:
-            body = scope_node if isinstance(scope_node, cst.Module) else scope_node.body
-            found = [
-                node
-                for node in _descendants(body)
-                if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)
-            ]
-            cache[scope_node] = found
-        return found
+    def _call_statements(self, scope_node: cst.CSTNode) -> Dict[str, List[cst.Expr]]:
+        """The expression statements that are method calls on a name (`model.cuda()`) under a
+        scope, by that name, in document order: no other statement can be a placement
+        statement of a name. Indexed once per file from the tree's Expr nodes (each under
+        every def/class around it and the module), not by a walk of each scope: `_in_place`
+        asks for every name of every model call."""
+        index = self.__dict__.get("_call_statements_index")
+        if index is None:
+            index = self.__dict__["_call_statements_index"] = {}
+            holders = (cst.Module, cst.FunctionDef, cst.ClassDef)
+            for node in self.ctx.nodes(cst.Expr):
+                call = node.value
+                if type(call) is not cst.Call:
+                    continue
+                func = call.func
+                if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+                    continue
+                name = func.value.value
+                for ancestor in self.ctx.ancestors(node):
+                    if type(ancestor) in holders:
+                        index.setdefault(id(ancestor), {}).setdefault(name, []).append(node)
+        return index.get(id(scope_node), {})
 
     def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
         func = call.func
