@@ -982,11 +982,7 @@ class DeviceChoices(Analysis):
                 break
         if cls is None:
             return None
-        assigned = []
-        for node in self.ctx.tree.descendants(cls):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                if dotted_name(node.targets[0].target) == f"self.{attr}":
-                    assigned.append(node)
+        assigned = self._single_assignments(cls).get(f"self.{attr}", [])
         if len(assigned) != 1:
             return None
         inner = self._trace(assigned[0].value, as_index, seen)
@@ -995,6 +991,21 @@ class DeviceChoices(Analysis):
         if inner.name is None:
             inner = replace(inner, statement=assigned[0], name=f"self.{attr}")
         return inner
+
+    def _single_assignments(self, cls: cst.ClassDef) -> Dict[str, List[cst.Assign]]:
+        """Dotted target -> the one-target assignments to it under `cls`, in document order
+        (one walk of the class for all its `self.<attr>` traces)."""
+        cache = self.__dict__.setdefault("_single_assignments_cache", {})
+        found = cache.get(cls)
+        if found is None:
+            found = {}
+            for node in self.ctx.tree.descendants(cls):
+                if type(node) is cst.Assign and len(node.targets) == 1:
+                    dotted = dotted_name(node.targets[0].target)
+                    if dotted is not None:
+                        found.setdefault(dotted, []).append(node)
+            cache[cls] = found
+        return found
 
     # -- what the file imports ----------------------------------------------------------------
 
@@ -1828,6 +1839,8 @@ _DTYPE_WORDS = frozenset(
         "dtype",
     }
 )
+# Method calls `move()` may take for a move.
+_MOVE_METHODS = frozenset({"to", "cuda", "type_as"})
 # Module methods that return the module itself (`model.train()`, `model.half()`).
 _MODULE_RETURNS_SELF = frozenset(
     {"train", "eval", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory"}
@@ -1878,6 +1891,41 @@ class Moves(Analysis):
         # calls (the dataflow, the summaries, the placements). The entry keeps the call alive,
         # so its id is not reused while it is remembered.
         self._moves: Dict[int, Tuple[cst.Call, Optional[Move]]] = {}
+        self._move_calls: Optional[bool] = None
+        self._may_move: Optional[bool] = None
+
+    # -- whole file ---------------------------------------------------------------------------
+
+    def has_move_calls(self) -> bool:
+        """Can any call of this file be a move? (a `.to`/`.cuda`/`.type_as` method call, or a
+        call with a `device=` keyword: what `move()` needs.) False: `move()` is None for every
+        node, and `moves_in()` empty."""
+        found = self._move_calls
+        if found is None:
+            found = False
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
+                    found = True
+                    break
+                if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+                    found = True
+                    break
+            self._move_calls = found
+        return found
+
+    def may_move(self) -> bool:
+        """Can anything in this file put a value on the device? Every `is_moved` bottoms out in
+        a move, or in a mover's name (well-known or configured: its last part is in the text),
+        directly or through the summary of a function of this file. False: `is_moved()` is
+        False for every expression and every function's `moved_params()` is empty."""
+        found = self._may_move
+        if found is None:
+            text = self.ctx.source.text
+            found = self._may_move = self.has_move_calls() or any(
+                name.rsplit(".", 1)[-1] in text for name in self.mover_names
+            )
+        return found
 
     # -- one move -----------------------------------------------------------------------------
 
@@ -1955,7 +2003,7 @@ class Moves(Analysis):
 
     def is_moved(self, expr: Optional[cst.CSTNode], _depth: int = 0) -> bool:
         """Is the value of `expr` on the device? (a move, or made of moves)"""
-        if expr is None or _depth > 6:
+        if expr is None or _depth > 6 or not self.may_move():
             return False
         depth = _depth + 1
         if isinstance(expr, cst.Call):
@@ -1996,7 +2044,9 @@ class Moves(Analysis):
 
     def moves_in(self, expr: cst.CSTNode) -> List[Move]:
         """Every move call under `expr` (itself included)."""
-        found = []
+        found: List[Move] = []
+        if not self.has_move_calls():
+            return found
         stack = [expr]
         while stack:
             node = stack.pop()
@@ -2081,7 +2131,7 @@ class Moves(Analysis):
 
     def _summarise(self, function: cst.FunctionDef) -> FrozenSet[int]:
         params = [p.name.value for p in _positional_params(function)]
-        if not params:
+        if not params or not self.may_move():
             return frozenset()
         nodes = list(_descendants(function.body))
         derived: Dict[str, Set[str]] = {}
