@@ -982,11 +982,7 @@ class DeviceChoices(Analysis):
                 break
         if cls is None:
             return None
-        assigned = []
-        for node in self.ctx.tree.descendants(cls):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                if dotted_name(node.targets[0].target) == f"self.{attr}":
-                    assigned.append(node)
+        assigned = self._single_assignments(cls).get(f"self.{attr}", [])
         if len(assigned) != 1:
             return None
         inner = self._trace(assigned[0].value, as_index, seen)
@@ -995,6 +991,21 @@ class DeviceChoices(Analysis):
         if inner.name is None:
             inner = replace(inner, statement=assigned[0], name=f"self.{attr}")
         return inner
+
+    def _single_assignments(self, cls: cst.ClassDef) -> Dict[str, List[cst.Assign]]:
+        """Dotted target -> the one-target assignments to it under `cls`, in document order
+        (one walk of the class for all its `self.<attr>` traces)."""
+        cache = self.__dict__.setdefault("_single_assignments_cache", {})
+        found = cache.get(cls)
+        if found is None:
+            found = {}
+            for node in self.ctx.tree.descendants(cls):
+                if type(node) is cst.Assign and len(node.targets) == 1:
+                    dotted = dotted_name(node.targets[0].target)
+                    if dotted is not None:
+                        found.setdefault(dotted, []).append(node)
+            cache[cls] = found
+        return found
 
     # -- what the file imports ----------------------------------------------------------------
 
@@ -1828,6 +1839,8 @@ _DTYPE_WORDS = frozenset(
         "dtype",
     }
 )
+# Method calls `move()` may take for a move.
+_MOVE_METHODS = frozenset({"to", "cuda", "type_as"})
 # Module methods that return the module itself (`model.train()`, `model.half()`).
 _MODULE_RETURNS_SELF = frozenset(
     {"train", "eval", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory"}
@@ -1874,13 +1887,58 @@ class Moves(Analysis):
         self._placements: Dict[Tuple[cst.CSTNode, int], FrozenSet[str]] = {}
         self._call_sites: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        # id(call) -> (call, its move or None): every analysis asks for the moves of the same
+        # calls (the dataflow, the summaries, the placements). The entry keeps the call alive,
+        # so its id is not reused while it is remembered.
+        self._moves: Dict[int, Tuple[cst.Call, Optional[Move]]] = {}
+        self._move_calls: Optional[bool] = None
+        self._may_move: Optional[bool] = None
+
+    # -- whole file ---------------------------------------------------------------------------
+
+    def has_move_calls(self) -> bool:
+        """Can any call of this file be a move? (a `.to`/`.cuda`/`.type_as` method call, or a
+        call with a `device=` keyword: what `move()` needs.) False: `move()` is None for every
+        node, and `moves_in()` empty."""
+        found = self._move_calls
+        if found is None:
+            found = False
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
+                    found = True
+                    break
+                if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+                    found = True
+                    break
+            self._move_calls = found
+        return found
+
+    def may_move(self) -> bool:
+        """Can anything in this file put a value on the device? Every `is_moved` bottoms out in
+        a move, or in a mover's name (well-known or configured: its last part is in the text),
+        directly or through the summary of a function of this file. False: `is_moved()` is
+        False for every expression and every function's `moved_params()` is empty."""
+        found = self._may_move
+        if found is None:
+            text = self.ctx.source.text
+            found = self._may_move = self.has_move_calls() or any(
+                name.rsplit(".", 1)[-1] in text for name in self.mover_names
+            )
+        return found
 
     # -- one move -----------------------------------------------------------------------------
 
     def move(self, node: cst.CSTNode) -> Optional[Move]:
         """The move `node` performs, if it is one (moves to the CPU are not moves)."""
-        if not isinstance(node, cst.Call):
+        if type(node) is not cst.Call:
             return None
+        entry = self._moves.get(id(node))
+        if entry is None:
+            entry = self._moves[id(node)] = (node, self._move(node))
+        return entry[1]
+
+    def _move(self, node: cst.Call) -> Optional[Move]:
         func = node.func
         non_blocking = _kw_true(node, "non_blocking")
         if isinstance(func, cst.Attribute):
@@ -1945,7 +2003,7 @@ class Moves(Analysis):
 
     def is_moved(self, expr: Optional[cst.CSTNode], _depth: int = 0) -> bool:
         """Is the value of `expr` on the device? (a move, or made of moves)"""
-        if expr is None or _depth > 6:
+        if expr is None or _depth > 6 or not self.may_move():
             return False
         depth = _depth + 1
         if isinstance(expr, cst.Call):
@@ -1986,7 +2044,9 @@ class Moves(Analysis):
 
     def moves_in(self, expr: cst.CSTNode) -> List[Move]:
         """Every move call under `expr` (itself included)."""
-        found = []
+        found: List[Move] = []
+        if not self.has_move_calls():
+            return found
         stack = [expr]
         while stack:
             node = stack.pop()
@@ -2071,25 +2131,16 @@ class Moves(Analysis):
 
     def _summarise(self, function: cst.FunctionDef) -> FrozenSet[int]:
         params = [p.name.value for p in _positional_params(function)]
-        if not params:
+        if not params or not self.may_move():
             return frozenset()
         nodes = list(_descendants(function.body))
-        derived: Dict[str, Set[str]] = {p: {p} for p in params}
-        # Names bound from a parameter (`for k, v in batch.items()`, `t = batch[k]`), followed
-        # three bindings deep; what each binding's value mentions does not change between rounds.
-        bindings = [
-            (targets, self._names_outside_devices(value))
-            for node in nodes
-            for targets, value in _binding_pairs(node)
-        ]
-        for _ in range(3):
-            for targets, mentioned in bindings:
-                for param, names in derived.items():
-                    if mentioned & names:
-                        names.update(targets)
+        derived: Dict[str, Set[str]] = {}
         moved: Set[int] = set()
         for node in nodes:
-            if isinstance(node, cst.Call):
+            node_type = type(node)
+            if node_type is not cst.Call and node_type is not cst.Assign:
+                continue
+            if node_type is cst.Call:
                 if self.move(node) is None and not self.is_moved(node):
                     continue
                 mentioned = self._data_names(node)
@@ -2104,10 +2155,31 @@ class Moves(Analysis):
                     mentioned |= _names_in(t.target)
             else:
                 continue
+            if not derived:
+                derived = self._derived_names(params, nodes)
             for index, param in enumerate(params):
                 if mentioned & derived[param]:
                     moved.add(index)
         return frozenset(moved)
+
+    def _derived_names(
+        self, params: List[str], nodes: List[cst.CSTNode]
+    ) -> Dict[str, Set[str]]:
+        """Each parameter -> the names bound from it (`for k, v in batch.items()`, `t =
+        batch[k]`), followed three bindings deep; what each binding's value mentions does not
+        change between rounds. Built only for a function that moves something."""
+        derived: Dict[str, Set[str]] = {p: {p} for p in params}
+        bindings = [
+            (targets, self._names_outside_devices(value))
+            for node in nodes
+            for targets, value in _binding_pairs(node)
+        ]
+        for _ in range(3):
+            for targets, mentioned in bindings:
+                for param, names in derived.items():
+                    if mentioned & names:
+                        names.update(targets)
+        return derived
 
     def _names_outside_devices(self, expr: cst.CSTNode) -> Set[str]:
         """Names in `expr`, except those only used as the device of a move (`x.to(device)`
@@ -2347,7 +2419,7 @@ class Moves(Analysis):
         here = self.scopes.enclosing_function(at)
         last: Optional[Tuple[int, str]] = None
         elsewhere: Optional[str] = None
-        for node in self._call_statements(scope_node):
+        for node in self._call_statements(scope_node).get(name, ()):
             kind = self._placement_statement(node.value, name)
             if kind is None:
                 continue
@@ -2361,20 +2433,28 @@ class Moves(Analysis):
             return last
         return (None, elsewhere) if elsewhere is not None else None
 
-    def _call_statements(self, scope_node: cst.CSTNode) -> List[cst.Expr]:
-        """The expression statements that are calls (`model.cuda()`) under a scope, cached:
-        `_in_place` asks for every name of every model call."""
-        cache = self.__dict__.setdefault("_call_statements_cache", {})
-        found = cache.get(scope_node)
-        if found is None:
-            body = scope_node if isinstance(scope_node, cst.Module) else scope_node.body
-            found = [
-                node
-                for node in _descendants(body)
-                if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call)
-            ]
-            cache[scope_node] = found
-        return found
+    def _call_statements(self, scope_node: cst.CSTNode) -> Dict[str, List[cst.Expr]]:
+        """The expression statements that are method calls on a name (`model.cuda()`) under a
+        scope, by that name, in document order: no other statement can be a placement
+        statement of a name. Indexed once per file from the tree's Expr nodes (each under
+        every def/class around it and the module), not by a walk of each scope: `_in_place`
+        asks for every name of every model call."""
+        index = self.__dict__.get("_call_statements_index")
+        if index is None:
+            index = self.__dict__["_call_statements_index"] = {}
+            holders = (cst.Module, cst.FunctionDef, cst.ClassDef)
+            for node in self.ctx.nodes(cst.Expr):
+                call = node.value
+                if type(call) is not cst.Call:
+                    continue
+                func = call.func
+                if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+                    continue
+                name = func.value.value
+                for ancestor in self.ctx.ancestors(node):
+                    if type(ancestor) in holders:
+                        index.setdefault(id(ancestor), {}).setdefault(name, []).append(node)
+        return index.get(id(scope_node), {})
 
     def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
         func = call.func

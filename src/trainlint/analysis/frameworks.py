@@ -141,12 +141,15 @@ class Frameworks(Analysis):
                                 self._managed_functions.setdefault(binding.node, "ignite")
 
     def _managing_call(self, call: cst.Call) -> Optional[str]:
-        names = self.names
         func = call.func
-        if names.is_(func, *_DEFAULT_DEVICE_CALLS):
-            return "torch.set_default_device"
-        if names.is_(func, "deepspeed.initialize"):
-            return "deepspeed"
+        # One lookup of what the callee names for both checks (`names.is_` twice per call of
+        # the file cost more than the rest of the scan).
+        qualified = self.names.qualified(func)
+        if qualified:
+            if not qualified.isdisjoint(_DEFAULT_DEVICE_CALLS):
+                return "torch.set_default_device"
+            if "deepspeed.initialize" in qualified:
+                return "deepspeed"
         if isinstance(func, cst.Attribute):
             attr = func.attr.value
             owner = dotted_name(func.value) or ""

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from . import Analysis
+from .devices import MOVED, UNPLACED, WRAPPED
 from .names import LOCAL_PREFIX, Names, dotted_name
 from ..walk import children, own_nodes
 from .scopes import Scopes
@@ -189,16 +190,22 @@ class Loops(Analysis):
     def _loader_functions_in_file(self) -> Set[str]:
         if self._loader_functions is None:
             found: Set[str] = set()
-            for function in self.ctx.nodes(cst.FunctionDef):
-                for ret in self._returns(function):
-                    value = ret.value
-                    exprs = value.elements if isinstance(value, cst.Tuple) else [value]
-                    for element in exprs:
-                        expr = getattr(element, "value", element)
-                        if isinstance(expr, cst.Call) and self._is_loader_call_shallow(expr):
-                            found.add(function.name.value)
-                        elif isinstance(expr, cst.Name) and self._name_bound_to_loader(expr):
-                            found.add(function.name.value)
+            # Each `return value` of the file with the function it returns from (one pass over
+            # the file's Return nodes, not a walk of every function's body).
+            for ret in self.ctx.nodes(cst.Return):
+                if ret.value is None:
+                    continue
+                function = self.scopes.enclosing_function(ret)
+                if function is None:
+                    continue
+                value = ret.value
+                exprs = value.elements if isinstance(value, cst.Tuple) else [value]
+                for element in exprs:
+                    expr = getattr(element, "value", element)
+                    if isinstance(expr, cst.Call) and self._is_loader_call_shallow(expr):
+                        found.add(function.name.value)
+                    elif isinstance(expr, cst.Name) and self._name_bound_to_loader(expr):
+                        found.add(function.name.value)
             self._loader_functions = found
         return self._loader_functions
 
@@ -214,12 +221,6 @@ class Loops(Analysis):
             if isinstance(value, cst.Call) and self._is_loader_call_shallow(value):
                 return True
         return False
-
-    def _returns(self, function: cst.FunctionDef) -> Iterator[cst.Return]:
-        for node in self.ctx.tree.descendants(function.body):
-            if isinstance(node, cst.Return) and node.value is not None:
-                if self.scopes.enclosing_function(node) is function:
-                    yield node
 
     # -- batch sources ------------------------------------------------------------------------
 
@@ -1111,6 +1112,7 @@ _MOVING_LOADER = re.compile(
 
 DEVICE = "<on the device>"  # the abstract value of anything on the device
 _MOVING_NODES = (cst.Call, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_MOVING_TYPES = frozenset(_MOVING_NODES)  # exact types: the parser builds exactly these
 
 
 @dataclass(eq=False)
@@ -1187,6 +1189,9 @@ class BatchFlow(Analysis):
         self.names: Names = ctx.analysis(Names)
         self.scopes: Scopes = ctx.analysis(Scopes)
         self._flows: Dict[cst.CSTNode, Flow] = {}
+        # id(callee expression) -> (it, may be a model, its placement, named like a model);
+        # the entry keeps the node alive, so the id stays its own.
+        self._callees: Dict[int, Tuple[cst.CSTNode, bool, FrozenSet[str], bool]] = {}
         from .frameworks import loaders_prepared_by_framework
 
         self._prepared = loaders_prepared_by_framework(ctx)
@@ -1216,7 +1221,7 @@ class BatchFlow(Analysis):
         walker = _Walker(self, source, flow, body)
         walker.start()
         walker.block(body)
-        flow.bound_names = _bound_names(body)
+        flow.bound_names = _bound_names(walker.body_nodes())
         return flow
 
     def _body(self, source: BatchSource) -> List[cst.BaseStatement]:
@@ -1368,15 +1373,21 @@ class BatchFlow(Analysis):
         model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
         moves other items of the same batch (DESIGN: "while the model or siblings were
         moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
-        from .devices import MOVED, UNPLACED, WRAPPED
-
         target = call.func
         if isinstance(target, cst.Attribute) and target.attr.value == "forward":
             target = target.value
-        if not self._may_be_model(target):
+        # What the callee is does not depend on the call's arguments: the walk of each source
+        # (and a helper's body, followed from each call) asks again for the same calls.
+        known = self._callees.get(id(target))
+        if known is None:
+            if self._may_be_model(target):
+                known = (target, True, self.moves.placement(target), _model_like(target))
+            else:
+                known = (target, False, frozenset(), False)
+            self._callees[id(target)] = known
+        _, may_be_model, placement, modelish = known
+        if not may_be_model:
             return False, False
-        placement = self.moves.placement(target)
-        modelish = _model_like(target)
         plain = MOVED in placement
         wrapped = WRAPPED in placement
         # Sibling moves say nothing about a model seen built and never moved (`net =
@@ -1495,6 +1506,13 @@ class _Walker:
         self.sibling_moves: list = flow.moves if not stack else []
         self.stack = stack
         self.siblings_moved = False  # does the loop move any item of this batch?
+        self._nodes: Optional[List[cst.CSTNode]] = None
+
+    def body_nodes(self) -> List[cst.CSTNode]:
+        """The nodes of the statements that see the batch (own_nodes of each), walked once."""
+        if self._nodes is None:
+            self._nodes = [node for statement in self.body for node in own_nodes(statement)]
+        return self._nodes
 
     def start(self) -> None:
         source = self.source
@@ -1930,55 +1948,56 @@ class _Walker:
         """Batch names used as text: handed to a tokenizer, split, opened, formatted."""
         found: Set[str] = set()
         tracked = set(self.state)
-        for statement in self.body:
-            for node in own_nodes(statement):
-                if not isinstance(node, cst.Call):
-                    continue
-                func = node.func
-                if isinstance(func, cst.Attribute) and func.attr.value in _TEXT_METHODS:
-                    if isinstance(func.value, cst.Name) and func.value.value in tracked:
-                        found.add(func.value.value)
-                dotted = dotted_name(func) or ""
-                if dotted and _TEXT_CALLEE.search(dotted):
-                    for arg in node.args:
-                        if isinstance(arg.value, cst.Name) and arg.value.value in tracked:
-                            found.add(arg.value.value)
+        for node in self.body_nodes():
+            if type(node) is not cst.Call:
+                continue
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _TEXT_METHODS:
+                if isinstance(func.value, cst.Name) and func.value.value in tracked:
+                    found.add(func.value.value)
+            dotted = dotted_name(func) or ""
+            if dotted and _TEXT_CALLEE.search(dotted):
+                for arg in node.args:
+                    if isinstance(arg.value, cst.Name) and arg.value.value in tracked:
+                        found.add(arg.value.value)
         return found
 
     def _moves_batch_items(self) -> bool:
         """Does the code that sees the batch move any item of it (anywhere, on any path)?"""
         names = set(self.source.elements) | set(self.source.roots)
-        nodes = [node for statement in self.body for node in own_nodes(statement)]
+        nodes = self.body_nodes()
+        # What each assignment's value mentions does not change between the rounds.
+        assigns = [(node, _names_of(node.value)) for node in nodes if type(node) is cst.Assign]
         for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
-            for node in nodes:
-                if isinstance(node, cst.Assign) and _names_of(node.value) & names:
+            for node, mentioned in assigns:
+                if mentioned & names:
                     for target in node.targets:
                         names |= _target_names(target.target)
-        for statement in self.body:
-            for node in own_nodes(statement):
-                if isinstance(node, _MOVING_NODES) and self.moves.is_moved(node):
-                    if self.moves._data_names(node) & names and not _follows_a_tensor(
-                        self.moves, node
-                    ):
-                        return True
+        for node in nodes:
+            if type(node) in _MOVING_TYPES and self.moves.is_moved(node):
+                if self.moves._data_names(node) & names and not _follows_a_tensor(
+                    self.moves, node
+                ):
+                    return True
         return False
 
     def _structured_roots(self) -> Set[str]:
         """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""
         roots = set(self.source.roots)
         found: Set[str] = set()
-        for statement in self.body:
-            for node in own_nodes(statement):
-                if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(
-                    node.value, cst.Name
+        if not roots:
+            return found
+        for node in self.body_nodes():
+            node_type = type(node)
+            if node_type is cst.Subscript or node_type is cst.Attribute:
+                value = node.value
+                if type(value) is cst.Name and value.value in roots:
+                    found.add(value.value)
+            elif node_type is cst.Assign and type(node.value) is cst.Name:
+                if node.value.value in roots and any(
+                    isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
                 ):
-                    if node.value.value in roots:
-                        found.add(node.value.value)
-                elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Name):
-                    if node.value.value in roots and any(
-                        isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
-                    ):
-                        found.add(node.value.value)
+                    found.add(node.value.value)
         return found
 
 
@@ -2072,20 +2091,22 @@ def _target_names(target: cst.CSTNode) -> Set[str]:
     return set()
 
 
-def _bound_names(statements) -> Set[str]:
+def _bound_names(nodes: Sequence[cst.CSTNode]) -> Set[str]:
+    """Names bound by `nodes` (the own nodes of some statements)."""
     found: Set[str] = set()
-    for statement in statements:
-        for node in own_nodes(statement):
-            if isinstance(node, cst.Assign):
-                for t in node.targets:
-                    found |= _target_names(t.target)
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                found |= _target_names(node.target)
-            elif isinstance(node, (cst.For, cst.CompFor)):
-                found |= _target_names(node.target)
-            elif isinstance(node, cst.AsName):
-                found |= _target_names(node.name)
+    for node in nodes:
+        node_type = type(node)
+        if node_type is cst.Assign:
+            for t in node.targets:
+                found |= _target_names(t.target)
+        elif node_type in _TARGET_BINDERS:
+            found |= _target_names(node.target)
+        elif node_type is cst.AsName:
+            found |= _target_names(node.name)
     return found
+
+
+_TARGET_BINDERS = frozenset({cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor})
 
 
 def _copy(element: Element) -> Element:

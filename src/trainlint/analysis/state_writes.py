@@ -103,15 +103,28 @@ class StateWrites(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.names: Names = ctx.analysis(Names)
         self._attrs: Dict[cst.ClassDef, Tuple[Set[str], Set[str]]] = {}
+        self._method_writes: Dict[cst.FunctionDef, List[StateWrite]] = {}
+        # class -> attribute -> its `self.<attr>` nodes in the class body, in document order,
+        # each with whether it is stored to; function -> attribute -> where it is stored to
+        # (document positions); function -> attributes its `if`/`while` tests mention. Each is
+        # one walk, instead of one per write.
+        self._self_attrs: Dict[cst.ClassDef, Dict[str, List[Tuple[cst.Attribute, bool]]]] = {}
+        self._stores: Dict[Function, Dict[str, List[int]]] = {}
+        self._tested: Dict[Function, Set[str]] = {}
 
     # -- functions ----------------------------------------------------------------------------
 
     def in_method(self, method: cst.FunctionDef) -> List[StateWrite]:
         """Writes to `self` state in a method's own body (not in its nested functions)."""
-        receiver = _receiver(method)
-        if receiver is None or _grad_off_decorated(self.names, method):
-            return []
-        return list(self._writes(method, {receiver: ""}))
+        found = self._method_writes.get(method)
+        if found is None:
+            receiver = _receiver(method)
+            if receiver is None or _grad_off_decorated(self.names, method):
+                found = []
+            else:
+                found = list(self._writes(method, {receiver: ""}))
+            self._method_writes[method] = found
+        return list(found)
 
     def in_function(self, func: Function, roots: Dict[str, str]) -> List[StateWrite]:
         """Writes in `func`'s own body through the names in `roots` (name -> the attribute path
@@ -301,10 +314,22 @@ class StateWrites(Analysis):
             return False  # `self.n += 1`, `self.n = self.n + 1`: the previous call's value
         # Any write of an attribute the function tests (`if self.mask is None or ...:` with
         # `else: self.mask = None`) maintains that cache.
-        return any(
-            isinstance(node, (cst.If, cst.While)) and self._mentions_attr(node.test, write.attr)
-            for node in _own_nodes(write.function)
-        )
+        return write.attr in self._tested_attrs(write.function)
+
+    def _tested_attrs(self, function: Function) -> Set[str]:
+        """Attributes (`<name>.<attr>`) the `if`/`while` tests of a function's own body
+        mention (what `_mentions_attr` finds there)."""
+        found = self._tested.get(function)
+        if found is None:
+            found = set()
+            for node in _own_nodes(function):
+                if type(node) is cst.If or type(node) is cst.While:
+                    test = node.test
+                    for inner in [test, *self.ctx.tree.descendants(test)]:
+                        if type(inner) is cst.Attribute and type(inner.value) is cst.Name:
+                            found.add(inner.attr.value)
+            self._tested[function] = found
+        return found
 
     def carries_over(self, write: StateWrite) -> bool:
         """Does the write compute from the attribute's previous value (`self.n += 1`,
@@ -327,21 +352,40 @@ class StateWrites(Analysis):
             return False  # `self.n += 1` reads the previous call's value
         index = self.ctx.tree.index
         written = min(
-            [
-                index.get(node, -1)
-                for node in self.ctx.tree.descendants(write.function)
-                if _is_self_attr(node, write.attr) and self._store_target(node)
-            ],
+            self._stores_in(write.function).get(write.attr, ()),
             default=index.get(write.node, -1),
         )
         reads = 0
-        for node in self.ctx.tree.descendants(cls.body):
-            if not _is_self_attr(node, write.attr) or self._store_target(node):
+        for node, store in self._self_attrs_of(cls).get(write.attr, ()):
+            if store:
                 continue
             if index.get(node, -1) < written or self._owner_function(node) is not write.function:
                 return False
             reads += 1
         return reads > 0
+
+    def _self_attrs_of(self, cls: cst.ClassDef) -> Dict[str, List[Tuple[cst.Attribute, bool]]]:
+        found = self._self_attrs.get(cls)
+        if found is None:
+            found = {}
+            for node in self.ctx.tree.descendants(cls.body):
+                if _is_self_attr_any(node):
+                    found.setdefault(node.attr.value, []).append((node, self._store_target(node)))
+            self._self_attrs[cls] = found
+        return found
+
+    def _stores_in(self, function: Function) -> Dict[str, List[int]]:
+        """attribute -> document positions of the `self.<attr>` store targets under `function`
+        (nested functions included)."""
+        found = self._stores.get(function)
+        if found is None:
+            found = {}
+            index = self.ctx.tree.index
+            for node in self.ctx.tree.descendants(function):
+                if _is_self_attr_any(node) and self._store_target(node):
+                    found.setdefault(node.attr.value, []).append(index.get(node, -1))
+            self._stores[function] = found
+        return found
 
     def _store_target(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
@@ -559,6 +603,14 @@ def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
         and isinstance(node.value, cst.Name)
         and node.value.value == "self"
     )
+
+
+def _is_self_attr_any(node: cst.CSTNode) -> bool:
+    """`self.<anything>` (exact types: see walk.SCOPE_NODE_TYPES)."""
+    if type(node) is not cst.Attribute:
+        return False
+    value = node.value
+    return type(value) is cst.Name and value.value == "self"
 
 
 def _top(attr: str) -> str:

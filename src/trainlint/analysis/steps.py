@@ -280,6 +280,9 @@ def own_events(flow) -> Iterator[Event]:
 
 
 _EMPTY = Seq(())
+# The arguments of a loop's own flow (`flow()`): no parameter mapping, no call site, not reached
+# through a helper, helpers followed two levels deep.
+_TOP = (None, None, (), 2)
 
 
 class TrainingSteps(Analysis):
@@ -294,6 +297,7 @@ class TrainingSteps(Analysis):
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
         self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
+        self._backpropagates: Optional[bool] = None
 
     # -- recognising calls --------------------------------------------------------------------
 
@@ -573,12 +577,19 @@ class TrainingSteps(Analysis):
                 orelse = self._block(stmt.orelse.body, *args)
             return Seq((self._expr(stmt.test, *args), Alt((self._block(stmt.body, *args), orelse))))
         if isinstance(stmt, cst.For):
-            items = [self._expr(stmt.iter, *args), Repeat(self._block(stmt.body, *args), stmt)]
+            if args == _TOP:
+                body = self.flow(stmt)  # a nested loop's own flow: built once, shared
+            else:
+                body = self._block(stmt.body, *args)
+            items = [self._expr(stmt.iter, *args), Repeat(body, stmt)]
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))
             return Seq(tuple(items))
         if isinstance(stmt, cst.While):
-            body = Seq((self._expr(stmt.test, *args), self._block(stmt.body, *args)))
+            if args == _TOP:
+                body = self.flow(stmt)
+            else:
+                body = Seq((self._expr(stmt.test, *args), self._block(stmt.body, *args)))
             items = [Repeat(body, stmt)]
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))
@@ -781,11 +792,13 @@ class TrainingSteps(Analysis):
 
     def file_backpropagates(self) -> bool:
         """Cheap: does anything in the file call `.backward(...)` or `autograd.backward`?"""
-        for call in self.ctx.nodes(cst.Call):
-            func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "backward":
-                return True
-        return False
+        found = self._backpropagates
+        if found is None:
+            found = self._backpropagates = any(
+                type(call.func) is cst.Attribute and call.func.attr.value == "backward"
+                for call in self.ctx.nodes(cst.Call)
+            )
+        return found
 
     def all_loops(self) -> List[cst.CSTNode]:
         loops = list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While))

@@ -286,6 +286,13 @@ class EvalModeMissing(Rule):
 
     def _check_restore(self) -> None:
         steps = self.steps
+        # Only an eval event (`x.eval()`, `x.train(False)`) can be left unrestored: without
+        # such a call in the file there is nothing to follow through the loops.
+        if not any(
+            type(call.func) is cst.Attribute and call.func.attr.value in ("eval", "train")
+            for call in self.ctx.nodes(cst.Call)
+        ):
+            return
         trained = steps.trained_models()
         if not trained:
             return
