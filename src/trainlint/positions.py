@@ -298,6 +298,11 @@ class PositionIndex:
             else:
                 for node, span in paired:
                     out[id(node)] = (node, span)
+                if group == _ATTRIBUTE:
+                    # The attribute's name is the last token of the attribute (checked above).
+                    for node, (_, _, end_row, end_col) in paired:
+                        attr = node.attr  # type: ignore[attr-defined]
+                        out[id(attr)] = (attr, (end_row, end_col - len(attr.value), end_row, end_col))
         return out
 
     def _from_anchor(self, anchor, where, targets) -> bool:
