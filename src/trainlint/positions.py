@@ -193,7 +193,8 @@ class PositionIndex:
         return None
 
     def _anchor_table(self) -> Optional[Dict[cst.CSTNode, _Anchor]]:
-        """libcst anchor -> (row, col in characters, is_compound, ast node); None if ast disagrees."""
+        """libcst anchor -> (row, col in characters, is_compound, Python's node); None if ast
+        disagrees."""
         if self._anchors is not None:
             return self._anchors or None
         self._anchors = {}
@@ -302,7 +303,8 @@ class PositionIndex:
                     # The attribute's name is the last token of the attribute (checked above).
                     for node, (_, _, end_row, end_col) in paired:
                         attr = node.attr  # type: ignore[attr-defined]
-                        out[id(attr)] = (attr, (end_row, end_col - len(attr.value), end_row, end_col))
+                        start = end_col - len(attr.value)
+                        out[id(attr)] = (attr, (end_row, start, end_row, end_col))
         return out
 
     def _from_anchor(self, anchor, where, targets) -> bool:

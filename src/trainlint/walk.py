@@ -175,11 +175,13 @@ def _make_reader(node_type: type) -> Callable[[cst.CSTNode], List[cst.CSTNode]]:
         if kind == "node":
             lines.append(f"    out.append(node.{name})")
         elif kind == "optional":
-            lines += [f"    value = node.{name}", "    if value is not None:", "        out.append(value)"]
+            lines += [f"    value = node.{name}", "    if value is not None:"]
+            lines.append("        out.append(value)")
         elif kind == "sequence":
             lines.append(f"    out += node.{name}")
         elif kind == "optional_sequence":
-            lines += [f"    value = node.{name}", "    if value is not None:", "        out += value"]
+            lines += [f"    value = node.{name}", "    if value is not None:"]
+            lines.append("        out += value")
         else:
             lines.append(f"    out += checked(node.{name})")
     lines.append("    return out")

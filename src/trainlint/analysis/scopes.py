@@ -187,7 +187,8 @@ class Scopes(Analysis):
         by_node = self.by_node
         module = self.module_scope
         scope_types = SCOPE_NODE_TYPES
-        FunctionDef, ClassDef, Lambda, Module = cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Module
+        FunctionDef, ClassDef, Lambda = cst.FunctionDef, cst.ClassDef, cst.Lambda
+        Module = cst.Module
         for node in tree.order:
             parent = parent_of(node)
             if parent is None:
