@@ -33,3 +33,40 @@ def test_pythons_warnings_about_the_analysed_code_are_not_shown():
         verdict = python_parse('pattern = "\\d+"\nassert (pattern, "not empty")\n')
     assert verdict.problem is None
     assert shown == []
+
+
+def _depth_cases():
+    import ast
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted((REPO / "fixtures").rglob("*.py"))]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((REPO / "src").rglob("*.py"))]
+    texts += [
+        "x = " + " and ".join(["a"] * 250),
+        "x = " + " + ".join(["a"] * 250),
+        "x = [a " + " ".join(f"for a{i} in b" for i in range(110)) + "]",
+        "x = f(" * 90 + ")" * 90,
+        "",
+    ]
+    return [ast.parse(t) for t in texts]
+
+
+def test_deepest_is_nesting_depth_without_its_position():
+    """precheck decides with `_deepest`; it must agree with `nesting_depth` on every tree."""
+    from trainlint.parse_guard import _deepest, nesting_depth
+
+    for tree in _depth_cases():
+        for limit in (200, 40, 5):
+            exact = nesting_depth(tree, limit)[0]
+            fast = _deepest(tree, limit)
+            assert (fast > limit) == (exact > limit)
+            if exact <= limit:
+                assert fast == exact
+
+
+def test_too_deep_is_reported_where_nesting_depth_says():
+    from trainlint.parse_guard import precheck
+
+    verdict = precheck("x = 1\ny = " + " + ".join(["a"] * 250) + "\n")
+    assert verdict.tree is None
+    assert verdict.problem.row == 2
+    assert "nested more than 200 levels" in verdict.problem.message

@@ -24,6 +24,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import libcst as cst
 
 from .source import Source
+from .walk import children as _children
 
 Span = Tuple[int, int, int, int]  # row, col, end_row, end_col (rows 1-based, cols 0-based)
 
@@ -59,6 +60,9 @@ _AST_COMPOUND = {
     "ClassDef": "ClassDef",
     "Match": "Match",
 }
+
+
+_Anchor = Tuple[int, int, bool, ast.AST]  # row, col in characters, is_compound, Python's node
 
 
 class _Stop(Exception):
@@ -117,10 +121,12 @@ class PositionIndex:
         self.source = source
         self.parent_of = parent_of
         self._spans: Dict[cst.CSTNode, Span] = {}
-        self._anchors: Optional[Dict[cst.CSTNode, Tuple[int, int, bool]]] = None
+        self._anchors: Optional[Dict[cst.CSTNode, _Anchor]] = None
         # Python's tree of the same text, when the engine already has it (parse_guard.py).
         self.ast_tree: Optional[ast.Module] = None
         self._full: Optional[Dict[cst.CSTNode, Span]] = None
+        # anchor -> {id(libcst node): (libcst node, Python's node)} for the anchor's own nodes
+        self._paired: Dict[cst.CSTNode, Dict[int, Tuple[cst.CSTNode, ast.AST]]] = {}
         self.fallbacks = 0  # how many nodes needed the whole-module provider (tests read this)
 
     # -- public -------------------------------------------------------------------------------
@@ -152,7 +158,9 @@ class PositionIndex:
             else:
                 by_anchor.setdefault(anchor, []).append(node)
         for anchor, targets in by_anchor.items():
-            if not self._from_anchor(anchor, anchors[anchor], targets):  # type: ignore[index]
+            where = anchors[anchor]  # type: ignore[index]
+            targets = self._from_python(anchor, where, targets)
+            if targets and not self._from_anchor(anchor, where, targets):
                 leftovers.extend(targets)
         for node in leftovers:
             self._spans[node] = self._full_span(node)
@@ -184,8 +192,9 @@ class PositionIndex:
             current = self.parent_of(current)
         return None
 
-    def _anchor_table(self) -> Optional[Dict[cst.CSTNode, Tuple[int, int, bool]]]:
-        """libcst anchor -> (row, col in characters, is_compound); None if ast disagrees."""
+    def _anchor_table(self) -> Optional[Dict[cst.CSTNode, _Anchor]]:
+        """libcst anchor -> (row, col in characters, is_compound, Python's node); None if ast
+        disagrees."""
         if self._anchors is not None:
             return self._anchors or None
         self._anchors = {}
@@ -195,31 +204,111 @@ class PositionIndex:
             tree = self.ast_tree or ast.parse(self.source.text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
-        ast_anchors = []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.stmt):
-                kind = _AST_COMPOUND.get(type(node).__name__, "small")
-                ast_anchors.append((node.lineno, node.col_offset, kind))
-                for deco in getattr(node, "decorator_list", ()):
-                    ast_anchors.append((deco.lineno, deco.col_offset, "decorator"))
-            elif isinstance(node, ast.excepthandler):
-                ast_anchors.append((node.lineno, node.col_offset, "handler"))
-        ast_anchors.sort()
+        ast_anchors = _ast_anchors(tree)
+        ast_anchors.sort(key=_ANCHOR_ORDER)
         cst_anchors = list(_cst_anchors(self.module))
         if len(ast_anchors) != len(cst_anchors):
             return None
-        table: Dict[cst.CSTNode, Tuple[int, int, bool]] = {}
-        for (row, byte_col, kind), (node, cst_kind) in zip(ast_anchors, cst_anchors):
+        table: Dict[cst.CSTNode, _Anchor] = {}
+        for (row, byte_col, kind, ast_node), (node, cst_kind) in zip(ast_anchors, cst_anchors):
             if kind != cst_kind:
                 return None
             line = self.source.line(row)
             col = byte_col if line.isascii() else _chars_in_bytes(line, byte_col)
-            table[node] = (row, col, kind not in ("small", "decorator"))
+            table[node] = (row, col, kind not in ("small", "decorator"), ast_node)
         self._anchors = table
         return table
 
+    def _from_python(self, anchor, where, targets) -> List[cst.CSTNode]:
+        """Spans taken from Python's node paired with each target; returns the targets left."""
+        pairs = self._paired.get(anchor)
+        if pairs is None:
+            pairs = self._paired[anchor] = self._pair(anchor, where[3])
+            own = self._statement_span(where)
+            if own is not None:
+                pairs[id(anchor)] = (anchor, own)
+        if not pairs:
+            return targets
+        remaining = []
+        spans = self._spans
+        for target in targets:
+            pair = pairs.get(id(target))
+            if pair is None or pair[0] is not target:
+                remaining.append(target)
+            else:
+                spans[target] = pair[1]
+        return remaining
+
+    def _statement_span(self, where) -> Optional[Span]:
+        """A statement's or except-handler's own span: its start is the anchor's; its end is
+        the end of its last small statement (libcst ends a compound statement there, before a
+        trailing `;`, which Python counts), or of itself."""
+        row, col, compound, python = where
+        if not isinstance(python, (ast.stmt, ast.excepthandler)):
+            return None  # decorators: paired as expressions
+        last = python
+        while not isinstance(last, ast.stmt) or type(last).__name__ in _AST_COMPOUND:
+            block = _last_block(last)
+            if not block:
+                return None
+            last = block[-1]
+        end_row, end_col = last.end_lineno, last.end_col_offset
+        if end_row is None or end_col is None:
+            return None
+        end_line = self.source.line(end_row)
+        if not end_line.isascii():
+            end_col = _chars_in_bytes(end_line, end_col)
+        # What follows a small statement on its line: nothing, `;`, a comment, a continuation.
+        rest = end_line[end_col:].lstrip(" \t\f")
+        if rest and rest[0] not in ";#\\":
+            return None
+        return (row, col, end_row, end_col)
+
+    def _pair(self, anchor, ast_root) -> Dict[int, Tuple[cst.CSTNode, Span]]:
+        """The anchor's own expressions of the kinds in `_GROUP_OF`, paired one to one with
+        Python's nodes of the same kind by document order, with Python's positions. A kind
+        whose counts differ, or whose text at Python's position does not fit the node, is left
+        to the regeneration."""
+        if type(anchor) in _UNPAIRED or getattr(anchor, "type_parameters", None):
+            return {}
+        ours = _cst_groups(anchor)
+        if not ours:
+            return {}
+        theirs = _ast_groups(ast_root)
+        out: Dict[int, Tuple[cst.CSTNode, Span]] = {}
+        line_of = self.source.line
+        for group, nodes in ours.items():
+            found = theirs.get(group)
+            if found is None or len(found) != len(nodes):
+                continue
+            found.sort(key=_DOCUMENT_ORDER)
+            fits = _FITS[group]
+            paired = []
+            for node, python in zip(nodes, found):
+                row, end_row = python.lineno, python.end_lineno
+                col, end_col = python.col_offset, python.end_col_offset
+                line = line_of(row)
+                end_line = line if end_row == row else line_of(end_row)
+                if not line.isascii():
+                    col = _chars_in_bytes(line, col)
+                if not end_line.isascii():
+                    end_col = _chars_in_bytes(end_line, end_col)
+                if not fits(node, line, col, end_line, end_col, row == end_row):
+                    break
+                paired.append((node, (row, col, end_row, end_col)))
+            else:
+                for node, span in paired:
+                    out[id(node)] = (node, span)
+                if group == _ATTRIBUTE:
+                    # The attribute's name is the last token of the attribute (checked above).
+                    for node, (_, _, end_row, end_col) in paired:
+                        attr = node.attr  # type: ignore[attr-defined]
+                        start = end_col - len(attr.value)
+                        out[id(attr)] = (attr, (end_row, start, end_row, end_col))
+        return out
+
     def _from_anchor(self, anchor, where, targets) -> bool:
-        row, col, compound = where
+        row, col, compound, _ = where
         to_generate = anchor
         if compound:
             # Regenerate from the keyword: the anchor's own comment lines and decorators are not
@@ -294,6 +383,274 @@ class PositionIndex:
             # Not a node of this module (a rule built it): point at the top of the file.
             return (1, 0, 1, 0)
         return found
+
+
+# -- pairing libcst's expressions with Python's -------------------------------------------------
+#
+# libcst's syntactic range of an expression is Python's range of the same expression: both leave
+# out the expression's own parentheses, both start at the first token and end after the last.
+# Within one anchor, the nodes of one kind (calls, say) are in the same document order in both
+# trees, so the k-th call of libcst's tree is the k-th call of Python's. Kinds where the two trees
+# differ (`True` is a Name in libcst and a Constant in Python; a keyword argument's name is a Name
+# in libcst and a string in Python) are filtered out on the libcst side; anything left unequal
+# shows up as unequal counts, and each pairing is checked against the text.
+
+_NAME, _CALL, _ATTRIBUTE, _SUBSCRIPT, _LITERAL = range(5)
+
+_GROUP_OF = {
+    cst.Name: _NAME,
+    cst.Call: _CALL,
+    cst.Attribute: _ATTRIBUTE,
+    cst.Subscript: _SUBSCRIPT,
+    cst.Integer: _LITERAL,
+    cst.Float: _LITERAL,
+    cst.Imaginary: _LITERAL,
+    cst.SimpleString: _LITERAL,
+    cst.ConcatenatedString: _LITERAL,  # unless it has an f-string part (see _cst_groups)
+}
+_AST_GROUP_OF = {
+    ast.Name: _NAME,
+    ast.Call: _CALL,
+    ast.Attribute: _ATTRIBUTE,
+    ast.Subscript: _SUBSCRIPT,
+    ast.Constant: _LITERAL,  # only numbers, strings and bytes (see _ast_groups)
+}
+_LITERAL_VALUES = (int, float, complex, str, bytes)
+_NOT_EXPRESSION_NAMES = frozenset({"True", "False", "None"})
+
+# Anchors not paired at all: their names are not expressions in Python's tree (imports, global),
+# or their parts are patterns (match).
+_UNPAIRED = {cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal}
+if _MATCH is not None:
+    _UNPAIRED.add(_MATCH)
+for _name in ("TypeAlias",):
+    if hasattr(cst, _name):
+        _UNPAIRED.add(getattr(cst, _name))
+
+# Where the anchor's own nodes end: nested statements and suites are other anchors; f-strings'
+# inner expressions are positioned differently by Python before 3.12.
+_CST_STOP = {
+    cst.IndentedBlock,
+    cst.SimpleStatementSuite,
+    cst.Decorator,
+    cst.Else,
+    cst.Finally,
+    cst.If,
+    cst.FormattedString,
+    cst.ConcatenatedString,
+} | set(_HANDLERS)
+if _MATCH is not None:
+    _CST_STOP.add(cst.MatchCase)
+_AST_STMT_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases", "decorator_list"})
+# Fields of Python's nodes that never hold an expression.
+_AST_NOT_CHILD = frozenset(
+    {"ctx", "op", "ops", "id", "attr", "arg", "kind", "type_comment", "is_async", "conversion",
+     "level", "module", "name", "names", "lineno", "col_offset", "end_lineno", "end_col_offset"}
+)
+_AST_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _cst_groups(anchor: cst.CSTNode) -> Dict[int, List[cst.CSTNode]]:
+    """The anchor's own nodes of each kind, in document order."""
+    groups: Dict[int, List[cst.CSTNode]] = {}
+    group_of = _GROUP_OF
+    stop = _CST_STOP
+    stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(anchor, None)]
+    while stack:
+        node, parent = stack.pop()
+        node_type = type(node)
+        group = group_of.get(node_type)
+        if group is not None:
+            if group == _NAME:
+                if node.value in _NOT_EXPRESSION_NAMES or _names_no_expression(node, parent):
+                    group = None
+            elif node_type is cst.ConcatenatedString and _has_fstring(node):
+                group = None
+            if group is not None:
+                found = groups.get(group)
+                if found is None:
+                    groups[group] = [node]
+                else:
+                    found.append(node)
+        if node is not anchor and node_type in stop:
+            continue
+        if node_type is cst.AsName and type(parent) is not cst.WithItem:
+            continue  # `except E as name`: a string in Python's tree
+        kids = _children(node)
+        if node_type is cst.Parameters and node.posonly_params:  # type: ignore[attr-defined]
+            kids = _document_ordered_parameters(node)
+        for child in reversed(kids):
+            stack.append((child, node))
+    return groups
+
+
+def _names_no_expression(node: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
+    """A Name that Python's tree holds as a plain string (an attribute's name, a keyword
+    argument's name, a parameter, a def's or class's name)."""
+    parent_type = type(parent)
+    if parent_type is cst.Attribute:
+        return node is parent.attr  # type: ignore[union-attr]
+    if parent_type is cst.Arg:
+        return node is parent.keyword  # type: ignore[union-attr]
+    if parent_type in (cst.Param, cst.FunctionDef, cst.ClassDef):
+        return node is parent.name  # type: ignore[union-attr]
+    return False
+
+
+def _has_fstring(node: cst.CSTNode) -> bool:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is cst.ConcatenatedString:
+            stack.append(current.left)  # type: ignore[attr-defined]
+            stack.append(current.right)  # type: ignore[attr-defined]
+        elif type(current) is not cst.SimpleString:
+            return True
+    return False
+
+
+def _document_ordered_parameters(params: cst.Parameters) -> List[cst.CSTNode]:
+    head = [p for p in params.posonly_params]
+    return head + [k for k in _children(params) if k not in head]
+
+
+def _ast_groups(root: ast.AST) -> Dict[int, List[ast.AST]]:
+    """Python's nodes of each kind under the anchor's own node, not in nested statements."""
+    groups: Dict[int, List[ast.AST]] = {}
+    group_of = _AST_GROUP_OF
+    fields_of = _AST_FIELDS
+    AST = ast.AST
+    joined = ast.JoinedStr
+    literal_values = _LITERAL_VALUES
+    stack: List[ast.AST] = []
+    if isinstance(root, (ast.stmt, ast.excepthandler)):
+        for name in root._fields:
+            if name in _AST_STMT_FIELDS or name in _AST_NOT_CHILD:
+                continue
+            value = getattr(root, name, None)
+            if type(value) is list:
+                stack.extend(v for v in value if isinstance(v, AST))
+            elif isinstance(value, AST):
+                stack.append(value)
+    else:
+        stack.append(root)
+    while stack:
+        node = stack.pop()
+        node_type = type(node)
+        if node_type is joined:
+            continue
+        group = group_of.get(node_type)
+        if group is not None and (
+            group != _LITERAL or type(node.value) in literal_values  # type: ignore[attr-defined]
+        ):
+            found = groups.get(group)
+            if found is None:
+                groups[group] = [node]
+            else:
+                found.append(node)
+        fields = fields_of.get(node_type)
+        if fields is None:
+            fields = fields_of[node_type] = tuple(
+                f for f in node_type._fields if f not in _AST_NOT_CHILD
+            )
+        for name in fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, AST):
+                        stack.append(item)
+            elif isinstance(value, AST):
+                stack.append(value)
+    return groups
+
+
+def _DOCUMENT_ORDER(node: ast.AST):
+    # Pre-order: by start, an enclosing node (it ends later) before the node it encloses.
+    return (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset)  # type: ignore
+
+
+def _fits_name(node, line, col, end_line, end_col, one_line) -> bool:
+    return one_line and line[col:end_col] == node.value
+
+
+def _fits_attribute(node, line, col, end_line, end_col, one_line) -> bool:
+    attr = node.attr.value
+    return end_col >= len(attr) and end_line[end_col - len(attr) : end_col] == attr
+
+
+def _fits_call(node, line, col, end_line, end_col, one_line) -> bool:
+    return end_line[end_col - 1 : end_col] == ")"
+
+
+def _fits_subscript(node, line, col, end_line, end_col, one_line) -> bool:
+    return end_line[end_col - 1 : end_col] == "]"
+
+
+def _fits_literal(node, line, col, end_line, end_col, one_line) -> bool:
+    while type(node) is cst.ConcatenatedString:
+        node = node.left
+    value = node.value
+    if type(node) is not cst.SimpleString:
+        return one_line and line[col:end_col] == value
+    first = value.split("\n", 1)[0].split("\r", 1)[0]
+    return line[col : col + len(first)] == first
+
+
+_FITS = {
+    _NAME: _fits_name,
+    _CALL: _fits_call,
+    _ATTRIBUTE: _fits_attribute,
+    _SUBSCRIPT: _fits_subscript,
+    _LITERAL: _fits_literal,
+}
+
+
+def _last_block(node: ast.AST) -> list:
+    """The statements of a compound statement's (or handler's) last block in the text."""
+    for name in ("finalbody", "orelse"):
+        block = getattr(node, name, None)
+        if block:
+            return block
+    handlers = getattr(node, "handlers", None)
+    if handlers:
+        return handlers[-1].body
+    cases = getattr(node, "cases", None)
+    if cases:
+        return cases[-1].body
+    return getattr(node, "body", None) or []
+
+
+def _ANCHOR_ORDER(entry):
+    return entry[:3]
+
+
+def _ast_anchors(tree: ast.Module) -> list:
+    """(row, byte col, kind, ast node) of every statement, except-handler and decorator: the
+    statements are followed through their bodies only, never into expressions."""
+    out = []
+    append = out.append
+    compound = _AST_COMPOUND
+    stmt_lists = ("body", "orelse", "finalbody")
+    stack = [tree.body]
+    while stack:
+        for node in stack.pop():
+            kind = compound.get(type(node).__name__)
+            if kind is None:
+                append((node.lineno, node.col_offset, "small", node))
+                continue
+            append((node.lineno, node.col_offset, kind, node))
+            for deco in getattr(node, "decorator_list", ()):
+                append((deco.lineno, deco.col_offset, "decorator", deco))
+            for name in stmt_lists:
+                block = getattr(node, name, None)
+                if block:
+                    stack.append(block)
+            for handler in getattr(node, "handlers", ()):
+                append((handler.lineno, handler.col_offset, "handler", handler))
+                stack.append(handler.body)
+            for case in getattr(node, "cases", ()):
+                stack.append(case.body)
+    return out
 
 
 def _chars_in_bytes(line: str, byte_col: int) -> int:

@@ -8,8 +8,10 @@ comments are read from the text, positions come from `positions.py`).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-from typing import Dict, Iterator, List, Optional, Tuple, Type
+import typing
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 import libcst as cst
 
@@ -98,7 +100,9 @@ def _fields_of(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
-def _compute_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+def _generic_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """Every field's nodes, each value's type checked: the reference the generated readers
+    below are made from, and used as is for fields whose annotation they do not understand."""
     out: List[cst.CSTNode] = []
     is_node = _IS_NODE
     node_type = type(node)
@@ -123,6 +127,98 @@ def _compute_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     return out
 
 
+# type -> a function reading that type's children. Generated once per node type from the field
+# annotations: a field that always holds a node is read without checks, one that holds a node or
+# None is tested against None, a sequence of nodes is copied whole, a string is not read at all.
+# Anything else (a union with MaybeSentinel, with a string...) keeps the checked generic read.
+_READERS: Dict[type, Callable[[cst.CSTNode], List[cst.CSTNode]]] = {}
+
+
+def _field_kind(annotation: object) -> str:
+    """"node", "optional", "sequence", "optional_sequence", "never" or "checked"."""
+    if annotation is str:
+        return "never"
+    if isinstance(annotation, type):
+        return "node" if issubclass(annotation, cst.CSTNode) else "checked"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Union:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == len(args):
+            return "checked"
+        if all(isinstance(a, type) and issubclass(a, cst.CSTNode) for a in rest):
+            return "optional"
+        if all(a is str for a in rest):
+            return "never"
+        if len(rest) == 1 and _field_kind(rest[0]) == "sequence":
+            return "optional_sequence"
+        return "checked"
+    if origin is collections.abc.Sequence and len(args) == 1:
+        item = args[0]
+        items = typing.get_args(item) if typing.get_origin(item) is Union else (item,)
+        if all(isinstance(a, type) and issubclass(a, cst.CSTNode) for a in items):
+            return "sequence"
+    return "checked"
+
+
+def _make_reader(node_type: type) -> Callable[[cst.CSTNode], List[cst.CSTNode]]:
+    fields = _fields_of(node_type)
+    try:
+        hints = typing.get_type_hints(node_type)
+        kinds = [_field_kind(hints[name]) for name in fields]
+    except Exception:  # annotations libcst may change: read every field checked
+        kinds = ["checked"] * len(fields)
+    lines = ["def read(node):", "    out = []"]
+    for name, kind in zip(fields, kinds):
+        if kind == "never":
+            continue
+        if kind == "node":
+            lines.append(f"    out.append(node.{name})")
+        elif kind == "optional":
+            lines += [f"    value = node.{name}", "    if value is not None:"]
+            lines.append("        out.append(value)")
+        elif kind == "sequence":
+            lines.append(f"    out += node.{name}")
+        elif kind == "optional_sequence":
+            lines += [f"    value = node.{name}", "    if value is not None:"]
+            lines.append("        out += value")
+        else:
+            lines.append(f"    out += checked(node.{name})")
+    lines.append("    return out")
+    namespace: Dict[str, object] = {"checked": _checked_value}
+    exec("\n".join(lines), namespace)  # noqa: S102 - code built above from field names only
+    reader = namespace["read"]
+    _READERS[node_type] = reader  # type: ignore[assignment]
+    return reader  # type: ignore[return-value]
+
+
+def _checked_value(value: object) -> List[cst.CSTNode]:
+    """The nodes in one field's value, each type checked (see `_generic_children`)."""
+    is_node = _IS_NODE
+    value_type = type(value)
+    if value_type is tuple or value_type is list:
+        out = []
+        for item in value:  # type: ignore[attr-defined]
+            item_type = type(item)
+            known = is_node.get(item_type)
+            if known is None:
+                known = _is_node_type(item_type)
+            if known:
+                out.append(item)
+        return out
+    known = is_node.get(value_type)
+    if known is None:
+        known = _is_node_type(value_type)
+    return [value] if known else []  # type: ignore[list-item]
+
+
+def _compute_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    reader = _READERS.get(type(node))
+    if reader is None:
+        reader = _make_reader(type(node))
+    return reader(node)
+
+
 # Nodes that open a scope: their bodies run at another time (a call, class creation). Tested by
 # exact type: the parser builds exactly these classes, and `isinstance` on a libcst class is a
 # Python-level ABCMeta call.
@@ -132,13 +228,20 @@ SCOPE_NODE_TYPES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 def own_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node` and its descendants in document order, not entering nested def/class/lambda."""
     stack = [node]
+    pop = stack.pop
+    push = stack.extend
     scope_types = SCOPE_NODE_TYPES
+    known = _KNOWN[1].get
     while stack:
-        current = stack.pop()
+        current = pop()
         yield current
         if current is not node and type(current) in scope_types:
             continue
-        stack.extend(reversed(children(current)))
+        kids = known(id(current))
+        if kids is None:
+            kids = _compute_children(current)
+        if kids:
+            push(reversed(kids))
 
 
 def children(node: cst.CSTNode) -> List[cst.CSTNode]:
@@ -179,21 +282,28 @@ class Tree:
         children_of = self._children_of
         order = self.order
         by_type = self.by_type
-        compute = _compute_children
+        readers = _READERS
         stack: List[cst.CSTNode] = [self.module]
+        pop = stack.pop
+        push = stack.extend
+        append = order.append
         while stack:
-            node = stack.pop()
-            order.append(node)
+            node = pop()
+            append(node)
             node_type = type(node)
             bucket = by_type.get(node_type)
             if bucket is None:
                 bucket = by_type[node_type] = []
             bucket.append(node)
-            kids = compute(node)
+            reader = readers.get(node_type)
+            if reader is None:
+                reader = _make_reader(node_type)
+            kids = reader(node)
             children_of[id(node)] = kids
-            for child in kids:
-                parent_of[id(child)] = node
-            stack.extend(reversed(kids))
+            if kids:
+                for child in kids:
+                    parent_of[id(child)] = node
+                push(reversed(kids))
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self._parent_of.get(id(node))
@@ -217,12 +327,21 @@ class Tree:
 
     def descendants(self, node: cst.CSTNode):
         """Nodes under `node` (itself excluded) in document order."""
-        children_of = self.children
-        stack: List[cst.CSTNode] = list(reversed(children_of(node)))
+        known = self._children_of.get
+        kids = known(id(node))
+        if kids is None:
+            kids = _compute_children(node)
+        stack: List[cst.CSTNode] = kids[::-1]
+        pop = stack.pop
+        push = stack.extend
         while stack:
-            current = stack.pop()
+            current = pop()
             yield current
-            stack.extend(reversed(children_of(current)))
+            kids = known(id(current))
+            if kids is None:
+                kids = _compute_children(current)
+            if kids:
+                push(reversed(kids))
 
     def is_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         return self.index.get(a, -1) < self.index.get(b, -1)

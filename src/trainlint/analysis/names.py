@@ -12,7 +12,7 @@ would cost more than the parse itself.
 
 from __future__ import annotations
 
-from typing import FrozenSet, Iterable, Optional, Set
+from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -86,17 +86,23 @@ class Names(Analysis):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.scopes: Scopes = ctx.analysis(Scopes)
-        self._cache = {}
+        # id(node) -> (node, its names): a node's hash is a Python-level call, id() is not; the
+        # node is kept with its entry, so its id cannot be reused while the entry lives.
+        self._cache: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = {}
 
     def qualified(self, node: cst.CSTNode) -> FrozenSet[str]:
         """Every canonical qualified name `node` may denote (empty when unknown)."""
-        cached = self._cache.get(node)
-        if cached is None:
-            cached = self._cache[node] = frozenset(self._resolve(node, set()))
-        return cached
+        entry = self._cache.get(id(node))
+        if entry is not None and entry[0] is node:
+            return entry[1]
+        found = frozenset(self._resolve(node, set()))
+        self._cache[id(node)] = (node, found)
+        return found
 
     def is_(self, node: cst.CSTNode, *qualnames: str) -> bool:
-        return not self.qualified(node).isdisjoint(qualnames)
+        entry = self._cache.get(id(node))
+        found = entry[1] if entry is not None and entry[0] is node else self.qualified(node)
+        return not found.isdisjoint(qualnames)
 
     def matches_suffix(self, node: cst.CSTNode, *suffixes: str) -> bool:
         """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""

@@ -64,6 +64,9 @@ class Scopes(Analysis):
         # for all of them (rules ask for the scope of nearly every name). Only nodes of the tree
         # are remembered (they outlive the cache, so their ids stay theirs).
         cache = self._scope_by_id
+        found = cache.get(id(node))
+        if found is not None:
+            return found
         parent_of = self.tree.parent
         passed = []
         child = node
@@ -177,14 +180,39 @@ class Scopes(Analysis):
 
     def _build(self) -> None:
         tree = self.tree
-        # Create scopes first, in document order, so parents exist before children.
+        # Every node's scope (what `scope_of` answers), in document order, which visits a parent
+        # before its children; scopes are created on the way, so parents exist before children.
+        cache = self._scope_by_id
+        parent_of = tree.parent
+        by_node = self.by_node
+        module = self.module_scope
+        scope_types = SCOPE_NODE_TYPES
+        FunctionDef, ClassDef, Lambda = cst.FunctionDef, cst.ClassDef, cst.Lambda
+        Module = cst.Module
         for node in tree.order:
-            if type(node) in SCOPE_NODE_TYPES:
-                parent_scope = self.scope_of(node)
-                kind = {cst.FunctionDef: "function", cst.ClassDef: "class"}.get(
-                    type(node), "lambda"
+            parent = parent_of(node)
+            if parent is None:
+                continue  # the module
+            parent_type = type(parent)
+            if parent_type is Module:
+                scope = module
+            elif parent_type is FunctionDef or parent_type is Lambda:
+                # Defaults, annotations and decorators run in the enclosing scope.
+                if node is parent.body or (type(node) is cst.Param and node in _params_of(parent)):
+                    scope = by_node[parent]
+                else:
+                    scope = cache[id(parent)]
+            elif parent_type is ClassDef and node is parent.body:
+                scope = by_node[parent]
+            else:
+                scope = cache[id(parent)]
+            cache[id(node)] = scope
+            node_type = type(node)
+            if node_type in scope_types:
+                kind = "function" if node_type is FunctionDef else (
+                    "class" if node_type is ClassDef else "lambda"
                 )
-                self.by_node[node] = Scope(node, kind, parent_scope)
+                by_node[node] = Scope(node, kind, scope)
         for node in tree.order:
             handler = _BINDERS.get(type(node))
             if handler is not None:
