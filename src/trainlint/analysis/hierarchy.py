@@ -47,6 +47,7 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.base_module.BaseModule",
 }
 _MAX_DEPTH = 12
+_UNKNOWN = object()
 # Words of a file that may train with DDP or configure it (wraps.py's signals and options).
 # (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
 _DDP_WORDS = re.compile(
@@ -179,6 +180,8 @@ class Hierarchy:
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
         self._ddp: Optional[Set[Path]] = None
         self._display_by_path: Optional[Dict[Path, str]] = None
+        self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
+        self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
         self._evidence_files: Dict[Path, Set[Path]] = {}
 
     # -- files --------------------------------------------------------------------------------
@@ -199,6 +202,15 @@ class Hierarchy:
     def module_file(self, dotted: str, importer: Path) -> Optional[Path]:
         """The file of module `dotted` (`models.head`, `.head`, `..models`) imported from
         `importer`, within the project; None when it is not a project module."""
+        # Memoised: it depends on the importer's folder only, and every class base, import and
+        # importer of the project asks (pathlib made it a third of the project phase).
+        key = (dotted, importer.parent)
+        found = self._module_files.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._module_files[key] = self._find_module_file(dotted, importer)
+        return found  # type: ignore[return-value]
+
+    def _find_module_file(self, dotted: str, importer: Path) -> Optional[Path]:
         level = len(dotted) - len(dotted.lstrip("."))
         parts = [p for p in dotted.lstrip(".").split(".") if p]
         if level:
@@ -320,16 +332,27 @@ class Hierarchy:
         changed = True
         while changed:
             changed = False
-            for path, facts in self.known_files():
-                for name in facts.get("classes", {}):
-                    candidate = ClassRef(path, name)
+            for path, _facts in self.known_files():
+                for candidate, bases in self._classes_in(path):
                     if candidate in frontier:
                         continue
-                    if any(b in frontier for _, b in self.bases_of(candidate)):
+                    if any(b in frontier for b in bases):
                         frontier.add(candidate)
                         out.append(candidate)
                         changed = True
         return out
+
+    def _classes_in(self, path: Path) -> List[Tuple[ClassRef, List[object]]]:
+        """The classes of a known file with what their bases resolve to, made once per file:
+        every family asks for its subclasses, over every class of the project."""
+        found = self._file_classes.get(path)
+        if found is None:
+            facts = self._facts.get(path) or {}
+            found = self._file_classes[path] = [
+                (candidate, [b for _, b in self.bases_of(candidate)])
+                for candidate in (ClassRef(path, name) for name in facts.get("classes", {}))
+            ]
+        return found
 
     # -- who uses a file ------------------------------------------------------------------------
 
