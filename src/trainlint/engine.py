@@ -157,7 +157,7 @@ class FileContext:
     def body_start(self, compound: cst.CSTNode, code: str) -> Optional[EditSpec]:
         """A line at the start of a compound statement's body; None for one-line bodies."""
         body = getattr(compound, "body", None)
-        if not isinstance(body, cst.IndentedBlock) or not body.body:
+        if type(body) is not cst.IndentedBlock or not body.body:
             return None
         return EditSpec("body_start", compound, code)
 

@@ -74,7 +74,7 @@ _COMPOSITE = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.Decorator)
 
 
 def _parts(node: cst.CSTNode) -> List[cst.CSTNode]:
-    if isinstance(node, cst.Decorator):
+    if type(node) is cst.Decorator:
         return [node.decorator]
     return list(node.body)  # type: ignore[attr-defined]
 
@@ -174,7 +174,7 @@ class PositionIndex:
             return self._full_span(node)
         first = self._spans[parts[0]]
         last = self._spans[parts[-1]]
-        if isinstance(node, cst.Decorator):
+        if type(node) is cst.Decorator:
             # "@" + whitespace_after_at + the expression, all on one line.
             col = first[1] - len(node.whitespace_after_at.value) - 1
             if col < 0 or self.source.line(first[0])[col : col + 1] != "@":
@@ -314,7 +314,7 @@ class PositionIndex:
             # Regenerate from the keyword: the anchor's own comment lines and decorators are not
             # part of the ast position.
             changes = {"leading_lines": ()}
-            if isinstance(anchor, (cst.FunctionDef, cst.ClassDef)):
+            if type(anchor) in (cst.FunctionDef, cst.ClassDef):
                 changes.update(decorators=(), lines_after_decorators=())
             to_generate = anchor.with_changes(**changes)
         tracked = [to_generate if t is anchor else t for t in targets]
@@ -333,9 +333,9 @@ class PositionIndex:
         else:
             state.line, state.column = row, col
         kwargs = {}
-        if isinstance(anchor, cst.If):
+        if type(anchor) is cst.If:
             parent = self.parent_of(anchor)
-            if isinstance(parent, cst.If) and parent.orelse is anchor:
+            if type(parent) is cst.If and parent.orelse is anchor:
                 kwargs["is_elif"] = True
         try:
             to_generate._codegen(state, **kwargs)
@@ -661,7 +661,7 @@ def _cst_anchors(module: cst.Module):
     """(node, kind) for every anchor, in the order ast positions sort them."""
 
     def suite(body):
-        if isinstance(body, cst.SimpleStatementSuite):
+        if type(body) is cst.SimpleStatementSuite:
             for small in body.body:
                 yield small, "small"
         else:
@@ -669,11 +669,11 @@ def _cst_anchors(module: cst.Module):
                 yield from statement(stmt)
 
     def statement(stmt):
-        if isinstance(stmt, cst.SimpleStatementLine):
+        if type(stmt) is cst.SimpleStatementLine:
             for small in stmt.body:
                 yield small, "small"
             return
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        if type(stmt) in (cst.FunctionDef, cst.ClassDef):
             for deco in stmt.decorators:
                 yield deco.decorator, "decorator"
         yield stmt, type(stmt).__name__
@@ -682,15 +682,15 @@ def _cst_anchors(module: cst.Module):
                 yield from suite(case.body)
             return
         yield from suite(stmt.body)
-        if isinstance(stmt, cst.If):
-            if isinstance(stmt.orelse, cst.If):
+        if type(stmt) is cst.If:
+            if type(stmt.orelse) is cst.If:
                 yield from statement(stmt.orelse)
             elif stmt.orelse is not None:
                 yield from suite(stmt.orelse.body)
-        elif isinstance(stmt, (cst.For, cst.While)):
+        elif type(stmt) in (cst.For, cst.While):
             if stmt.orelse is not None:
                 yield from suite(stmt.orelse.body)
-        elif isinstance(stmt, cst.Try) or (_TRY_STAR is not None and isinstance(stmt, _TRY_STAR)):
+        elif type(stmt) is cst.Try or (_TRY_STAR is not None and isinstance(stmt, _TRY_STAR)):
             for handler in stmt.handlers:
                 yield handler, "handler"
                 yield from suite(handler.body)

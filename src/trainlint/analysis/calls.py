@@ -72,7 +72,7 @@ def has_star_args(call: cst.Call) -> bool:
 
 def method_call(node: cst.CSTNode, *names: str) -> Optional[Tuple[cst.BaseExpression, str]]:
     """For `x.name(...)` with name in `names`: (x, name); else None."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    if type(node) is cst.Call and type(node.func) is cst.Attribute:
         attr = node.func.attr.value
         if not names or attr in names:
             return node.func.value, attr
@@ -80,24 +80,24 @@ def method_call(node: cst.CSTNode, *names: str) -> Optional[Tuple[cst.BaseExpres
 
 
 def is_true(node: Optional[cst.CSTNode]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
+    return type(node) is cst.Name and node.value == "True"
 
 
 def is_false(node: Optional[cst.CSTNode]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
+    return type(node) is cst.Name and node.value == "False"
 
 
 def is_none(node: Optional[cst.CSTNode]) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return type(node) is cst.Name and node.value == "None"
 
 
 def int_list(node: Optional[cst.CSTNode]) -> Optional[List[int]]:
     """[1, 2] / (1, 2) of integer literals -> [1, 2]; anything else -> None."""
-    if not isinstance(node, (cst.List, cst.Tuple)):
+    if type(node) not in (cst.List, cst.Tuple):
         return None
     out = []
     for element in node.elements:
-        if not isinstance(element.value, cst.Integer):
+        if type(element.value) is not cst.Integer:
             return None
         out.append(int(element.value.value, 0))
     return out
@@ -107,23 +107,20 @@ def needs_parentheses(expr: cst.BaseExpression) -> bool:
     """Would `expr.attr` bind wrongly without parentheses around `expr`?"""
     if expr.lpar:
         return False
-    if isinstance(expr, cst.Tuple):
+    if type(expr) is cst.Tuple:
         return True  # `a, b` without parentheses
-    return not isinstance(
-        expr,
-        (
-            cst.Name,
-            cst.Attribute,
-            cst.Call,
-            cst.Subscript,
-            cst.List,
-            cst.Dict,
-            cst.Set,
-            cst.ListComp,
-            cst.SetComp,
-            cst.DictComp,
-            cst.GeneratorExp,
-            cst.SimpleString,
-            cst.FormattedString,
-        ),
+    return type(expr) not in (
+        cst.Name,
+        cst.Attribute,
+        cst.Call,
+        cst.Subscript,
+        cst.List,
+        cst.Dict,
+        cst.Set,
+        cst.ListComp,
+        cst.SetComp,
+        cst.DictComp,
+        cst.GeneratorExp,
+        cst.SimpleString,
+        cst.FormattedString,
     )

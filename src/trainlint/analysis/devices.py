@@ -126,7 +126,7 @@ class Devices(Analysis):
     def cuda_index(self, expr: cst.BaseExpression) -> Device:
         """What an integer-valued CUDA index (`.cuda(i)`, `set_device(i)`, `device_ids[0]`)
         denotes."""
-        if isinstance(expr, cst.Integer):
+        if type(expr) is cst.Integer:
             return Device("cuda", int(expr.value, 0), "literal")
         found = self.device_of(expr)
         if found is not None and found.kind == "cuda":
@@ -139,32 +139,32 @@ class Devices(Analysis):
         if expr in seen:
             return None
         seen.add(expr)
-        if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        if type(expr) in (cst.SimpleString, cst.ConcatenatedString):
             value = string_value(expr)
             if isinstance(value, bytes):
                 value = None
             return parse_device_string(value) if isinstance(value, str) else None
-        if isinstance(expr, cst.Integer):
+        if type(expr) is cst.Integer:
             # `.cuda(1)`, `.to(1)`, `device_ids=[1]`: an integer device is a CUDA index.
             try:
                 return Device("cuda", int(expr.value, 0), "literal")
             except ValueError:
                 return None
-        if isinstance(expr, cst.FormattedString):
+        if type(expr) is cst.FormattedString:
             return self._fstring(expr)
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self._ifexp(expr, seen)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._call(expr, seen)
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return self._name(expr, seen)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             return self._attribute(expr)
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             origin = index_origin(expr)
             if origin in ("user", "rank"):
                 return Device("unknown", None, origin)
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return self._built_device_string(expr)
         return None
 
@@ -173,42 +173,42 @@ class Devices(Analysis):
         index is `i`."""
         template: Optional[cst.CSTNode] = None
         index: Optional[cst.CSTNode] = None
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
             if expr.func.attr.value == "format" and len(expr.args) == 1 and not expr.args[0].star:
                 template, index = expr.func.value, expr.args[0].value
                 text = _string_value(template)
                 if text is None or re.match(r"^\s*(cuda|xpu|npu|hpu):\{\}\s*$", text) is None:
                     return None
-        elif isinstance(expr, cst.BinaryOperation):
+        elif type(expr) is cst.BinaryOperation:
             template, index = expr.left, expr.right
             text = _string_value(template)
             if text is None:
                 return None
-            if isinstance(expr.operator, cst.Modulo):
+            if type(expr.operator) is cst.Modulo:
                 if re.match(r"^\s*(cuda|xpu|npu|hpu):%[di]\s*$", text) is None:
                     return None
-            elif isinstance(expr.operator, cst.Add):
+            elif type(expr.operator) is cst.Add:
                 if re.match(r"^\s*(cuda|xpu|npu|hpu):$", text) is None:
                     return None
-                if isinstance(index, cst.Call) and self.names.is_(index.func, "str") and index.args:
+                if type(index) is cst.Call and self.names.is_(index.func, "str") and index.args:
                     index = index.args[0].value
             else:
                 return None
         if template is None or index is None:
             return None
         kind = (_string_value(template) or "").strip().split(":")[0]
-        if isinstance(index, cst.Integer):
+        if type(index) is cst.Integer:
             return Device(kind, int(index.value, 0), "literal")
         return Device(kind, None, self._index_origin(index), self.ctx.code(index))
 
     def _fstring(self, expr: cst.FormattedString) -> Optional[Device]:
         literal = "".join(
-            part.value for part in expr.parts if isinstance(part, cst.FormattedStringText)
+            part.value for part in expr.parts if type(part) is cst.FormattedStringText
         )
         match = re.match(r"^\s*(cuda|xpu|npu|hpu)\s*:\s*$", literal)
         if match is None:
             return None
-        inner = [p for p in expr.parts if isinstance(p, cst.FormattedStringExpression)]
+        inner = [p for p in expr.parts if type(p) is cst.FormattedStringExpression]
         if len(inner) != 1:
             return Device(match.group(1), None, "unknown")
         index = inner[0].expression
@@ -240,7 +240,7 @@ class Devices(Analysis):
                 return UNKNOWN
             if index_expr is None:
                 return base
-            if isinstance(index_expr, cst.Integer):
+            if type(index_expr) is cst.Integer:
                 return Device(base.kind, int(index_expr.value, 0), "literal")
             return Device(
                 base.kind, None, self._index_origin(index_expr), self.ctx.code(index_expr)
@@ -296,7 +296,7 @@ class Devices(Analysis):
         origin = index_origin(expr)
         if origin != "unknown":
             return origin
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             for binding in self.scopes.lookup(expr.value, expr):
                 if binding.kind in ("assign", "annassign") and binding.value is not None:
                     inner = index_origin(binding.value)
@@ -498,13 +498,13 @@ class DeviceChoices(Analysis):
         """Under `if torch.cuda.device_count() > 1:` (or an IfExp/while testing it)."""
         for ancestor in self.ctx.ancestors(node):
             test = getattr(ancestor, "test", None)
-            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and test is not None:
+            if type(ancestor) in (cst.If, cst.IfExp, cst.While) and test is not None:
                 for inner in self.ctx.tree.descendants(test):
-                    if isinstance(inner, cst.Call):
+                    if type(inner) is cst.Call:
                         leaf = (dotted_name(inner.func) or "").split(".")[-1]
                         if leaf == "device_count":
                             return True
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
                 break
         return False
 
@@ -512,9 +512,9 @@ class DeviceChoices(Analysis):
         if self._test_file:
             return True
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef) and ancestor.name.value.startswith("test"):
+            if type(ancestor) is cst.FunctionDef and ancestor.name.value.startswith("test"):
                 return True
-            if isinstance(ancestor, cst.ClassDef) and ancestor.name.value.startswith("Test"):
+            if type(ancestor) is cst.ClassDef and ancestor.name.value.startswith("Test"):
                 return True
         return False
 
@@ -522,11 +522,11 @@ class DeviceChoices(Analysis):
         function = None
         in_param = False
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.Param):
+            if type(ancestor) is cst.Param:
                 in_param = True  # a default belongs to the scope that defines the function
-            elif isinstance(ancestor, cst.ClassDef):
+            elif type(ancestor) is cst.ClassDef:
                 return ancestor
-            elif isinstance(ancestor, cst.FunctionDef) and function is None:
+            elif type(ancestor) is cst.FunctionDef and function is None:
                 if in_param:
                     in_param = False
                     continue
@@ -549,7 +549,7 @@ class DeviceChoices(Analysis):
         return self._literal_sites
 
     def _string_site(self, node: cst.CSTNode) -> Optional[HardcodedIndex]:
-        if isinstance(self.ctx.parent(node), cst.ConcatenatedString):
+        if type(self.ctx.parent(node)) is cst.ConcatenatedString:
             return None  # the concatenation as a whole is the string
         text = _string_value(node)
         if text is None:
@@ -560,28 +560,28 @@ class DeviceChoices(Analysis):
         form = "string"
         child: cst.CSTNode = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.Comparison, cst.Assert, cst.Raise, cst.Annotation)):
+            if type(ancestor) in (cst.Comparison, cst.Assert, cst.Raise, cst.Annotation):
                 return None
-            if isinstance(ancestor, cst.SubscriptElement):
+            if type(ancestor) is cst.SubscriptElement:
                 return None  # a lookup key: `placement["cuda:1"]`
-            if isinstance(ancestor, (cst.DictElement,)) and child is ancestor.key:
+            if type(ancestor) in (cst.DictElement,) and child is ancestor.key:
                 return None  # a mapping key: `{"cuda:1": "cuda:0"}`
-            if isinstance(ancestor, cst.Expr) and ancestor.value is node:
+            if type(ancestor) is cst.Expr and ancestor.value is node:
                 return None  # a bare string statement
-            if isinstance(ancestor, cst.Arg):
+            if type(ancestor) is cst.Arg:
                 keyword = ancestor.keyword.value if ancestor.keyword is not None else None
                 if keyword in ("choices", "help", "metavar"):
                     return None
                 call = self.ctx.parent(ancestor)
-                if isinstance(call, cst.Call):
+                if type(call) is cst.Call:
                     leaf = (dotted_name(call.func) or "").split(".")[-1]
                     if leaf in ("print", "info", "debug", "warning", "warn", "error", "log"):
                         return None
                     if keyword == "default" and leaf == "add_argument":
                         form = "option_default"
-            if isinstance(ancestor, cst.Param) and child is ancestor.default:
+            if type(ancestor) is cst.Param and child is ancestor.default:
                 form = "param_default"
-            if isinstance(ancestor, (cst.Assign, cst.AnnAssign)) and child is ancestor.value:
+            if type(ancestor) in (cst.Assign, cst.AnnAssign) and child is ancestor.value:
                 if self.scopes.scope_of(ancestor).kind == "class":
                     form = "field_default"
             if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
@@ -593,10 +593,10 @@ class DeviceChoices(Analysis):
         names = self.names
         out: List[HardcodedIndex] = []
         func = call.func
-        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        method = func.attr.value if type(func) is cst.Attribute else None
 
         def integer(expr, form) -> None:
-            if isinstance(expr, cst.Integer):
+            if type(expr) is cst.Integer:
                 out.append(HardcodedIndex(expr, int(expr.value, 0), form, call))
 
         if names.is_(func, "torch.device"):
@@ -631,9 +631,9 @@ class DeviceChoices(Analysis):
             if arg.keyword is None:
                 continue
             keyword = arg.keyword.value
-            if keyword == "device_ids" and isinstance(arg.value, (cst.List, cst.Tuple)):
+            if keyword == "device_ids" and type(arg.value) in (cst.List, cst.Tuple):
                 values = [e.value for e in arg.value.elements]
-                literal = [int(v.value, 0) for v in values if isinstance(v, cst.Integer)]
+                literal = [int(v.value, 0) for v in values if type(v) is cst.Integer]
                 nonzero = [v for v in literal if v != 0]
                 if literal:
                     first_index = nonzero[0] if nonzero else 0
@@ -650,26 +650,26 @@ class DeviceChoices(Analysis):
         out: List[HardcodedIndex] = []
         for call in self.ctx.nodes(cst.Call):
             if not (
-                isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"
+                type(call.func) is cst.Attribute and call.func.attr.value == "add_argument"
             ):
                 continue
             dest = _option_dest(call)
             default = _keyword(call, "default")
-            if dest and dest.lower() in INDEX_NAMES and isinstance(default, cst.Integer):
+            if dest and dest.lower() in INDEX_NAMES and type(default) is cst.Integer:
                 out.append(HardcodedIndex(default, int(default.value, 0), "option_default", call))
         for param in self.ctx.nodes(cst.Param):
-            if param.name.value.lower() in INDEX_NAMES and isinstance(param.default, cst.Integer):
+            if param.name.value.lower() in INDEX_NAMES and type(param.default) is cst.Integer:
                 value = int(param.default.value, 0)
                 out.append(HardcodedIndex(param.default, value, "param_default"))
         for node in self.ctx.nodes(cst.Assign) + self.ctx.nodes(cst.AnnAssign):
             targets = (
-                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             )
             value = node.value
-            if not isinstance(value, cst.Integer) or len(targets) != 1:
+            if type(value) is not cst.Integer or len(targets) != 1:
                 continue
             target = targets[0]
-            if not isinstance(target, cst.Name) or target.value.lower() not in INDEX_NAMES:
+            if type(target) is not cst.Name or target.value.lower() not in INDEX_NAMES:
                 continue
             kind = self.scopes.scope_of(node).kind
             if kind not in ("module", "class"):
@@ -699,12 +699,12 @@ class DeviceChoices(Analysis):
         func = call.func
         dotted = dotted_name(func) or ""
         leaf = dotted.split(".")[-1] if dotted else ""
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             leaf = func.attr.value
         if leaf in _SETTER_LEAVES:
             return True
         qualified = self.names.qualified(func)
-        if "torch.cuda.device" in qualified and isinstance(self.ctx.parent(call), cst.WithItem):
+        if "torch.cuda.device" in qualified and type(self.ctx.parent(call)) is cst.WithItem:
             return True
         if any(q in DEVICE_SETTING_ENTRY_POINTS for q in qualified):
             return True
@@ -714,18 +714,18 @@ class DeviceChoices(Analysis):
 
     def _written_env(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
-        if isinstance(parent, cst.Index):
+        if type(parent) is cst.Index:
             subscript = self.ctx.parent(self.ctx.parent(parent))
             holder = self.ctx.parent(subscript) if subscript is not None else None
-            return isinstance(holder, cst.AssignTarget)
-        if isinstance(parent, cst.Arg):
+            return type(holder) is cst.AssignTarget
+        if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
-            if isinstance(call, cst.Call):
+            if type(call) is cst.Call:
                 leaf = (dotted_name(call.func) or "").split(".")[-1]
                 return leaf in ("setdefault", "putenv", "__setitem__")
-        if isinstance(parent, cst.DictElement):
+        if type(parent) is cst.DictElement:
             for ancestor in self.ctx.ancestors(parent):
-                if isinstance(ancestor, cst.Call):
+                if type(ancestor) is cst.Call:
                     leaf = (dotted_name(ancestor.func) or "").split(".")[-1]
                     return leaf == "update" and "environ" in self.ctx.code(ancestor.func)
         return False
@@ -743,7 +743,7 @@ class DeviceChoices(Analysis):
 
     def _placements_of(self, call: cst.Call) -> List[Placement]:
         func = call.func
-        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        method = func.attr.value if type(func) is cst.Attribute else None
         leaf = method or (dotted_name(func) or "").split(".")[-1]
         if leaf in _NOT_PLACEMENT_CALLS or self.names.is_(func, "torch.device"):
             return []
@@ -761,7 +761,7 @@ class DeviceChoices(Analysis):
             if keyword in ("device", "map_location"):
                 out.append(Placement(call, arg.value, False, True))
                 used.add(arg.value)
-            elif keyword == "device_ids" and isinstance(arg.value, (cst.List, cst.Tuple)):
+            elif keyword == "device_ids" and type(arg.value) in (cst.List, cst.Tuple):
                 for element in arg.value.elements:
                     out.append(Placement(call, element.value, True, True))
                     used.add(element.value)
@@ -769,7 +769,7 @@ class DeviceChoices(Analysis):
                 out.append(Placement(call, arg.value, True, True))
                 used.add(arg.value)
         for arg in call.args:
-            if arg.value not in used and isinstance(arg.value, (cst.Name, cst.Attribute)):
+            if arg.value not in used and type(arg.value) in (cst.Name, cst.Attribute):
                 if not arg.star:
                     out.append(Placement(call, arg.value, False, False))
         return out
@@ -784,7 +784,7 @@ class DeviceChoices(Analysis):
         if self._option_defaults is None:
             table: Dict[str, cst.BaseExpression] = {}
             for call in self.ctx.nodes(cst.Call):
-                if isinstance(call.func, cst.Attribute) and call.func.attr.value in (
+                if type(call.func) is cst.Attribute and call.func.attr.value in (
                     "add_argument",
                     "add_option",
                 ):
@@ -797,11 +797,11 @@ class DeviceChoices(Analysis):
                     continue
                 targets = (
                     [t.target for t in node.targets]
-                    if isinstance(node, cst.Assign)
+                    if type(node) is cst.Assign
                     else [node.target]
                 )
                 for target in targets:
-                    if isinstance(target, cst.Name):
+                    if type(target) is cst.Name:
                         table.setdefault(target.value, node.value)
             self._option_defaults = table
         return self._option_defaults.get(attribute)
@@ -810,24 +810,24 @@ class DeviceChoices(Analysis):
         if expr in seen:
             return None
         seen.add(expr)
-        if isinstance(expr, cst.Integer):
+        if type(expr) is cst.Integer:
             return DeviceChoice(Device("cuda", int(expr.value, 0), "literal"), expr, is_index=True)
-        if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        if type(expr) in (cst.SimpleString, cst.ConcatenatedString):
             text = _string_value(expr)
             device = parse_device_string(text) if text is not None else None
             return DeviceChoice(device, expr) if device is not None else None
-        if isinstance(expr, (cst.FormattedString, cst.BinaryOperation)):
+        if type(expr) in (cst.FormattedString, cst.BinaryOperation):
             device = self.devices.device_of(expr)
             return DeviceChoice(device, expr) if device is not None else None
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self._trace_ifexp(expr, as_index, seen)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._trace_call(expr, as_index, seen)
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return self._trace_name(expr, as_index, seen)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             return self._trace_attribute(expr, as_index, seen)
-        if isinstance(expr, cst.Subscript) and as_index:
+        if type(expr) is cst.Subscript and as_index:
             origin = index_origin(expr)
             if origin in ("user", "rank"):
                 device = Device("cuda", None, origin, self.ctx.code(expr))
@@ -856,11 +856,11 @@ class DeviceChoices(Analysis):
             if index_expr is None:
                 if base.device.kind == "unknown":
                     return None
-                if isinstance(type_expr, (cst.Name, cst.Attribute)) and base.name is not None:
+                if type(type_expr) in (cst.Name, cst.Attribute) and base.name is not None:
                     return replace(base, is_index=False)
                 return replace(base, made=call, is_index=False)
             kind = base.device.kind
-            if isinstance(index_expr, cst.Integer):
+            if type(index_expr) is cst.Integer:
                 device = Device(kind, int(index_expr.value, 0), "literal")
                 return DeviceChoice(device, call, fallback=base.fallback)
             index = self._trace(index_expr, True, seen)
@@ -977,7 +977,7 @@ class DeviceChoices(Analysis):
     def _trace_self_attribute(self, expr, attr: str, as_index, seen) -> Optional[DeviceChoice]:
         cls = None
         for ancestor in self.ctx.ancestors(expr):
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 cls = ancestor
                 break
         if cls is None:
@@ -1210,10 +1210,10 @@ class DeviceTensors(Analysis):
         first = call.args[0].value if call.args and call.args[0].keyword is None else None
         if leaf == "tensor":
             # torch.tensor(2.0) is a 0-dim CPU tensor, which PyTorch accepts next to CUDA ones.
-            while isinstance(first, cst.BinaryOperation):  # [0.1] + [1.0] * (n - 1)
+            while type(first) is cst.BinaryOperation:  # [0.1] + [1.0] * (n - 1)
                 first = first.left
-            return isinstance(first, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp))
-        if isinstance(first, (cst.Tuple, cst.List)) and not first.elements:
+            return type(first) in (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
+        if type(first) in (cst.Tuple, cst.List) and not first.elements:
             return False  # torch.zeros(()) is 0-dim
         return first is not None or leaf in ("randperm",)
 
@@ -1230,7 +1230,7 @@ class DeviceTensors(Analysis):
         return found
 
     def is_forward_like(self, function: cst.CSTNode) -> bool:
-        if not isinstance(function, cst.FunctionDef):
+        if type(function) is not cst.FunctionDef:
             return False
         cls = self._class_of(function)
         if cls is None:
@@ -1253,7 +1253,7 @@ class DeviceTensors(Analysis):
         names = self.device_names(scope)
         out = []
         for node in [expr] + list(self.ctx.tree.descendants(expr)):
-            if isinstance(node, cst.Name) and node.value in names and self._is_read(node):
+            if type(node) is cst.Name and node.value in names and self._is_read(node):
                 if not self._killed_between(node, expr):
                     out.append(node)
         return out
@@ -1263,8 +1263,8 @@ class DeviceTensors(Analysis):
         "<module>" for anything else callable that is not a method), or None if unknown."""
         func = call.func
         if not (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
+            type(func) is cst.Attribute
+            and type(func.value) is cst.Name
             and func.value.value == "self"
         ):
             return None
@@ -1281,7 +1281,7 @@ class DeviceTensors(Analysis):
         """A call of a model that sits on the device: a moved/wrapped model, or a submodule
         with parameters inside `forward`."""
         func = call.func
-        if isinstance(func, cst.Name) and func.value in self.moved_models():
+        if type(func) is cst.Name and func.value in self.moved_models():
             return True
         layer = self.submodule_layer(call)
         if layer is not None and self.is_forward_like(scope):
@@ -1295,15 +1295,15 @@ class DeviceTensors(Analysis):
             found: Set[str] = set()
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda"):
+                if type(func) is cst.Attribute and func.attr.value in ("to", "cuda"):
                     if not self._moves_to_device(call):
                         continue
-                    if isinstance(func.value, cst.Name):
+                    if type(func.value) is cst.Name:
                         found.add(func.value.value)
                     parent = self.ctx.parent(call)
-                    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                    if type(parent) is cst.Assign and len(parent.targets) == 1:
                         target = parent.targets[0].target
-                        if isinstance(target, cst.Name):
+                        if type(target) is cst.Name:
                             found.add(target.value)
                 elif self.names.is_(
                     func,
@@ -1311,9 +1311,9 @@ class DeviceTensors(Analysis):
                     "torch.nn.parallel.DistributedDataParallel",
                 ):
                     parent = self.ctx.parent(call)
-                    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                    if type(parent) is cst.Assign and len(parent.targets) == 1:
                         target = parent.targets[0].target
-                        if isinstance(target, cst.Name):
+                        if type(target) is cst.Name:
                             found.add(target.value)
             self._moved_models = found
         return self._moved_models
@@ -1322,7 +1322,7 @@ class DeviceTensors(Analysis):
 
     def _compute_device_names(self, scope: cst.CSTNode) -> Set[str]:
         names: Set[str] = set()
-        if isinstance(scope, cst.FunctionDef) and self.is_forward_like(scope):
+        if type(scope) is cst.FunctionDef and self.is_forward_like(scope):
             params = scope.params
             for param in (
                 list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
@@ -1333,12 +1333,12 @@ class DeviceTensors(Analysis):
                 if default is not None and not _is_none(default):
                     continue  # return_loss=False, mode="train": not tensors
                 names.add(param.name.value)
-        if isinstance(scope, cst.FunctionDef):
+        if type(scope) is cst.FunctionDef:
             names |= self._helper_params(scope)
         assigns = [
             node
             for node in self._own_nodes(scope)
-            if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign))
+            if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign)
         ]
         statements = self._device_statements.setdefault(scope, set())
         for _ in range(6):
@@ -1352,7 +1352,7 @@ class DeviceTensors(Analysis):
                 statements.add(node)
                 targets = (
                     [t.target for t in node.targets]
-                    if isinstance(node, cst.Assign)
+                    if type(node) is cst.Assign
                     else [node.target]
                 )
                 for target in targets:
@@ -1374,7 +1374,7 @@ class DeviceTensors(Analysis):
         # the binding before the statement, not the one this statement makes.
         at: cst.CSTNode = name
         for ancestor in self.ctx.ancestors(name):
-            if isinstance(ancestor, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            if type(ancestor) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
                 at = ancestor
                 break
             if isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
@@ -1402,15 +1402,15 @@ class DeviceTensors(Analysis):
             p.name.value for p in method.params.kwonly_params
         }
         found: Set[str] = set()
-        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+        body = cls.body.body if type(cls.body) is cst.IndentedBlock else []
         for caller in body:
-            if not isinstance(caller, cst.FunctionDef) or not self.is_forward_like(caller):
+            if type(caller) is not cst.FunctionDef or not self.is_forward_like(caller):
                 continue
             for node in self._own_nodes(caller):
                 if not (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and isinstance(node.func.value, cst.Name)
+                    type(node) is cst.Call
+                    and type(node.func) is cst.Attribute
+                    and type(node.func.value) is cst.Name
                     and node.func.value.value == "self"
                     and node.func.attr.value == method.name.value
                 ):
@@ -1436,29 +1436,29 @@ class DeviceTensors(Analysis):
         while stack:
             node = stack.pop()
             yield node
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                 continue
             stack.extend(reversed(_children(node)))
 
     def _on_device(self, expr, names: Set[str], scope, depth: int) -> bool:
         if depth > 30:
             return False
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return expr.value in names and self._reached_by_device_value(expr, scope)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             if expr.attr.value in _DEVICE_KILLING_ATTRIBUTES:
                 return False
             return self._on_device(expr.value, names, scope, depth + 1)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = expr.func
-            if isinstance(func, cst.Attribute):
+            if type(func) is cst.Attribute:
                 method = func.attr.value
                 if method in _DEVICE_KILLING_METHODS:
                     return False
                 if method in _MOVERS:
                     return self._moves_to_device(expr)
             leaf = (dotted_name(func) or "").split(".")[-1]
-            if isinstance(func, cst.Name) and leaf in _DEVICE_KILLING_FUNCTIONS:
+            if type(func) is cst.Name and leaf in _DEVICE_KILLING_FUNCTIONS:
                 return False
             if self.factory_without_device(expr):
                 return False
@@ -1466,35 +1466,35 @@ class DeviceTensors(Analysis):
                 return True
             if self.calls_device_model(expr, scope):
                 return True
-            if isinstance(func, cst.Attribute) and self._on_device(
+            if type(func) is cst.Attribute and self._on_device(
                 func.value, names, scope, depth + 1
             ):
                 return True
             return any(self._on_device(a.value, names, scope, depth + 1) for a in expr.args)
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self._on_device(expr.value, names, scope, depth + 1)
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return self._on_device(expr.left, names, scope, depth + 1) or self._on_device(
                 expr.right, names, scope, depth + 1
             )
-        if isinstance(expr, cst.UnaryOperation):
+        if type(expr) is cst.UnaryOperation:
             return self._on_device(expr.expression, names, scope, depth + 1)
-        if isinstance(expr, cst.Comparison):
+        if type(expr) is cst.Comparison:
             return self._on_device(expr.left, names, scope, depth + 1) or any(
                 self._on_device(c.comparator, names, scope, depth + 1) for c in expr.comparisons
             )
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self._on_device(expr.body, names, scope, depth + 1) and self._on_device(
                 expr.orelse, names, scope, depth + 1
             )
-        if isinstance(expr, (cst.Tuple, cst.List)):
+        if type(expr) in (cst.Tuple, cst.List):
             return any(self._on_device(e.value, names, scope, depth + 1) for e in expr.elements)
         return False
 
     def _moves_to_device(self, call: cst.Call) -> bool:
         """`.to(device)`, `.cuda()`, `.type_as(t)`: not `.to("cpu")` nor `.to(torch.float16)`."""
         func = call.func
-        if not isinstance(func, cst.Attribute):
+        if type(func) is not cst.Attribute:
             return False
         if func.attr.value in ("cuda", "type_as"):
             return True
@@ -1525,24 +1525,24 @@ class DeviceTensors(Analysis):
 
     def _class_of(self, function: cst.CSTNode) -> Optional[cst.ClassDef]:
         parent = self.ctx.parent(function)
-        while parent is not None and not isinstance(parent, (cst.ClassDef, cst.FunctionDef)):
+        while parent is not None and type(parent) not in (cst.ClassDef, cst.FunctionDef):
             parent = self.ctx.parent(parent)
-        return parent if isinstance(parent, cst.ClassDef) else None
+        return parent if type(parent) is cst.ClassDef else None
 
     def _class_submodules(self, cls: cst.ClassDef) -> Dict[str, Optional[str]]:
         table: Dict[str, Optional[str]] = {}
         methods = set()
-        for statement in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []:
-            if isinstance(statement, cst.FunctionDef):
+        for statement in cls.body.body if type(cls.body) is cst.IndentedBlock else []:
+            if type(statement) is cst.FunctionDef:
                 methods.add(statement.name.value)
         for node in self.ctx.tree.descendants(cls):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            if type(node) is cst.Assign and len(node.targets) == 1:
                 target = dotted_name(node.targets[0].target) or ""
                 if not target.startswith("self.") or target.count(".") != 1:
                     continue
                 attr = target.split(".")[1]
                 value = node.value
-                if isinstance(value, cst.Call):
+                if type(value) is cst.Call:
                     leaf = (dotted_name(value.func) or "").split(".")[-1]
                     table.setdefault(attr, leaf or "<module>")
                 else:
@@ -1553,23 +1553,23 @@ class DeviceTensors(Analysis):
 
     def _is_read(self, name: cst.Name) -> bool:
         parent = self.ctx.parent(name)
-        if isinstance(parent, cst.Attribute) and parent.attr is name:
+        if type(parent) is cst.Attribute and parent.attr is name:
             return False
-        if isinstance(parent, cst.Arg) and parent.keyword is name:
+        if type(parent) is cst.Arg and parent.keyword is name:
             return False
-        return not isinstance(parent, (cst.AssignTarget, cst.Param))
+        return type(parent) not in (cst.AssignTarget, cst.Param)
 
     def _killed_between(self, node: cst.CSTNode, top: cst.CSTNode) -> bool:
         current = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.Attribute) and ancestor.value is current:
+            if type(ancestor) is cst.Attribute and ancestor.value is current:
                 if ancestor.attr.value in _DEVICE_KILLING_ATTRIBUTES:
                     return True
                 call = self.ctx.parent(ancestor)
-                if isinstance(call, cst.Call) and call.func is ancestor:
+                if type(call) is cst.Call and call.func is ancestor:
                     if ancestor.attr.value in _DEVICE_KILLING_METHODS:
                         return True
-            if isinstance(ancestor, cst.Call) and isinstance(ancestor.func, cst.Name):
+            if type(ancestor) is cst.Call and type(ancestor.func) is cst.Name:
                 if ancestor.func.value in _DEVICE_KILLING_FUNCTIONS:
                     return True
             if ancestor is top:
@@ -1603,14 +1603,14 @@ _DTYPES = frozenset(
 
 
 def _bound_name_list(target: cst.CSTNode) -> List[str]:
-    if isinstance(target, cst.Name):
+    if type(target) is cst.Name:
         return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         out: List[str] = []
         for element in target.elements:
             out.extend(_bound_name_list(element.value))
         return out
-    if isinstance(target, cst.StarredElement):
+    if type(target) is cst.StarredElement:
         return _bound_name_list(target.value)
     return []
 
@@ -1641,9 +1641,9 @@ def reads_of_binding(ctx, target: cst.Name, statement: cst.CSTNode) -> List[cst.
 
 def _read_position(ctx, name: cst.Name) -> cst.CSTNode:
     for ancestor in ctx.ancestors(name):
-        if isinstance(ancestor, cst.Assign):
+        if type(ancestor) is cst.Assign:
             for target in ancestor.targets:
-                if isinstance(target.target, cst.Name) and target.target.value == name.value:
+                if type(target.target) is cst.Name and target.target.value == name.value:
                     return ancestor
             return name
         if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
@@ -1653,22 +1653,20 @@ def _read_position(ctx, name: cst.Name) -> cst.CSTNode:
 
 def _is_read_name(ctx, name: cst.Name) -> bool:
     parent = ctx.parent(name)
-    if parent is None or isinstance(
-        parent, (cst.AssignTarget, cst.Param, cst.AsName, cst.ImportAlias)
-    ):
+    if parent is None or type(parent) in (cst.AssignTarget, cst.Param, cst.AsName, cst.ImportAlias):
         return False
-    if isinstance(parent, cst.Attribute) and parent.attr is name:
+    if type(parent) is cst.Attribute and parent.attr is name:
         return False
-    if isinstance(parent, cst.Arg) and parent.keyword is name:
+    if type(parent) is cst.Arg and parent.keyword is name:
         return False
-    if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is name:
+    if type(parent) in (cst.FunctionDef, cst.ClassDef) and parent.name is name:
         return False
-    if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is name:
+    if type(parent) in (cst.For, cst.CompFor) and parent.target is name:
         return False
-    if isinstance(parent, (cst.Tuple, cst.List, cst.Element)):
+    if type(parent) in (cst.Tuple, cst.List, cst.Element):
         # a name inside an unpacking target
         for ancestor in ctx.ancestors(name):
-            if isinstance(ancestor, (cst.AssignTarget, cst.For, cst.CompFor)):
+            if type(ancestor) in (cst.AssignTarget, cst.For, cst.CompFor):
                 target = getattr(ancestor, "target", None)
                 if target is not None and any(
                     a is target for a in [name] + list(ctx.ancestors(name))
@@ -1702,7 +1700,7 @@ def _mentions_cuda(text: str) -> bool:
 
 
 def _is_none(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return type(node) is cst.Name and node.value == "None"
 
 
 def _relative_path(ctx) -> str:
@@ -1733,7 +1731,7 @@ def _is_test_path(path: str) -> bool:
 
 
 def _string_value(node: Optional[cst.CSTNode]) -> Optional[str]:
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+    if type(node) in (cst.SimpleString, cst.ConcatenatedString):
         value = string_value(node)
         return value if isinstance(value, str) else None
     return None
@@ -1749,15 +1747,15 @@ def parse_device_string(value: str) -> Optional[Device]:
 
 def index_origin(expr: cst.CSTNode) -> str:
     """Where a non-literal index comes from, judged by how it is spelled."""
-    if isinstance(expr, cst.Call) and expr.args:
+    if type(expr) is cst.Call and expr.args:
         # int(os.environ["LOCAL_RANK"]), int(args.gpu)
         return index_origin(expr.args[0].value)
-    if isinstance(expr, cst.Subscript):
+    if type(expr) is cst.Subscript:
         text = _flatten_text(expr)
         if "environ" in text:
             return "rank" if _looks_rank(text) else "user"
         return index_origin(expr.value)
-    if isinstance(expr, cst.Attribute):
+    if type(expr) is cst.Attribute:
         dotted = dotted_name(expr) or ""
         leaf = expr.attr.value
         if _looks_rank(leaf):
@@ -1765,7 +1763,7 @@ def index_origin(expr: cst.CSTNode) -> str:
         if dotted.split(".")[0] in _USER_ROOTS or _looks_user(leaf):
             return "user"
         return "unknown"
-    if isinstance(expr, cst.Name):
+    if type(expr) is cst.Name:
         if _looks_rank(expr.value):
             return "rank"
         if _looks_user(expr.value):
@@ -1941,7 +1939,7 @@ class Moves(Analysis):
     def _move(self, node: cst.Call) -> Optional[Move]:
         func = node.func
         non_blocking = _kw_true(node, "non_blocking")
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             attr = func.attr.value
             if attr == "cuda":
                 device = _arg(node, 0, "device")
@@ -1982,7 +1980,7 @@ class Moves(Analysis):
     def _is_cpu(self, expr: cst.BaseExpression, _depth: int = 0) -> bool:
         """Is `expr` surely the CPU? (a literal, or a name only ever assigned one; a parameter
         whose default is "cpu" is not: callers pass the real device)"""
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             if _depth > 3:
                 return False
             bindings = self.scopes.lookup(expr.value, expr)
@@ -1992,9 +1990,9 @@ class Moves(Analysis):
                 and self._is_cpu(b.value, _depth + 1)
                 for b in bindings
             )
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self._is_cpu(expr.body, _depth + 1) and self._is_cpu(expr.orelse, _depth + 1)
-        if not isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.Call)):
+        if type(expr) not in (cst.SimpleString, cst.ConcatenatedString, cst.Call):
             return False
         found = self.devices.device_of(expr)
         return found is not None and found.kind == "cpu"
@@ -2006,11 +2004,11 @@ class Moves(Analysis):
         if expr is None or _depth > 6 or not self.may_move():
             return False
         depth = _depth + 1
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             if self.move(expr) is not None:
                 return True
             func = expr.func
-            if isinstance(func, cst.Attribute):
+            if type(func) is cst.Attribute:
                 if func.attr.value in _CPU_METHODS:
                     return False
                 if self.is_moved(func.value, depth):
@@ -2021,24 +2019,24 @@ class Moves(Analysis):
                 return True
             # tuple(t.to(dev) for t in batch), list(...), type(batch)(...)
             if (
-                isinstance(func, cst.Call)
-                or (isinstance(func, cst.Name) and func.value in ("tuple", "list", "dict", "set"))
+                type(func) is cst.Call
+                or (type(func) is cst.Name and func.value in ("tuple", "list", "dict", "set"))
             ) and expr.args:
                 return self.is_moved(expr.args[0].value, depth)
             return False
-        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        if type(expr) in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
             return self.is_moved(expr.elt, depth)
-        if isinstance(expr, cst.DictComp):
+        if type(expr) is cst.DictComp:
             return self.is_moved(expr.value, depth)
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        if type(expr) in (cst.List, cst.Tuple, cst.Set):
             items = [e.value for e in expr.elements]
             return bool(items) and all(self.is_moved(item, depth) for item in items)
-        if isinstance(expr, cst.Dict):
-            values = [e.value for e in expr.elements if isinstance(e, cst.DictElement)]
+        if type(expr) is cst.Dict:
+            values = [e.value for e in expr.elements if type(e) is cst.DictElement]
             return bool(values) and all(self.is_moved(v, depth) for v in values)
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self.is_moved(expr.body, depth) or self.is_moved(expr.orelse, depth)
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self.is_moved(expr.value, depth)
         return False
 
@@ -2058,15 +2056,15 @@ class Moves(Analysis):
 
     def _is_map_of_mover(self, call: cst.Call, depth: int) -> bool:
         """`map(lambda t: t.to(dev), batch)`, `map(to_device, batch)`."""
-        if not (isinstance(call.func, cst.Name) and call.func.value == "map" and call.args):
+        if not (type(call.func) is cst.Name and call.func.value == "map" and call.args):
             return False
         return self.is_mover_function(call.args[0].value, depth)
 
     def is_mover_function(self, expr: cst.BaseExpression, _depth: int = 0) -> bool:
         """Is `expr` a callable that moves its argument (a lambda, a helper, a summary)?"""
-        if isinstance(expr, cst.Lambda):
+        if type(expr) is cst.Lambda:
             return self.is_moved(expr.body, _depth + 1)
-        if isinstance(expr, cst.Call):  # functools.partial(to_device, device=dev)
+        if type(expr) is cst.Call:  # functools.partial(to_device, device=dev)
             if self.names.is_(expr.func, "functools.partial") and expr.args:
                 return self.is_mover_function(expr.args[0].value, _depth + 1)
             return False
@@ -2144,8 +2142,8 @@ class Moves(Analysis):
                 if self.move(node) is None and not self.is_moved(node):
                     continue
                 mentioned = self._data_names(node)
-            elif isinstance(node, cst.Assign) and any(
-                isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in node.targets
+            elif type(node) is cst.Assign and any(
+                type(t.target) in (cst.Subscript, cst.Attribute) for t in node.targets
             ):
                 # batch[k] = batch[k].to(dev): moved in place
                 if not self.is_moved(node.value):
@@ -2188,7 +2186,7 @@ class Moves(Analysis):
         for move in self.moves_in(expr):
             if move.device is not None:
                 skip.update(_descendants(move.device))
-        return {n.value for n in _descendants(expr) if isinstance(n, cst.Name) and n not in skip}
+        return {n.value for n in _descendants(expr) if type(n) is cst.Name and n not in skip}
 
     def _data_names(self, expr: cst.CSTNode, _depth: int = 0) -> Set[str]:
         """Names whose values a moving expression moves (its receiver, the items of a
@@ -2196,32 +2194,32 @@ class Moves(Analysis):
         if _depth > 8:
             return set()
         d = _depth + 1
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return {expr.value}
-        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+        if type(expr) in (cst.Attribute, cst.Subscript):
             return self._data_names(expr.value, d)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             move = self.move(expr)
             if move is not None:
                 return self._data_names(move.receiver, d) if move.receiver is not None else set()
             func = expr.func
             positional = [a.value for a in expr.args if a.keyword is None]
-            if isinstance(func, cst.Name) and func.value == "map":
+            if type(func) is cst.Name and func.value == "map":
                 return set().union(*(self._data_names(a, d) for a in positional[1:]))
-            if isinstance(func, cst.Attribute) and self.is_moved(func.value):
+            if type(func) is cst.Attribute and self.is_moved(func.value):
                 return self._data_names(func.value, d)
             return self._data_names(positional[0], d) if positional else set()
-        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        if type(expr) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
             names: Set[str] = set()
             comp = expr.for_in
             while comp is not None:
                 names |= _names_in(comp.iter)
                 comp = comp.inner_for_in
-            inner = expr.value if isinstance(expr, cst.DictComp) else expr.elt
+            inner = expr.value if type(expr) is cst.DictComp else expr.elt
             return names | self._data_names(inner, d)
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        if type(expr) in (cst.List, cst.Tuple, cst.Set):
             return set().union(*(self._data_names(e.value, d) for e in expr.elements))
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             return self._data_names(expr.body, d) | self._data_names(expr.orelse, d)
         return _names_in(expr)
 
@@ -2229,12 +2227,12 @@ class Moves(Analysis):
 
     def _function_for(self, func: cst.BaseExpression) -> Optional[cst.FunctionDef]:
         """The function of this file a callee expression names (`helper`, `self.helper`)."""
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             for binding in self.scopes.lookup(func.value, func):
-                if isinstance(binding.node, cst.FunctionDef):
+                if type(binding.node) is cst.FunctionDef:
                     return binding.node
             return None
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        if type(func) is cst.Attribute and type(func.value) is cst.Name:
             if func.value.value in ("self", "cls"):
                 candidates = self._functions_named(func.attr.value)
                 if len(candidates) == 1:
@@ -2275,11 +2273,11 @@ class Moves(Analysis):
     def _placement(self, expr: cst.BaseExpression, depth: int) -> Set[str]:
         if depth > 12:
             return {UNKNOWN_PLACEMENT}
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return self._name_placement(expr, depth)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             base = expr.value
-            if isinstance(base, cst.Name) and base.value == "self":
+            if type(base) is cst.Name and base.value == "self":
                 return self._self_attribute_placement(expr, depth)
             inner = self.placement(base, depth + 1)
             # `model.module`, `model.encoder`: a part of the module, never the wrapper itself.
@@ -2290,10 +2288,10 @@ class Moves(Analysis):
         move = self.move(value)
         if move is not None and move.method in ("to", "cuda"):
             receiver = move.receiver
-            if isinstance(receiver, cst.Call) and self.names.is_(receiver.func, _DP, _DDP, *_FSDP):
+            if type(receiver) is cst.Call and self.names.is_(receiver.func, _DP, _DDP, *_FSDP):
                 return {WRAPPED}  # DataParallel(model).to(device): still the wrapper
             return {MOVED}
-        if isinstance(value, cst.Call):
+        if type(value) is cst.Call:
             func = value.func
             inner = value.args[0].value if value.args else None
             if self.names.is_(func, _DP, *_FSDP):
@@ -2304,14 +2302,14 @@ class Moves(Analysis):
                 return set(self.placement(inner, depth + 1)) if inner is not None else set()
             if self.names.is_(func, "torch.compile", "torch.jit.script") and inner is not None:
                 return set(self.placement(inner, depth + 1))
-            if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_RETURNS_SELF:
+            if type(func) is cst.Attribute and func.attr.value in _MODULE_RETURNS_SELF:
                 return set(self.placement(func.value, depth + 1))
-            if isinstance(func, cst.Attribute) and func.attr.value == "to":
+            if type(func) is cst.Attribute and func.attr.value == "to":
                 return {UNPLACED}  # model.to("cpu") / .to(torch.float16)
             return {UNPLACED}
-        if isinstance(value, (cst.Name, cst.Attribute)):
+        if type(value) in (cst.Name, cst.Attribute):
             return set(self.placement(value, depth + 1))
-        if isinstance(value, cst.IfExp):
+        if type(value) is cst.IfExp:
             return set(self.placement(value.body, depth + 1)) | set(
                 self.placement(value.orelse, depth + 1)
             )
@@ -2346,7 +2344,7 @@ class Moves(Analysis):
 
     def _param_placement(self, binding, depth: int) -> Set[str]:
         function = binding.statement
-        if not isinstance(function, cst.FunctionDef):
+        if type(function) is not cst.FunctionDef:
             return {UNKNOWN_PLACEMENT}
         params = _positional_params(function)
         names = [p.name.value for p in params]
@@ -2376,7 +2374,7 @@ class Moves(Analysis):
     def _self_attribute_placement(self, expr: cst.Attribute, depth: int) -> Set[str]:
         cls = None
         for ancestor in self.ctx.ancestors(expr):
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 cls = ancestor
                 break
         if cls is None:
@@ -2385,17 +2383,17 @@ class Moves(Analysis):
         found: Set[str] = set()
         events: List[cst.CSTNode] = []
         for node in _descendants(cls.body):
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 if any(_is_self_attr(target.target, attr) for target in node.targets):
                     events.append(node)
-            elif isinstance(node, cst.Call):
+            elif type(node) is cst.Call:
                 move = self.move(node)
                 if move is not None and move.method in ("to", "cuda"):
                     if move.receiver is not None and _is_self_attr(move.receiver, attr):
                         events.append(node)
         here = self.scopes.enclosing_function(expr)
         for node in _last_word_per_method(self, events, here):
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 found |= self._value_placement(node.value, depth + 1)
             else:
                 found.add(MOVED)
@@ -2459,8 +2457,8 @@ class Moves(Analysis):
     def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
         func = call.func
         if not (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
+            type(func) is cst.Attribute
+            and type(func.value) is cst.Name
             and func.value.value == name
         ):
             return None
@@ -2490,16 +2488,16 @@ def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> Li
             function is None
             or function is here
             or len(nodes) == 1
-            or not isinstance(last, cst.Assign)
-            or not isinstance(function, cst.FunctionDef)
+            or type(last) is not cst.Assign
+            or type(function) is not cst.FunctionDef
         ):
             out.extend(nodes)
             continue
         statement = moves.ctx.parent(last)
         body = function.body
-        top = isinstance(body, cst.IndentedBlock) and statement in body.body
+        top = type(body) is cst.IndentedBlock and statement in body.body
         returns = any(
-            isinstance(n, cst.Return) and moves.ctx.tree.is_before(n, last)
+            type(n) is cst.Return and moves.ctx.tree.is_before(n, last)
             for n in _descendants(body)
         )
         out.extend([last] if top and not returns else nodes)
@@ -2523,7 +2521,7 @@ def _keyword(call: cst.Call, name: str) -> Optional[cst.BaseExpression]:
 
 def _kw_true(call: cst.Call, name: str) -> bool:
     value = _keyword(call, name)
-    return isinstance(value, cst.Name) and value.value == "True"
+    return type(value) is cst.Name and value.value == "True"
 
 
 def _positional_params(function: cst.FunctionDef) -> List[cst.Param]:
@@ -2533,7 +2531,7 @@ def _positional_params(function: cst.FunctionDef) -> List[cst.Param]:
 def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:
     params = _positional_params(function)
     return (
-        isinstance(call.func, cst.Attribute)
+        type(call.func) is cst.Attribute
         and bool(params)
         and params[0].name.value in ("self", "cls")
     )
@@ -2541,8 +2539,8 @@ def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:
 
 def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
     return (
-        isinstance(node, cst.Attribute)
-        and isinstance(node.value, cst.Name)
+        type(node) is cst.Attribute
+        and type(node.value) is cst.Name
         and node.value.value == "self"
         and node.attr.value == attr
     )
@@ -2561,29 +2559,29 @@ def _descendants(node: cst.CSTNode):
 
 
 def _names_in(node: cst.CSTNode) -> Set[str]:
-    return {n.value for n in _descendants(node) if isinstance(n, cst.Name)}
+    return {n.value for n in _descendants(node) if type(n) is cst.Name}
 
 
 def _target_names(target: cst.CSTNode) -> Set[str]:
-    if isinstance(target, cst.Name):
+    if type(target) is cst.Name:
         return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         out: Set[str] = set()
         for element in target.elements:
             out |= _target_names(element.value)
         return out
-    if isinstance(target, cst.StarredElement):
+    if type(target) is cst.StarredElement:
         return _target_names(target.value)
     return set()
 
 
 def _binding_pairs(node: cst.CSTNode):
     """(names bound, expression they come from) for assignments and loops."""
-    if isinstance(node, cst.Assign):
+    if type(node) is cst.Assign:
         names: Set[str] = set()
         for t in node.targets:
             names |= _target_names(t.target)
         return [(names, node.value)]
-    if isinstance(node, (cst.For, cst.CompFor)):
+    if type(node) in (cst.For, cst.CompFor):
         return [(_target_names(node.target), node.iter)]
     return []

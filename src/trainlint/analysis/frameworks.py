@@ -81,13 +81,13 @@ class Frameworks(Analysis):
         if self.module_reason is not None:
             return self.module_reason
         for ancestor in self._self_and_ancestors(node):
-            if isinstance(ancestor, cst.With) and self._is_device_context(ancestor):
+            if type(ancestor) is cst.With and self._is_device_context(ancestor):
                 return "torch.device context"
-            if isinstance(ancestor, cst.FunctionDef):
+            if type(ancestor) is cst.FunctionDef:
                 reason = self._managed_functions.get(ancestor)
                 if reason is not None:
                     return reason
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 reason = self.class_framework(ancestor)
                 if reason is not None:
                     return reason
@@ -128,16 +128,16 @@ class Frameworks(Analysis):
         for function in self.ctx.nodes(cst.FunctionDef):
             for decorator in function.decorators:
                 expr = decorator.decorator
-                if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+                if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
                     if expr.func.attr.value == "on" and "ignite" in self._frameworks_in_file:
                         self._managed_functions.setdefault(function, "ignite")
         if "ignite" in self._frameworks_in_file:
             for call in self.ctx.nodes(cst.Call):
                 if self.names.matches_suffix(call.func, "Engine") and call.args:
                     handler = call.args[0].value
-                    if isinstance(handler, cst.Name):
+                    if type(handler) is cst.Name:
                         for binding in self.ctx.scopes.lookup(handler.value, handler):
-                            if isinstance(binding.node, cst.FunctionDef):
+                            if type(binding.node) is cst.FunctionDef:
                                 self._managed_functions.setdefault(binding.node, "ignite")
 
     def _managing_call(self, call: cst.Call) -> Optional[str]:
@@ -150,7 +150,7 @@ class Frameworks(Analysis):
                 return "torch.set_default_device"
             if "deepspeed.initialize" in qualified:
                 return "deepspeed"
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             attr = func.attr.value
             owner = dotted_name(func.value) or ""
             leaf = owner.split(".")[-1].lower()
@@ -167,10 +167,10 @@ class Frameworks(Analysis):
         return None
 
     def _is_accelerator(self, expr: cst.CSTNode) -> bool:
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             for binding in self.ctx.scopes.lookup(expr.value, expr):
                 value = binding.value
-                if isinstance(value, cst.Call) and self.names.is_(
+                if type(value) is cst.Call and self.names.is_(
                     value.func,
                     "accelerate.Accelerator",
                     "lightning.fabric.Fabric",
@@ -194,13 +194,13 @@ class Frameworks(Analysis):
     def _is_device_context(self, node: cst.With) -> bool:
         for item in node.items:
             expr = item.item
-            if isinstance(expr, cst.Call) and self.names.is_(expr.func, "torch.device"):
+            if type(expr) is cst.Call and self.names.is_(expr.func, "torch.device"):
                 return True
         return False
 
     def _enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.FunctionDef):
+            if type(ancestor) is cst.FunctionDef:
                 return ancestor
         return None
 
@@ -224,7 +224,7 @@ def loaders_prepared_by_framework(ctx) -> Optional[str]:
     on the device even in helper functions that receive the prepared loader as a parameter."""
     for call in ctx.nodes(cst.Call):
         func = call.func
-        if not isinstance(func, cst.Attribute):
+        if type(func) is not cst.Attribute:
             continue
         owner_word = _LOADER_PREPARING.get(func.attr.value)
         if owner_word is None:

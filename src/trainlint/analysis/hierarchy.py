@@ -110,7 +110,7 @@ def _outside_reads(ctx) -> Set[str]:
     found: Set[str] = set()
     for node in ctx.nodes(cst.Attribute):
         value = node.value
-        if isinstance(value, cst.Name) and value.value in ("self", "cls"):
+        if type(value) is cst.Name and value.value in ("self", "cls"):
             continue
         found.add(node.attr.value)
     return found

@@ -102,20 +102,20 @@ class Loops(Analysis):
         """Does `expr` evaluate to a DataLoader (or something that yields its batches)?"""
         if _depth > 4:
             return False
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             if self._is_loader_call(expr):
                 return True
             inner = self._pass_through_arg(expr)
             if inner is not None:
                 return self.is_loader(inner, _depth + 1)
             return False
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             if _LOADER_NAME.search(expr.attr.value) and not _NOT_LOADER_NAME.search(
                 expr.attr.value
             ):
                 return True
             return self._self_attribute_is_loader(expr, _depth)
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             name = expr.value
             bindings = self.scopes.lookup(name, expr)
             for binding in bindings:
@@ -135,20 +135,20 @@ class Loops(Analysis):
     def _self_attribute_is_loader(self, expr: cst.Attribute, depth: int) -> bool:
         """`self.train_data` assigned a loader in the class (`self.train_data = train_data`
         with `train_data: DataLoader`, or `= DataLoader(...)`)."""
-        if not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+        if not (type(expr.value) is cst.Name and expr.value.value == "self"):
             return False
-        cls = next((a for a in self.ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+        cls = next((a for a in self.ctx.ancestors(expr) if type(a) is cst.ClassDef), None)
         if cls is None:
             return False
         for node in self.ctx.tree.descendants(cls.body):
-            if isinstance(node, cst.Assign) and any(
-                isinstance(t.target, cst.Attribute)
-                and isinstance(t.target.value, cst.Name)
+            if type(node) is cst.Assign and any(
+                type(t.target) is cst.Attribute
+                and type(t.target.value) is cst.Name
                 and t.target.value.value == "self"
                 and t.target.attr.value == expr.attr.value
                 for t in node.targets
             ):
-                if not isinstance(node.value, cst.Attribute) and self.is_loader(
+                if type(node.value) is not cst.Attribute and self.is_loader(
                     node.value, depth + 1
                 ):
                     return True
@@ -163,7 +163,7 @@ class Loops(Analysis):
         if any(q.endswith("DataLoader") for q in self.names.qualified(func)):
             return True
         # A function of this file that builds and returns a DataLoader.
-        if isinstance(func, cst.Name) and func.value in self._loader_functions_in_file():
+        if type(func) is cst.Name and func.value in self._loader_functions_in_file():
             return True
         return False
 
@@ -178,11 +178,11 @@ class Loops(Analysis):
         dotted = dotted_name(annotation) or ""
         if dotted.endswith("DataLoader"):
             return True
-        if isinstance(annotation, cst.SimpleString):
+        if type(annotation) is cst.SimpleString:
             return "DataLoader" in annotation.value
-        if isinstance(annotation, cst.Subscript):  # Optional[DataLoader]
+        if type(annotation) is cst.Subscript:  # Optional[DataLoader]
             return any(
-                isinstance(e.slice, cst.Index) and self._annotation_is_loader(e.slice.value)
+                type(e.slice) is cst.Index and self._annotation_is_loader(e.slice.value)
                 for e in annotation.slice
             )
         return False
@@ -199,12 +199,12 @@ class Loops(Analysis):
                 if function is None:
                     continue
                 value = ret.value
-                exprs = value.elements if isinstance(value, cst.Tuple) else [value]
+                exprs = value.elements if type(value) is cst.Tuple else [value]
                 for element in exprs:
                     expr = getattr(element, "value", element)
-                    if isinstance(expr, cst.Call) and self._is_loader_call_shallow(expr):
+                    if type(expr) is cst.Call and self._is_loader_call_shallow(expr):
                         found.add(function.name.value)
-                    elif isinstance(expr, cst.Name) and self._name_bound_to_loader(expr):
+                    elif type(expr) is cst.Name and self._name_bound_to_loader(expr):
                         found.add(function.name.value)
             self._loader_functions = found
         return self._loader_functions
@@ -218,7 +218,7 @@ class Loops(Analysis):
     def _name_bound_to_loader(self, name: cst.Name) -> bool:
         for binding in self.scopes.lookup(name.value, name):
             value = binding.value
-            if isinstance(value, cst.Call) and self._is_loader_call_shallow(value):
+            if type(value) is cst.Call and self._is_loader_call_shallow(value):
                 return True
         return False
 
@@ -244,13 +244,13 @@ class Loops(Analysis):
         index_names: Set[str] = set()
         # Peel enumerate(...) (its counter is not a batch element) and tqdm(...)-like wrappers.
         for _ in range(4):
-            if not isinstance(iterable, cst.Call):
+            if type(iterable) is not cst.Call:
                 break
             leaf = (dotted_name(iterable.func) or "").split(".")[-1]
             if leaf in _ENUMERATE and iterable.args:
-                if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                if type(target) in (cst.Tuple, cst.List) and len(target.elements) == 2:
                     first = target.elements[0].value
-                    if isinstance(first, cst.Name):
+                    if type(first) is cst.Name:
                         index_names.add(first.value)
                     target = target.elements[1].value
                 iterable = iterable.args[0].value
@@ -259,7 +259,7 @@ class Loops(Analysis):
             if inner is None or self._is_loader_call(iterable):
                 break
             iterable = inner
-        if isinstance(iterable, cst.Name) and not self.is_loader(iterable):
+        if type(iterable) is cst.Name and not self.is_loader(iterable):
             # `pbar = tqdm(train_loader)`; `for step, batch in enumerate(pbar)`
             unwrapped = self._unwrap_name(iterable)
             if unwrapped is None:
@@ -282,7 +282,7 @@ class Loops(Analysis):
     def _unwrap_name(self, name: cst.Name) -> Optional[cst.BaseExpression]:
         for binding in self.scopes.lookup(name.value, name):
             value = binding.value
-            if isinstance(value, cst.Call):
+            if type(value) is cst.Call:
                 inner = self._pass_through_arg(value)
                 if inner is not None and self.is_loader(inner):
                     return inner
@@ -290,17 +290,17 @@ class Loops(Analysis):
 
     def _from_next(self, assign: cst.Assign) -> Optional[BatchSource]:
         value = assign.value
-        if not (isinstance(value, cst.Call) and dotted_name(value.func) == "next" and value.args):
+        if not (type(value) is cst.Call and dotted_name(value.func) == "next" and value.args):
             return None
         arg = value.args[0].value
         loader: Optional[cst.BaseExpression] = None
-        if isinstance(arg, cst.Call) and dotted_name(arg.func) == "iter" and arg.args:
+        if type(arg) is cst.Call and dotted_name(arg.func) == "iter" and arg.args:
             if self.is_loader(arg.args[0].value):
                 loader = arg.args[0].value
-        elif isinstance(arg, cst.Name):
+        elif type(arg) is cst.Name:
             for binding in self.scopes.lookup(arg.value, arg):
                 bound = binding.value
-                if isinstance(bound, cst.Call) and dotted_name(bound.func) == "iter" and bound.args:
+                if type(bound) is cst.Call and dotted_name(bound.func) == "iter" and bound.args:
                     if self.is_loader(bound.args[0].value):
                         loader = bound.args[0].value
             if loader is None and self.is_loader(arg):
@@ -333,12 +333,12 @@ class Loops(Analysis):
     def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
         """The function of this file a call runs (`helper(...)`, `self.helper(...)`), if unique."""
         func = call.func
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             for binding in self.scopes.lookup(func.value, func):
-                if isinstance(binding.node, cst.FunctionDef):
+                if type(binding.node) is cst.FunctionDef:
                     return binding.node
             return None
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        if type(func) is cst.Attribute and type(func.value) is cst.Name:
             if func.value.value == "self":
                 candidates = self.functions_named(func.attr.value)
                 if len(candidates) == 1:
@@ -360,7 +360,7 @@ class Loops(Analysis):
 
     def _collect_calls(self, node, via, follow, out, seen) -> None:
         for child in self._own_descendants(node):
-            if isinstance(child, cst.Call):
+            if type(child) is cst.Call:
                 out.append((child, via))
                 if follow > 0:
                     target = self.callee(child)
@@ -375,7 +375,7 @@ class Loops(Analysis):
             current = stack.pop()
             if current is not node:
                 yield current
-                if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                     continue
             stack.extend(reversed(children(current)))
 
@@ -392,22 +392,23 @@ class Loops(Analysis):
     def under_no_grad(self, node: cst.CSTNode) -> bool:
         """Inside `with torch.no_grad():`/`inference_mode()`, or a function decorated with them."""
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.With):
+            if type(ancestor) is cst.With:
                 for item in ancestor.items:
                     expr = item.item
-                    func = expr.func if isinstance(expr, cst.Call) else expr
+                    func = expr.func if type(expr) is cst.Call else expr
                     if self.names.is_(func, *_NO_GRAD):
-                        if self.names.is_(func, "torch.set_grad_enabled") and isinstance(
-                            expr, cst.Call
+                        if (
+                            self.names.is_(func, "torch.set_grad_enabled")
+                            and type(expr) is cst.Call
                         ):
                             arg = expr.args[0].value if expr.args else None
-                            if not (isinstance(arg, cst.Name) and arg.value == "False"):
+                            if not (type(arg) is cst.Name and arg.value == "False"):
                                 continue
                         return True
-            if isinstance(ancestor, cst.FunctionDef):
+            if type(ancestor) is cst.FunctionDef:
                 for decorator in ancestor.decorators:
                     expr = decorator.decorator
-                    func = expr.func if isinstance(expr, cst.Call) else expr
+                    func = expr.func if type(expr) is cst.Call else expr
                     if self.names.is_(func, *_NO_GRAD):
                         return True
         return False
@@ -416,9 +417,9 @@ class Loops(Analysis):
         """For/While loops around `node` in its function, innermost first."""
         out = []
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While)):
+            if type(ancestor) in (cst.For, cst.While):
                 out.append(ancestor)
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if type(ancestor) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 break
         return out
 
@@ -427,11 +428,11 @@ class Loops(Analysis):
 
 
 def _is_method(call: cst.Call, name: str) -> bool:
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == name
+    return type(call.func) is cst.Attribute and call.func.attr.value == name
 
 
 def _block(body: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
-    if isinstance(body, cst.IndentedBlock):
+    if type(body) is cst.IndentedBlock:
         return list(body.body)
     return [body]  # type: ignore[list-item]
 
@@ -451,15 +452,15 @@ def _following(ctx, statement: Optional[cst.CSTNode]) -> Sequence[cst.BaseStatem
 
 
 def _bind(target: cst.BaseExpression, path: Path, source: BatchSource) -> None:
-    if isinstance(target, cst.Name):
+    if type(target) is cst.Name:
         if path:
             source.elements[target.value] = path
         else:
             source.roots.add(target.value)
-    elif isinstance(target, (cst.Tuple, cst.List)):
+    elif type(target) in (cst.Tuple, cst.List):
         seen_star = False
         for index, element in enumerate(target.elements):
-            if isinstance(element, cst.StarredElement):
+            if type(element) is cst.StarredElement:
                 seen_star = True
                 _bind(element.value, path + ("*",), source)
             else:
@@ -545,43 +546,43 @@ class LoaderFlow(Analysis):
         """Expressions one step away that hold the same object."""
         node, parent = self._climb(node)
         out: List[cst.CSTNode] = []
-        if isinstance(parent, cst.Assign) and parent.value is node:
+        if type(parent) is cst.Assign and parent.value is node:
             for target in parent.targets:
                 out.extend(self._target_references(target.target))
-        elif isinstance(parent, cst.AnnAssign) and parent.value is node:
+        elif type(parent) is cst.AnnAssign and parent.value is node:
             out.extend(self._target_references(parent.target))
-        elif isinstance(parent, cst.Return):
+        elif type(parent) is cst.Return:
             function = self.scopes.enclosing_function(parent)
             if function is not None:
                 for call in self.callers(function):
                     out.append(call)
-        elif isinstance(parent, cst.Element):
+        elif type(parent) is cst.Element:
             # An element of a returned / assigned tuple: follow that position.
             tuple_node = self.ctx.parent(parent)
             holder = self.ctx.parent(tuple_node) if tuple_node is not None else None
-            if isinstance(tuple_node, cst.Tuple):
+            if type(tuple_node) is cst.Tuple:
                 position = list(tuple_node.elements).index(parent)
-                if isinstance(holder, cst.Return):
+                if type(holder) is cst.Return:
                     function = self.scopes.enclosing_function(holder)
                     if function is not None:
                         for call in self.callers(function):
                             out.extend(self._unpacked(call, position))
-                elif isinstance(holder, cst.Assign) and holder.value is tuple_node:
+                elif type(holder) is cst.Assign and holder.value is tuple_node:
                     for target in holder.targets:
-                        if isinstance(target.target, (cst.Tuple, cst.List)):
+                        if type(target.target) in (cst.Tuple, cst.List):
                             elements = target.target.elements
                             if position < len(elements):
                                 out.extend(self._target_references(elements[position].value))
-        elif isinstance(parent, cst.Arg):
+        elif type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
-            if isinstance(call, cst.Call) and parent.value is node:
+            if type(call) is cst.Call and parent.value is node:
                 out.extend(self._parameter_references(call, parent))
         return out
 
     def _climb(self, node: cst.CSTNode) -> Tuple[cst.CSTNode, Optional[cst.CSTNode]]:
         """Step out of value-preserving wrappers: `x if c else y`, `(x)`."""
         parent = self.ctx.parent(node)
-        while isinstance(parent, cst.IfExp) and node in (parent.body, parent.orelse):
+        while type(parent) is cst.IfExp and node in (parent.body, parent.orelse):
             node = parent
             parent = self.ctx.parent(node)
         return node, parent
@@ -589,10 +590,10 @@ class LoaderFlow(Analysis):
     def _unpacked(self, call: cst.Call, position: int) -> List[cst.CSTNode]:
         """For `a, b = f(...)`: the references of the name at `position`."""
         parent = self.ctx.parent(call)
-        if isinstance(parent, cst.Assign) and parent.value is call:
+        if type(parent) is cst.Assign and parent.value is call:
             out = []
             for target in parent.targets:
-                if isinstance(target.target, (cst.Tuple, cst.List)):
+                if type(target.target) in (cst.Tuple, cst.List):
                     elements = target.target.elements
                     if position < len(elements):
                         out.extend(self._target_references(elements[position].value))
@@ -600,11 +601,11 @@ class LoaderFlow(Analysis):
         return []
 
     def _target_references(self, target: cst.CSTNode) -> List[cst.CSTNode]:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             return self.name_references(target)
         if (
-            isinstance(target, cst.Attribute)
-            and isinstance(target.value, cst.Name)
+            type(target) is cst.Attribute
+            and type(target.value) is cst.Name
             and target.value.value == "self"
         ):
             return self.self_attribute_references(target)
@@ -613,15 +614,15 @@ class LoaderFlow(Analysis):
     def name_references(self, bound: cst.Name) -> List[cst.CSTNode]:
         """Name nodes that read the binding made at `bound` (an assignment target or param)."""
         scope = self.scopes.scope_of(bound)
-        if isinstance(self.ctx.parent(bound), cst.Param):
+        if type(self.ctx.parent(bound)) is cst.Param:
             for ancestor in self.ctx.ancestors(bound):
-                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                if type(ancestor) in (cst.FunctionDef, cst.Lambda):
                     scope = self.scopes.by_node.get(ancestor, scope)
                     break
         binding = None
         for candidate in scope.bindings.get(bound.value, []):
             if candidate.node is bound or (
-                isinstance(candidate.node, cst.Param) and candidate.node.name is bound
+                type(candidate.node) is cst.Param and candidate.node.name is bound
             ):
                 binding = candidate
                 break
@@ -638,7 +639,7 @@ class LoaderFlow(Analysis):
     def self_attribute_references(self, target: cst.Attribute) -> List[cst.CSTNode]:
         cls = None
         for ancestor in self.ctx.ancestors(target):
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 cls = ancestor
                 break
         if cls is None:
@@ -647,12 +648,12 @@ class LoaderFlow(Analysis):
         out: List[cst.CSTNode] = []
         for node in self.ctx.tree.descendants(cls.body):
             if (
-                isinstance(node, cst.Attribute)
+                type(node) is cst.Attribute
                 and node is not target
                 and node.attr.value == attr
-                and isinstance(node.value, cst.Name)
+                and type(node.value) is cst.Name
                 and node.value.value == "self"
-                and not isinstance(self.ctx.parent(node), cst.AssignTarget)
+                and type(self.ctx.parent(node)) is not cst.AssignTarget
             ):
                 out.append(node)
         return out
@@ -684,11 +685,11 @@ class LoaderFlow(Analysis):
     def _called_function(self, call: cst.Call) -> Tuple[Optional[cst.FunctionDef], bool]:
         """(the same-file function a call runs, whether its first parameter is `self`)."""
         func = call.func
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             for binding in self.scopes.lookup(func.value, func):
-                if isinstance(binding.node, cst.FunctionDef):
+                if type(binding.node) is cst.FunctionDef:
                     return binding.node, False
-                if isinstance(binding.node, cst.ClassDef):
+                if type(binding.node) is cst.ClassDef:
                     init = _method(binding.node, "__init__")
                     return init, True
             return None, False
@@ -707,15 +708,15 @@ class LoaderFlow(Analysis):
 
     def _is_read(self, name: cst.Name) -> bool:
         parent = self.ctx.parent(name)
-        if isinstance(parent, cst.Attribute) and parent.attr is name:
+        if type(parent) is cst.Attribute and parent.attr is name:
             return False
-        if isinstance(parent, (cst.Arg, cst.Param)) and getattr(parent, "keyword", None) is name:
+        if type(parent) in (cst.Arg, cst.Param) and getattr(parent, "keyword", None) is name:
             return False
-        if isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias)):
+        if type(parent) in (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias):
             return False
-        if isinstance(parent, (cst.AssignTarget, cst.AsName)):
+        if type(parent) in (cst.AssignTarget, cst.AsName):
             return False
-        if isinstance(parent, (cst.For, cst.CompFor)) and parent.target is name:
+        if type(parent) in (cst.For, cst.CompFor) and parent.target is name:
             return False
         return True
 
@@ -735,23 +736,23 @@ class LoaderFlow(Analysis):
         # Step out of wrappers that yield what they wrap: enumerate(tqdm(loader)), iter(loader).
         for _ in range(4):
             parent = self.ctx.parent(node)
-            call = self.ctx.parent(parent) if isinstance(parent, cst.Arg) else None
-            if isinstance(call, cst.Call) and call.args and call.args[0] is parent:
+            call = self.ctx.parent(parent) if type(parent) is cst.Arg else None
+            if type(call) is cst.Call and call.args and call.args[0] is parent:
                 if self.loops._pass_through_arg(call) is not None:
                     if (dotted_name(call.func) or "") == "iter":
                         holder = self.ctx.parent(call)
-                        if isinstance(holder, cst.Arg):  # next(iter(loader))
+                        if type(holder) is cst.Arg:  # next(iter(loader))
                             node = call
                             continue
                     node = call
                     continue
             break
         parent = self.ctx.parent(node)
-        if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+        if type(parent) in (cst.For, cst.CompFor) and parent.iter is node:
             return LoaderUse(parent, "loop", reference)
-        if isinstance(parent, cst.Arg):
+        if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
-            if not isinstance(call, cst.Call) or parent.value is not node:
+            if type(call) is not cst.Call or parent.value is not node:
                 return None
             leaf = (dotted_name(call.func) or "").split(".")[-1]
             if leaf == "next":
@@ -759,7 +760,7 @@ class LoaderFlow(Analysis):
             if leaf in _NOT_ITERATING or self._called_function(call)[0] is not None:
                 return None
             return LoaderUse(call, "call", reference)
-        if isinstance(parent, cst.Assign) and node is not reference:
+        if type(parent) is cst.Assign and node is not reference:
             # `pbar = tqdm(loader)` / `it = iter(loader)`: the wrapper's own references iterate.
             for target in parent.targets:
                 for alias in self._target_references(target.target):
@@ -774,7 +775,7 @@ class LoaderFlow(Analysis):
         if use.kind == "call":
             leaf = (dotted_name(use.site.func) or "").split(".")[-1].lower()  # type: ignore
             return "train" in leaf or leaf.startswith("fit")
-        if isinstance(use.site, cst.For):
+        if type(use.site) is cst.For:
             body = use.site.body
         else:
             loops = self.loops.enclosing_loops(use.site)
@@ -791,23 +792,23 @@ class LoaderFlow(Analysis):
         cls = None
         parent = self.ctx.parent(function)
         holder = self.ctx.parent(parent) if parent is not None else None
-        if isinstance(holder, cst.ClassDef):
+        if type(holder) is cst.ClassDef:
             cls = holder
         name = function.name.value
         for node in self._names_called(name):
             call = self.ctx.parent(node)
-            if isinstance(call, cst.Call) and call.func is node:
+            if type(call) is cst.Call and call.func is node:
                 if any(b.node is function for b in self.scopes.lookup(name, node)):
                     out.append(call)
             elif (
                 cls is not None
-                and isinstance(call, cst.Attribute)
+                and type(call) is cst.Attribute
                 and call.attr is node
-                and isinstance(call.value, cst.Name)
+                and type(call.value) is cst.Name
                 and call.value.value == "self"
             ):
                 outer = self.ctx.parent(call)
-                if isinstance(outer, cst.Call) and outer.func is call:
+                if type(outer) is cst.Call and outer.func is call:
                     if any(a is cls for a in self.ctx.ancestors(outer)):
                         out.append(outer)
         return out
@@ -834,9 +835,9 @@ class LoaderFlow(Analysis):
 
 def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
     body = cls.body
-    if isinstance(body, cst.IndentedBlock):
+    if type(body) is cst.IndentedBlock:
         for statement in body.body:
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            if type(statement) is cst.FunctionDef and statement.name.value == name:
                 return statement
     return None
 
@@ -848,7 +849,7 @@ _TORCH_LOADER_ROOTS = ("torch", "torch_geometric", "monai", "timm")
 def is_torch_dataloader(names: Names, call: cst.CSTNode) -> bool:
     """`torch.utils.data.DataLoader(...)` or a subclass with its arguments (not a project's own
     `build_dataloader`, and not a local class that happens to be called DataLoader)."""
-    if not isinstance(call, cst.Call):
+    if type(call) is not cst.Call:
         return False
     qualified = names.qualified(call.func)
     for qualname in qualified:
@@ -1228,18 +1229,18 @@ class BatchFlow(Analysis):
         """The statements that see the batch: the loop body, or what follows `next(...)` (also
         after the `try`/`if` that holds it, up to the enclosing loop or function)."""
         body = list(source.body)
-        if isinstance(source.node, cst.For):
+        if type(source.node) is cst.For:
             return body
         statement = self.ctx.parent(source.node)
         current = statement
         for _ in range(3):
             block = self.ctx.parent(current) if current is not None else None
             owner = self.ctx.parent(block) if block is not None else None
-            if not isinstance(owner, (cst.Try, cst.If, cst.ExceptHandler, cst.Else, cst.Finally)):
+            if type(owner) not in (cst.Try, cst.If, cst.ExceptHandler, cst.Else, cst.Finally):
                 break
-            if isinstance(owner, (cst.ExceptHandler, cst.Else, cst.Finally)):
+            if type(owner) in (cst.ExceptHandler, cst.Else, cst.Finally):
                 owner = self.ctx.parent(owner)
-            if isinstance(owner, cst.If) and isinstance(self.ctx.parent(owner), cst.If):
+            if type(owner) is cst.If and type(self.ctx.parent(owner)) is cst.If:
                 break
             body.extend(_following(self.ctx, owner))
             current = owner
@@ -1248,7 +1249,7 @@ class BatchFlow(Analysis):
     # -- loaders that deliver batches on the device -------------------------------------------
 
     def _loader_moves(self, source: BatchSource, flow: Flow) -> Optional[str]:
-        start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
+        start = source.node.iter if type(source.node) is cst.For else source.node.value
         for call in self._loader_chain(start):
             dotted = dotted_name(call.func) or ""
             leaf = dotted.split(".")[-1]
@@ -1257,7 +1258,7 @@ class BatchFlow(Analysis):
             if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
             local = self._local_definition(call.func)
-            if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+            if type(local) is cst.ClassDef and self.moves.moves_in(local):
                 return f"`{leaf}` moves the batches"
             if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
                 reason = self._dataloader_moves(call, flow)
@@ -1271,31 +1272,31 @@ class BatchFlow(Analysis):
         if depth > 4 or expr is None:
             return out
         for node in [expr, *self.ctx.tree.descendants(expr)]:
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 out.append(node)
-            elif isinstance(node, cst.Name):
+            elif type(node) is cst.Name:
                 for binding in self.scopes.lookup(node.value, node):
                     value = binding.value
-                    if binding.kind == "unpack" and isinstance(binding.statement, cst.Assign):
+                    if binding.kind == "unpack" and type(binding.statement) is cst.Assign:
                         value = binding.statement.value  # train_iter, val_iter = make(...)
                     if binding.kind in ("assign", "annassign", "unpack") and value is not None:
                         out.extend(self._loader_chain(value, depth + 1))
-            elif isinstance(node, cst.Attribute) and _is_self(node.value):
+            elif type(node) is cst.Attribute and _is_self(node.value):
                 for value in self._self_assignments(node):
                     out.extend(self._loader_chain(value, depth + 1))
         return out
 
     def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
-        cls = next((a for a in self.ctx.ancestors(attr) if isinstance(a, cst.ClassDef)), None)
+        cls = next((a for a in self.ctx.ancestors(attr) if type(a) is cst.ClassDef), None)
         if cls is None:
             return []
         out = []
         for node in self.ctx.tree.descendants(cls.body):
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 for target in node.targets:
                     t = target.target
                     if (
-                        isinstance(t, cst.Attribute)
+                        type(t) is cst.Attribute
                         and _is_self(t.value)
                         and t.attr.value == attr.attr.value
                     ):
@@ -1311,7 +1312,7 @@ class BatchFlow(Analysis):
             if arg.keyword is not None and arg.keyword.value == "dataset":
                 dataset = arg.value
         if collate is not None:
-            if isinstance(collate, cst.Lambda) and self.moves.moves_in(collate.body):
+            if type(collate) is cst.Lambda and self.moves.moves_in(collate.body):
                 return "its collate_fn moves the batch"
             local = self._local_definition(collate)
             if local is not None and self.moves.moves_in(local):
@@ -1322,22 +1323,22 @@ class BatchFlow(Analysis):
                 helper = self.project_helper(collate)
                 if helper is not None:
                     flow.helper = (helper, -1)
-        if isinstance(dataset, cst.Name):
+        if type(dataset) is cst.Name:
             for binding in self.scopes.lookup(dataset.value, dataset):
                 value = binding.value
-                if isinstance(value, cst.Call):
+                if type(value) is cst.Call:
                     local = self._local_definition(value.func)
-                    if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                    if type(local) is cst.ClassDef and self.moves.moves_in(local):
                         return "its dataset returns tensors on the device"
         return None
 
     def _local_definition(self, func: cst.BaseExpression) -> Optional[cst.CSTNode]:
         """The def/class of this file that `func` names, if any."""
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             for binding in self.scopes.lookup(func.value, func):
-                if isinstance(binding.node, (cst.FunctionDef, cst.ClassDef)):
+                if type(binding.node) in (cst.FunctionDef, cst.ClassDef):
                     return binding.node
-        if isinstance(func, cst.Attribute) and _is_self(func.value):
+        if type(func) is cst.Attribute and _is_self(func.value):
             found = self.loops.functions_named(func.attr.value)
             if len(found) == 1:
                 return found[0]
@@ -1374,7 +1375,7 @@ class BatchFlow(Analysis):
         moves other items of the same batch (DESIGN: "while the model or siblings were
         moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
         target = call.func
-        if isinstance(target, cst.Attribute) and target.attr.value == "forward":
+        if type(target) is cst.Attribute and target.attr.value == "forward":
             target = target.value
         # What the callee is does not depend on the call's arguments: the walk of each source
         # (and a helper's body, followed from each call) asks again for the same calls.
@@ -1402,15 +1403,15 @@ class BatchFlow(Analysis):
         dotted = dotted_name(target)
         if dotted is None:
             return False
-        if isinstance(target, cst.Attribute) and target.attr.value in _MODULE_NOT_FORWARD:
+        if type(target) is cst.Attribute and target.attr.value in _MODULE_NOT_FORWARD:
             return False
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if isinstance(target, cst.Attribute) and self.loops.functions_named(target.attr.value):
+            if type(target) is cst.Attribute and self.loops.functions_named(target.attr.value):
                 return False  # a method of the class, not a submodule
             return True
         head = target
-        while isinstance(head, cst.Attribute):
+        while type(head) is cst.Attribute:
             head = head.value
         for binding in self.scopes.lookup(root, head):
             if binding.kind in ("import", "def", "class"):
@@ -1419,7 +1420,7 @@ class BatchFlow(Analysis):
 
     def is_loss(self, call: cst.Call) -> bool:
         func = call.func
-        if isinstance(func, cst.Call):  # nn.CrossEntropyLoss()(logits, labels)
+        if type(func) is cst.Call:  # nn.CrossEntropyLoss()(logits, labels)
             return any(q.endswith("Loss") for q in self.names.qualified(func.func))
         if any(_FUNCTIONAL_LOSS.match(q) for q in self.names.qualified(func)):
             return True
@@ -1430,11 +1431,11 @@ class BatchFlow(Analysis):
             return self._bound_to_loss_class(func)
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if isinstance(func, cst.Attribute) and self.loops.functions_named(func.attr.value):
+            if type(func) is cst.Attribute and self.loops.functions_named(func.attr.value):
                 return False
             return True
         head = func
-        while isinstance(head, cst.Attribute):
+        while type(head) is cst.Attribute:
             head = head.value
         bindings = self.scopes.lookup(root, head)
         if not bindings:
@@ -1442,25 +1443,25 @@ class BatchFlow(Analysis):
         for binding in bindings:
             if binding.kind in ("import", "def", "class"):
                 return False  # a function: it may move or convert what it gets
-            if binding.kind in ("assign", "annassign") and isinstance(binding.value, cst.Call):
+            if binding.kind in ("assign", "annassign") and type(binding.value) is cst.Call:
                 local = self._local_definition(binding.value.func)
-                if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+                if type(local) is cst.ClassDef and self.moves.moves_in(local):
                     return False  # a criterion of this file that moves its targets itself
         return True
 
     def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
         """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound
         only to instances of a class named `...Loss` (not one of this file that moves things)."""
-        if not isinstance(func, cst.Name):
+        if type(func) is not cst.Name:
             return False
         bindings = self.scopes.lookup(func.value, func)
         if not bindings:
             return False
         for binding in bindings:
             value = binding.value
-            if binding.kind not in ("assign", "annassign") or not isinstance(value, cst.Call):
+            if binding.kind not in ("assign", "annassign") or type(value) is not cst.Call:
                 return False
-            if isinstance(value.func, cst.Call):
+            if type(value.func) is cst.Call:
                 return False
             names = set(self.names.qualified(value.func))
             dotted = dotted_name(value.func)
@@ -1469,7 +1470,7 @@ class BatchFlow(Analysis):
             if not any(n.split(".")[-1].endswith("Loss") for n in names):
                 return False
             local = self._local_definition(value.func)
-            if isinstance(local, cst.ClassDef) and self.moves.moves_in(local):
+            if type(local) is cst.ClassDef and self.moves.moves_in(local):
                 return False
         return True
 
@@ -1517,7 +1518,7 @@ class _Walker:
     def start(self) -> None:
         source = self.source
         bound_at = source.binding_statement
-        if isinstance(bound_at, cst.Assign):
+        if type(bound_at) is cst.Assign:
             bound_at = self.ctx.parent(bound_at)
         for root in source.roots:
             self.state[root] = Element(
@@ -1538,38 +1539,38 @@ class _Walker:
             self.statement(statement)
 
     def statement(self, stmt: cst.CSTNode) -> None:
-        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        if type(stmt) in (cst.SimpleStatementLine, cst.SimpleStatementSuite):
             for small in stmt.body:
                 self.small(small, stmt)
-        elif isinstance(stmt, cst.If):
+        elif type(stmt) is cst.If:
             self.sinks_in(stmt.test)
             before = dict(self.state)
             self.block(_block(stmt.body))
             after_body = self.state
             self.state = dict(before)
-            if isinstance(stmt.orelse, cst.Else):
+            if type(stmt.orelse) is cst.Else:
                 self.block(_block(stmt.orelse.body))
-            elif isinstance(stmt.orelse, cst.If):
+            elif type(stmt.orelse) is cst.If:
                 self.statement(stmt.orelse)
             self.state = _join(after_body, self.state)
-        elif isinstance(stmt, cst.For):
+        elif type(stmt) is cst.For:
             self.sinks_in(stmt.iter)
             for name in _target_names(stmt.target):
                 self.state.pop(name, None)
             self.block(_block(stmt.body))
             if stmt.orelse is not None:
                 self.block(_block(stmt.orelse.body))
-        elif isinstance(stmt, cst.While):
+        elif type(stmt) is cst.While:
             self.sinks_in(stmt.test)
             self.block(_block(stmt.body))
-        elif isinstance(stmt, cst.With):
+        elif type(stmt) is cst.With:
             for item in stmt.items:
                 self.sinks_in(item.item)
                 if item.asname is not None:
                     for name in _target_names(item.asname.name):
                         self.state.pop(name, None)
             self.block(_block(stmt.body))
-        elif isinstance(stmt, cst.Try):
+        elif type(stmt) is cst.Try:
             before = dict(self.state)
             self.block(_block(stmt.body))
             after_body = self.state
@@ -1585,19 +1586,19 @@ class _Walker:
 
     def small(self, node: cst.CSTNode, line: cst.CSTNode) -> None:
         self.sinks_in(node)
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             self._note_moves(node.value)
             for target in node.targets:
                 self.bind(target.target, node.value, line)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif type(node) is cst.AnnAssign and node.value is not None:
             self._note_moves(node.value)
             self.bind(node.target, node.value, line)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             left, right = self.value(node.target), self.value(node.value)
             self._pair(left, right, node.target, node.value, node, "arithmetic")
-        elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+        elif type(node) is cst.Expr and type(node.value) is cst.Call:
             self._statement_call(node.value)
-        elif isinstance(node, cst.Del):
+        elif type(node) is cst.Del:
             for name in _target_names(node.target):
                 self.state.pop(name, None)
 
@@ -1611,7 +1612,7 @@ class _Walker:
 
     def _statement_call(self, call: cst.Call) -> None:
         move = self.moves.move(call)
-        if move is not None and isinstance(move.receiver, cst.Name):
+        if move is not None and type(move.receiver) is cst.Name:
             current = self.state.get(move.receiver.value)
             if isinstance(current, Element):
                 if current.root:
@@ -1623,7 +1624,7 @@ class _Walker:
                     self.state[move.receiver.value] = changed
             return
         for index, arg in enumerate(call.args):
-            if not isinstance(arg.value, cst.Name):
+            if type(arg.value) is not cst.Name:
                 continue
             current = self.state.get(arg.value.value)
             if not isinstance(current, Element):
@@ -1640,19 +1641,17 @@ class _Walker:
     # -- bindings -----------------------------------------------------------------------------
 
     def bind(self, target: cst.BaseExpression, value: cst.BaseExpression, line) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             new = self.assigned(value, target.value, line)
             if new is None:
                 self.state.pop(target.value, None)
             else:
                 self.state[target.value] = new
             return
-        if isinstance(target, (cst.Tuple, cst.List)):
+        if type(target) in (cst.Tuple, cst.List):
             self._bind_many(target, value, line)
             return
-        if isinstance(target, (cst.Subscript, cst.Attribute)) and isinstance(
-            target.value, cst.Name
-        ):
+        if type(target) in (cst.Subscript, cst.Attribute) and type(target.value) is cst.Name:
             base = self.state.get(target.value.value)
             if not isinstance(base, Element) or self.value(value) is not DEVICE:
                 return
@@ -1667,10 +1666,10 @@ class _Walker:
     def _bind_many(self, target, value, line) -> None:
         elements = [e.value for e in target.elements]
         if (
-            isinstance(value, (cst.Tuple, cst.List))
+            type(value) in (cst.Tuple, cst.List)
             and len(value.elements) == len(elements)
-            and not any(isinstance(e, cst.StarredElement) for e in value.elements)
-            and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+            and not any(type(e) is cst.StarredElement for e in value.elements)
+            and not any(type(e) is cst.StarredElement for e in target.elements)
         ):
             for t, v in zip(elements, value.elements):
                 self.bind(t, v.value, line)
@@ -1681,7 +1680,7 @@ class _Walker:
                 if current is DEVICE:
                     self.state[name] = DEVICE
                 elif isinstance(current, Element):
-                    fix = name if isinstance(t, cst.Name) else None
+                    fix = name if type(t) is cst.Name else None
                     self.state[name] = current.derive(name, line, fix_target=fix)
                 else:
                     self.state.pop(name, None)
@@ -1693,7 +1692,7 @@ class _Walker:
         if current is DEVICE or current is None:
             return current
         assert isinstance(current, Element)
-        alias = current.root and isinstance(value, cst.Name)
+        alias = current.root and type(value) is cst.Name
         derived = current.derive(name, line, root=alias, fix_target=name)
         if alias:
             derived.moved_keys = set(current.moved_keys)
@@ -1706,31 +1705,31 @@ class _Walker:
         if depth > 12:
             return None
         d = depth + 1
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             return self.state.get(expr.value)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             return self._attribute(expr, d)
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             return self._subscript(expr, d)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             return self._call_value(expr, d)
-        if isinstance(expr, cst.BinaryOperation):
+        if type(expr) is cst.BinaryOperation:
             return _combine(self.value(expr.left, d), self.value(expr.right, d))
-        if isinstance(expr, cst.UnaryOperation):
+        if type(expr) is cst.UnaryOperation:
             return self.value(expr.expression, d)
-        if isinstance(expr, cst.Comparison):
+        if type(expr) is cst.Comparison:
             found = self.value(expr.left, d)
             for target in expr.comparisons:
                 found = _combine(found, self.value(target.comparator, d))
             return found
-        if isinstance(expr, cst.IfExp):
+        if type(expr) is cst.IfExp:
             body, orelse = self.value(expr.body, d), self.value(expr.orelse, d)
             if DEVICE in (body, orelse):
                 return DEVICE
             if isinstance(body, Element) and isinstance(orelse, Element):
                 return body
             return None
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.List, cst.Tuple)):
+        if type(expr) in (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.List, cst.Tuple):
             return DEVICE if self.moves.is_moved(expr) else None
         return None
 
@@ -1765,7 +1764,7 @@ class _Walker:
         if method not in ("pop", "get") or not call.args or call.args[0].keyword is not None:
             return None
         key = call.args[0].value
-        if not isinstance(key, cst.SimpleString):
+        if type(key) is not cst.SimpleString:
             return None
         return self._child(root, f"{root.name}[{key.value}]", key.value, None)
 
@@ -1791,7 +1790,7 @@ class _Walker:
         if self.moves.move(call) is not None or self.moves.is_moved(call):
             return DEVICE
         func = call.func
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             receiver = self.value(func.value, d)
             method = func.attr.value
             if isinstance(receiver, Element):
@@ -1812,12 +1811,12 @@ class _Walker:
 
     def sinks_in(self, node: cst.CSTNode) -> None:
         for child in own_nodes(node):
-            if isinstance(child, cst.Call):
+            if type(child) is cst.Call:
                 self._call_sink(child)
-            elif isinstance(child, cst.BinaryOperation):
+            elif type(child) is cst.BinaryOperation:
                 left, right = self.value(child.left), self.value(child.right)
                 self._pair(left, right, child.left, child.right, child, "arithmetic")
-            elif isinstance(child, cst.Comparison):
+            elif type(child) is cst.Comparison:
                 left_expr = child.left
                 for target in child.comparisons:
                     if isinstance(target.operator, _COMPARISON_OPS):
@@ -1842,14 +1841,14 @@ class _Walker:
         on_device_args = any(v is DEVICE for _, v in values)
         if self.a.is_join(call) and call.args:
             items = call.args[0].value
-            if isinstance(items, (cst.List, cst.Tuple)):
+            if type(items) in (cst.List, cst.Tuple):
                 found = [(e.value, self.value(e.value)) for e in items.elements]
                 if any(v is DEVICE for _, v in found):
                     for expr, v in found:
                         if isinstance(v, Element):
                             self.report(v, expr, call, "cat")
             return
-        if isinstance(func, cst.Attribute) and func.attr.value in _BINARY_METHODS and call.args:
+        if type(func) is cst.Attribute and func.attr.value in _BINARY_METHODS and call.args:
             receiver = self.value(func.value)
             first = values[0][1]
             self._pair(receiver, first, func.value, call.args[0].value, call, "comparison")
@@ -1900,7 +1899,7 @@ class _Walker:
         params = [p.name.value for p in function.params.params]
         offset = (
             1
-            if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute)
+            if params and params[0] in ("self", "cls") and type(call.func) is cst.Attribute
             else 0
         )
         state: Dict[str, object] = {}
@@ -1952,13 +1951,13 @@ class _Walker:
             if type(node) is not cst.Call:
                 continue
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _TEXT_METHODS:
-                if isinstance(func.value, cst.Name) and func.value.value in tracked:
+            if type(func) is cst.Attribute and func.attr.value in _TEXT_METHODS:
+                if type(func.value) is cst.Name and func.value.value in tracked:
                     found.add(func.value.value)
             dotted = dotted_name(func) or ""
             if dotted and _TEXT_CALLEE.search(dotted):
                 for arg in node.args:
-                    if isinstance(arg.value, cst.Name) and arg.value.value in tracked:
+                    if type(arg.value) is cst.Name and arg.value.value in tracked:
                         found.add(arg.value.value)
         return found
 
@@ -1995,7 +1994,7 @@ class _Walker:
                     found.add(value.value)
             elif node_type is cst.Assign and type(node.value) is cst.Name:
                 if node.value.value in roots and any(
-                    isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
+                    type(t.target) in (cst.Tuple, cst.List) for t in node.targets
                 ):
                     found.add(node.value.value)
         return found
@@ -2066,7 +2065,7 @@ def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:
     nothing about where the model lives (device-agnostic code, model parallelism)."""
     found = moves.moves_in(node)
     return bool(found) and all(
-        isinstance(m.device, cst.Attribute) and m.device.attr.value == "device" for m in found
+        type(m.device) is cst.Attribute and m.device.attr.value == "device" for m in found
     )
 
 
@@ -2075,18 +2074,18 @@ def _names_of(node: cst.CSTNode) -> Set[str]:
 
 
 def _walk_names(node: cst.CSTNode):
-    return (n for n in own_nodes(node) if isinstance(n, cst.Name))
+    return (n for n in own_nodes(node) if type(n) is cst.Name)
 
 
 def _target_names(target: cst.CSTNode) -> Set[str]:
-    if isinstance(target, cst.Name):
+    if type(target) is cst.Name:
         return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         out: Set[str] = set()
         for element in target.elements:
             out |= _target_names(element.value)
         return out
-    if isinstance(target, cst.StarredElement):
+    if type(target) is cst.StarredElement:
         return _target_names(target.value)
     return set()
 
@@ -2150,13 +2149,11 @@ def _join(a: Dict[str, object], b: Dict[str, object]) -> Dict[str, object]:
 
 def _key_text(ctx, node: cst.CSTNode) -> Optional[str]:
     """The literal key of `batch["labels"]` / `batch[2]` / `batch.labels`, else None."""
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         return node.attr.value
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+    if type(node) is cst.Subscript and len(node.slice) == 1:
         index = node.slice[0].slice
-        if isinstance(index, cst.Index) and isinstance(
-            index.value, (cst.SimpleString, cst.Integer)
-        ):
+        if type(index) is cst.Index and type(index.value) in (cst.SimpleString, cst.Integer):
             return ctx.code(index.value)
     return None
 
@@ -2166,12 +2163,12 @@ def _in_worker_processes(call: cst.Call) -> bool:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "num_workers":
             value = arg.value
-            return not (isinstance(value, cst.Integer) and int(value.value, 0) == 0)
+            return not (type(value) is cst.Integer and int(value.value, 0) == 0)
     return False
 
 
 def _is_self(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Name) and node.value == "self"
+    return type(node) is cst.Name and node.value == "self"
 
 
 def _words(name: str) -> List[str]:

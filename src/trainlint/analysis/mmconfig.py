@@ -148,11 +148,11 @@ class MMConfig(Analysis):
         bases: List[Dict[str, Any]] = []
         looks_like_config = False
         for statement in body:
-            if isinstance(statement, cst.With):
+            if type(statement) is cst.With:
                 bases.extend(self._read_base_imports(statement))
                 looks_like_config = looks_like_config or bool(bases)
                 continue
-            if not isinstance(statement, cst.SimpleStatementLine):
+            if type(statement) is not cst.SimpleStatementLine:
                 continue
             for small in statement.body:
                 target, value = _assignment(small)
@@ -180,13 +180,13 @@ class MMConfig(Analysis):
 
     def _read_base_paths(self, value: cst.BaseExpression) -> List[Dict[str, Any]]:
         elements: List[cst.BaseExpression]
-        if isinstance(value, (cst.List, cst.Tuple)):
-            elements = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+        if type(value) in (cst.List, cst.Tuple):
+            elements = [e.value for e in value.elements if type(e) is not cst.StarredElement]
         else:
             elements = [value]
         found = []
         for element in elements:
-            if isinstance(element, cst.SimpleString):
+            if type(element) is cst.SimpleString:
                 text = element.evaluated_value
                 if isinstance(text, str) and text.endswith(".py"):
                     found.append({"path": text})
@@ -195,8 +195,8 @@ class MMConfig(Analysis):
     def _read_base_imports(self, statement: cst.With) -> List[Dict[str, Any]]:
         """`with read_base(): from .._base_.models.x import *` (MMEngine's pure Python style)."""
         if not any(
-            isinstance(item.item, cst.Call)
-            and isinstance(item.item.func, cst.Name)
+            type(item.item) is cst.Call
+            and type(item.item.func) is cst.Name
             and item.item.func.value == "read_base"
             for item in statement.items
         ):
@@ -204,7 +204,7 @@ class MMConfig(Analysis):
         found = []
         for line in getattr(statement.body, "body", ()):
             for small in getattr(line, "body", ()):
-                if not isinstance(small, cst.ImportFrom) or not small.relative:
+                if type(small) is not cst.ImportFrom or not small.relative:
                     continue
                 if small.module is None:
                     continue
@@ -239,7 +239,7 @@ class _Reader:
 
     def deref(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression:
         """A name bound earlier at the top level of the config -> its value."""
-        while isinstance(expr, cst.Name) and expr.value in self.names and depth < _MAX_DEPTH:
+        while type(expr) is cst.Name and expr.value in self.names and depth < _MAX_DEPTH:
             found = self.names[expr.value]
             if found is expr:
                 break
@@ -251,7 +251,7 @@ class _Reader:
         if depth > _MAX_DEPTH:
             return None
         expr = self.deref(expr, depth)
-        if isinstance(expr, cst.Call) and _is_dict(expr):
+        if type(expr) is cst.Call and _is_dict(expr):
             items: Dict[str, Node] = {}
             delete = False
             for arg in expr.args:
@@ -260,14 +260,14 @@ class _Reader:
                 delete = delete or self._delete(arg.keyword.value, arg.value)
                 items[arg.keyword.value] = self._item(arg, arg.keyword.value, arg.value, depth)
             return _dict_node(items, delete)
-        if isinstance(expr, cst.Dict):
+        if type(expr) is cst.Dict:
             items = {}
             delete = False
             for element in expr.elements:
-                if not isinstance(element, cst.DictElement):
+                if type(element) is not cst.DictElement:
                     continue
                 key = element.key
-                if not isinstance(key, cst.SimpleString):
+                if type(key) is not cst.SimpleString:
                     continue
                 name = key.evaluated_value
                 if not isinstance(name, str):
@@ -275,12 +275,12 @@ class _Reader:
                 delete = delete or self._delete(name, element.value)
                 items[name] = self._item(element, name, element.value, depth)
             return _dict_node(items, delete)
-        if isinstance(expr, (cst.List, cst.Tuple)):
+        if type(expr) in (cst.List, cst.Tuple):
             return {
                 "list": [
                     self.read(e.value, depth + 1)
                     for e in expr.elements
-                    if not isinstance(e, cst.StarredElement)
+                    if type(e) is not cst.StarredElement
                 ]
             }
         return None
@@ -315,21 +315,24 @@ class _Reader:
 
 _UNKNOWN = object()
 
+# The string literal nodes (exact types: libcst's concrete node classes have no subclasses).
+_STRINGS = (cst.SimpleString, cst.ConcatenatedString)
+
 
 def _literal(expr: cst.BaseExpression) -> Any:
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+    if type(expr) is cst.Name and expr.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[expr.value]
-    if isinstance(expr, cst.Integer):
+    if type(expr) is cst.Integer:
         return int(expr.evaluated_value)
-    if isinstance(expr, cst.Float):
+    if type(expr) is cst.Float:
         return float(expr.evaluated_value)
-    if isinstance(expr, cst.SimpleString):
+    if type(expr) is cst.SimpleString:
         value = expr.evaluated_value
         return value if isinstance(value, str) else _UNKNOWN
     if (
-        isinstance(expr, cst.UnaryOperation)
-        and isinstance(expr.operator, cst.Minus)
-        and isinstance(expr.expression, cst.Integer)
+        type(expr) is cst.UnaryOperation
+        and type(expr.operator) is cst.Minus
+        and type(expr.expression) is cst.Integer
     ):
         return -int(expr.expression.evaluated_value)
     return _UNKNOWN
@@ -343,18 +346,18 @@ def _dict_node(items: Dict[str, Node], delete: bool) -> Node:
 
 
 def _is_dict(expr: cst.CSTNode) -> bool:
-    return isinstance(expr, cst.Dict) or (
-        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict"
+    return type(expr) is cst.Dict or (
+        type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "dict"
     )
 
 
 def _assignment(small: cst.CSTNode) -> Tuple[Optional[str], Optional[cst.BaseExpression]]:
     """`name = value` / `name: T = value` -> (name, value); anything else -> (None, None)."""
-    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+    if type(small) is cst.Assign and len(small.targets) == 1:
         target = small.targets[0].target
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             return target.value, small.value
-    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+    if type(small) is cst.AnnAssign and type(small.target) is cst.Name:
         return small.target.value, small.value
     return None, None
 
@@ -366,29 +369,27 @@ def _only_config_statements(body) -> bool:
     if not body:
         return False
     for statement in body:
-        if isinstance(statement, cst.With):
+        if type(statement) is cst.With:
             if not any(
-                isinstance(item.item, cst.Call)
-                and isinstance(item.item.func, cst.Name)
+                type(item.item) is cst.Call
+                and type(item.item.func) is cst.Name
                 and item.item.func.value == "read_base"
                 for item in statement.items
             ):
                 return False
             continue
-        if not isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is not cst.SimpleStatementLine:
             return False
         for small in statement.body:
-            if isinstance(small, (cst.Assign, cst.AnnAssign, cst.Import, cst.ImportFrom)):
+            if type(small) in (cst.Assign, cst.AnnAssign, cst.Import, cst.ImportFrom):
                 continue
-            if isinstance(small, cst.AugAssign):
+            if type(small) is cst.AugAssign:
                 continue  # `total_epochs += 1` style arithmetic on settings
-            if isinstance(small, cst.Expr) and isinstance(
-                small.value, (cst.SimpleString, cst.ConcatenatedString)
-            ):
+            if type(small) is cst.Expr and type(small.value) in _STRINGS:
                 continue
-            if isinstance(small, cst.Expr) and _is_method_call_on_name(small.value):
+            if type(small) is cst.Expr and _is_method_call_on_name(small.value):
                 continue  # `custom_keys.update({...})`, `train_pipeline.append(...)`
-            if isinstance(small, (cst.Pass, cst.Del)):
+            if type(small) in (cst.Pass, cst.Del):
                 continue
             return False
     return True
@@ -396,9 +397,9 @@ def _only_config_statements(body) -> bool:
 
 def _is_method_call_on_name(expr: cst.BaseExpression) -> bool:
     return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and isinstance(expr.func.value, cst.Name)
+        type(expr) is cst.Call
+        and type(expr.func) is cst.Attribute
+        and type(expr.func.value) is cst.Name
     )
 
 

@@ -184,7 +184,7 @@ class Modules(Analysis):
         cls = ModuleClass(node.name.value, node, bases)
         functions: Dict[str, cst.FunctionDef] = {}
         for statement in node.body.body:
-            if isinstance(statement, cst.FunctionDef):
+            if type(statement) is cst.FunctionDef:
                 functions[statement.name.value] = statement
         cls.init_methods = _init_reach(
             functions, {name: self._within(f, (cst.Call,)) for name, f in functions.items()}
@@ -198,22 +198,22 @@ class Modules(Analysis):
             registering = name in cls.init_methods
             initialising = registering or bool(_INIT_METHOD.search(name))
             for sub in self._within(function, _READ_TYPES):
-                if isinstance(sub, cst.Attribute) and _is_name(sub.value, self_name):
+                if type(sub) is cst.Attribute and _is_name(sub.value, self_name):
                     # A lambda or function made while building runs later: its reads are uses.
                     later = initialising and self._deferred(sub, function)
                     self._on_self_attribute(cls, method, sub, initialising and not later)
-                elif isinstance(sub, cst.Call):
+                elif type(sub) is cst.Call:
                     self._on_call(cls, method, sub, self_name, registering, initialising)
-                elif isinstance(sub, cst.Assign):
+                elif type(sub) is cst.Assign:
                     for target in sub.targets:
                         if registering and _is_self_attr(target.target, self_name):
                             self._register(cls, target.target.attr.value, sub.value, target.target)
                         elif _sets_requires_grad_false(target.target, sub.value):
                             self._freeze(cls, target.target.value, self_name)
-                elif isinstance(sub, cst.AnnAssign) and registering and sub.value is not None:
+                elif type(sub) is cst.AnnAssign and registering and sub.value is not None:
                     if _is_self_attr(sub.target, self_name):
                         self._register(cls, sub.target.attr.value, sub.value, sub.target)
-                elif isinstance(sub, cst.For):
+                elif type(sub) is cst.For:
                     self._on_for(cls, sub, self_name, initialising)
         for name in cls.frozen & set(cls.attrs):
             cls.attrs[name].frozen = True
@@ -255,7 +255,7 @@ class Modules(Analysis):
     def _kind_of(self, value: cst.CSTNode):
         """(kind, constructor, frozen) for a value assigned to `self.x`; kind None when it is
         not a parameter or a module (a tensor, a number, None, a loss)."""
-        if isinstance(value, cst.IfExp):
+        if type(value) is cst.IfExp:
             for branch in (value.body, value.orelse):
                 found = self._kind_of(branch)
                 if found[0] is not None:
@@ -263,14 +263,14 @@ class Modules(Analysis):
             return None, None, False
         peeled_freeze = False  # nn.Linear(...).requires_grad_(False)
         while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
+            type(value) is cst.Call
+            and type(value.func) is cst.Attribute
             and value.func.attr.value in _RETURNS_RECEIVER
         ):
             if value.func.attr.value == "requires_grad_" and _freezes(value):
                 peeled_freeze = True
             value = value.func.value
-        if not isinstance(value, cst.Call):
+        if type(value) is not cst.Call:
             return None, None, False
         qualified = sorted(self.names.qualified(value.func))
         callee = qualified[0] if qualified else None
@@ -302,7 +302,7 @@ class Modules(Analysis):
             return
         if _is_store(parent, node):
             return
-        if isinstance(parent, cst.Call) and parent.func is node:
+        if type(parent) is cst.Call and parent.func is node:
             conditional = self._data_dependent(node)
             (method.branch_calls if conditional else method.calls).add(name)
             if not initialising and name in _WALKERS and self._walked(parent):
@@ -326,8 +326,8 @@ class Modules(Analysis):
         initialising: bool,
     ) -> None:
         func = call.func
-        leaf = func.value if isinstance(func, cst.Name) else None
-        if isinstance(func, cst.Attribute):
+        leaf = func.value if type(func) is cst.Name else None
+        if type(func) is cst.Attribute:
             receiver = func.value
             attr = func.attr.value
             if _is_name(receiver, self_name) and registering:
@@ -342,8 +342,8 @@ class Modules(Analysis):
             if attr == "requires_grad_" and _freezes(call):
                 self._freeze(cls, receiver, self_name)
             if (
-                isinstance(receiver, cst.Call)
-                and isinstance(receiver.func, cst.Name)
+                type(receiver) is cst.Call
+                and type(receiver.func) is cst.Name
                 and receiver.func.value == "super"
             ):
                 method.super_calls.add(attr)
@@ -391,7 +391,7 @@ class Modules(Analysis):
         for ancestor in self.ctx.ancestors(node):
             if ancestor is method:
                 return False
-            if isinstance(ancestor, (cst.Lambda, cst.FunctionDef)):
+            if type(ancestor) in (cst.Lambda, cst.FunctionDef):
                 return True
         return False
 
@@ -399,11 +399,11 @@ class Modules(Analysis):
         """In an initialising method, does this read of `self.x` hand the object on (into a
         container, another attribute: tied weights), rather than initialise it?"""
         parent = self.ctx.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.value is node:
+        if type(parent) is cst.Attribute and parent.value is node:
             # `self.x.weight`: counts only as the value of an assignment to self (weight tying)
             return self._in_assigned_value(node)
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.Call):
+            if type(ancestor) is cst.Call:
                 leaf = (dotted_name(ancestor.func) or "").split(".")[-1]
                 if "init" in leaf or leaf.endswith("_"):
                     return False  # nn.init.normal_(self.p), trunc_normal_(self.pos_embed)
@@ -414,7 +414,7 @@ class Modules(Analysis):
     def _in_assigned_value(self, node: cst.CSTNode) -> bool:
         child = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.Assign, cst.AnnAssign)):
+            if type(ancestor) in (cst.Assign, cst.AnnAssign):
                 return child is ancestor.value
             if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
                 return False
@@ -424,9 +424,9 @@ class Modules(Analysis):
     def _walked(self, call: cst.Call) -> bool:
         """Is `self.children()` (and the like) iterated, not just peeked at with `next()`?"""
         parent = self.ctx.parent(call)
-        if isinstance(parent, cst.Arg):
+        if type(parent) is cst.Arg:
             outer = self.ctx.parent(parent)
-            if isinstance(outer, cst.Call) and isinstance(outer.func, cst.Name):
+            if type(outer) is cst.Call and type(outer.func) is cst.Name:
                 return outer.func.value != "next"
         return True
 
@@ -435,9 +435,9 @@ class Modules(Analysis):
         method)?"""
         child = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
                 return False
-            if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) and child is not ancestor.test:
+            if type(ancestor) in (cst.If, cst.IfExp, cst.While) and child is not ancestor.test:
                 if self._test_depends_on_data(ancestor.test):
                     return True
             child = ancestor
@@ -445,13 +445,13 @@ class Modules(Analysis):
 
     def _test_depends_on_data(self, test: cst.CSTNode) -> bool:
         for node in _self_and_descendants(self.ctx, test):
-            if not isinstance(node, cst.Call):
+            if type(node) is not cst.Call:
                 continue
             for qualified in self.names.qualified(node.func):
                 if qualified.startswith(_RANDOM_PREFIXES) or qualified in _DATA_FUNCTIONS:
                     return True
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _DATA_METHODS:
+            if type(func) is cst.Attribute and func.attr.value in _DATA_METHODS:
                 receiver = dotted_name(func.value) or ""
                 if not receiver.startswith(("self.", "math", "np.", "numpy")) and receiver:
                     return True
@@ -464,21 +464,21 @@ class Modules(Analysis):
 def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
     """For `for p in X.parameters(): p.requires_grad = False` (or `p.requires_grad_(False)`),
     the `X` whose parameters the loop freezes; else None."""
-    if not isinstance(loop.target, (cst.Name, cst.Tuple)) or not isinstance(loop.iter, cst.Call):
+    if type(loop.target) not in (cst.Name, cst.Tuple) or type(loop.iter) is not cst.Call:
         return None
     func = loop.iter.func
-    if not isinstance(func, cst.Attribute) or func.attr.value not in _PARAMETER_WALKS:
+    if type(func) is not cst.Attribute or func.attr.value not in _PARAMETER_WALKS:
         return None
-    names = {n.value for n in _descendants(loop.target) if isinstance(n, cst.Name)}
-    if isinstance(loop.target, cst.Name):
+    names = {n.value for n in _descendants(loop.target) if type(n) is cst.Name}
+    if type(loop.target) is cst.Name:
         names.add(loop.target.value)
     for sub in ctx.tree.descendants(loop.body):
-        if isinstance(sub, cst.Assign):
+        if type(sub) is cst.Assign:
             for target in sub.targets:
                 t = target.target
                 if _sets_requires_grad_false(t, sub.value) and dotted_name(t.value) in names:
                     return func.value
-        elif isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute):
+        elif type(sub) is cst.Call and type(sub.func) is cst.Attribute:
             if sub.func.attr.value == "requires_grad_" and _freezes(sub):
                 if dotted_name(sub.func.value) in names:
                     return func.value
@@ -499,7 +499,7 @@ def _init_reach(
         if self_name is not None:
             for sub in calls_in[name]:
                 if (
-                    isinstance(sub.func, cst.Attribute)
+                    type(sub.func) is cst.Attribute
                     and _is_name(sub.func.value, self_name)
                     and sub.func.attr.value in functions
                 ):
@@ -541,18 +541,18 @@ def _self_param(function: cst.FunctionDef) -> Optional[str]:
 
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name
+    return type(node) is cst.Name and node.value == name
 
 
 def _is_self_attr(node: cst.CSTNode, self_name: str) -> bool:
-    return isinstance(node, cst.Attribute) and _is_name(node.value, self_name)
+    return type(node) is cst.Attribute and _is_name(node.value, self_name)
 
 
 def _self_root(node: cst.CSTNode, self_name: str) -> Optional[str]:
     """`self.backbone.layer1` -> "backbone"; `self` -> ""; anything else -> None."""
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+    while type(node) is cst.Call and type(node.func) is cst.Attribute:
         node = node.func.value  # self.backbone.eval().requires_grad_(False)
-    chain = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    chain = dotted_name(node) if type(node) in (cst.Name, cst.Attribute) else None
     if chain is None:
         return None
     parts = chain.split(".")
@@ -562,17 +562,17 @@ def _self_root(node: cst.CSTNode, self_name: str) -> Optional[str]:
 
 
 def _is_store(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:
-    if isinstance(parent, cst.AssignTarget):
+    if type(parent) is cst.AssignTarget:
         return True
-    if isinstance(parent, cst.AnnAssign) and parent.target is node:
+    if type(parent) is cst.AnnAssign and parent.target is node:
         return True
-    return isinstance(parent, cst.Del)
+    return type(parent) is cst.Del
 
 
 def _sets_requires_grad_false(target: cst.CSTNode, value: cst.CSTNode) -> bool:
     """`self.pos_embed.requires_grad = False`."""
     return (
-        isinstance(target, cst.Attribute)
+        type(target) is cst.Attribute
         and target.attr.value == "requires_grad"
         and is_false(value)
     )
@@ -586,7 +586,7 @@ def _freezes(call: cst.Call) -> bool:
 
 
 def _literal(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
@@ -594,11 +594,11 @@ def _literal(node: cst.CSTNode) -> Optional[str]:
 
 def _prefix(node: cst.CSTNode) -> str:
     """The literal start of a computed attribute name (`f"layer{i}"` -> "layer"), else ""."""
-    if isinstance(node, cst.FormattedString) and node.parts:
+    if type(node) is cst.FormattedString and node.parts:
         first = node.parts[0]
-        if isinstance(first, cst.FormattedStringText):
+        if type(first) is cst.FormattedStringText:
             return first.value
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+    if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
         literal = _literal(node.left)
         if literal is not None:
             return literal

@@ -109,7 +109,7 @@ class Names(Analysis):
         return any(q == s or q.endswith("." + s) for q in self.qualified(node) for s in suffixes)
 
     def call_is(self, call: cst.CSTNode, *qualnames: str) -> bool:
-        return isinstance(call, cst.Call) and self.is_(call.func, *qualnames)
+        return type(call) is cst.Call and self.is_(call.func, *qualnames)
 
     def imports(self, prefix: str) -> bool:
         """Does the file import `prefix` or something under it (anywhere)?"""
@@ -140,9 +140,9 @@ class Names(Analysis):
         if node in seen:
             return set()
         seen.add(node)
-        if isinstance(node, cst.Name):
+        if type(node) is cst.Name:
             return self._resolve_name(node, seen)
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             return {
                 canonical(f"{base}.{node.attr.value}") for base in self._resolve(node.value, seen)
             }
@@ -161,7 +161,7 @@ class Names(Analysis):
             elif (
                 binding.kind in ("assign", "annassign")
                 and binding.value is not None
-                and isinstance(binding.value, (cst.Name, cst.Attribute))
+                and type(binding.value) in (cst.Name, cst.Attribute)
             ):
                 # `DP = nn.DataParallel`: an alias, not a new object.
                 resolved = self._resolve(binding.value, seen)

@@ -92,14 +92,14 @@ class Parallel(Analysis):
         """ "DataParallel" / "DistributedDataParallel" when `expr` is a wrap call (peeling
         `.cuda()`, `.to(...)`); else None."""
         for _ in range(6):
-            if not isinstance(expr, cst.Call):
+            if type(expr) is not cst.Call:
                 return None
             if self.names.is_(expr.func, DATA_PARALLEL):
                 return "DataParallel"
             if self.names.is_(expr.func, *DDP_NAMES):
                 return "DistributedDataParallel"
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_RETURNING:
+            if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
                 expr = func.value
                 continue
             return None
@@ -130,11 +130,11 @@ class Parallel(Analysis):
         for value in values:
             kind = None
             peeled = self.peel(value) if value is not None else None
-            if isinstance(peeled, cst.Call):
+            if type(peeled) is cst.Call:
                 kind = self.wrap_kind(peeled)
                 if kind is not None:
                     state.sites.append(self._wrap_call_of(peeled))
-            elif isinstance(peeled, (cst.Name, cst.Attribute)):
+            elif type(peeled) in (cst.Name, cst.Attribute):
                 inner = self._wrapper_state_inner(peeled)
                 if inner.every:
                     kind = next(iter(inner.kinds))
@@ -153,8 +153,8 @@ class Parallel(Analysis):
         """`m.cuda().float()` -> `m`: strip calls that return the module they are called on."""
         for _ in range(6):
             if (
-                isinstance(expr, cst.Call)
-                and isinstance(expr.func, cst.Attribute)
+                type(expr) is cst.Call
+                and type(expr.func) is cst.Attribute
                 and expr.func.attr.value in MODULE_RETURNING
             ):
                 expr = expr.func.value
@@ -176,7 +176,7 @@ class Parallel(Analysis):
         """Where the names in `node` are looked up: for the value of `x = f(x)`, the assignment
         statement itself (its target comes first in document order but binds after)."""
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            if type(ancestor) in (cst.Assign, cst.AnnAssign, cst.AugAssign):
                 if getattr(ancestor, "value", None) is not None:
                     return ancestor
             if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
@@ -193,7 +193,7 @@ class Parallel(Analysis):
         child = b
         for ancestor in self.ctx.ancestors(b):
             if ancestor in a_path:
-                if isinstance(ancestor, (cst.If, cst.IfExp)):
+                if type(ancestor) in (cst.If, cst.IfExp):
                     side_a = a_path[ancestor]
                     side_b = child
                     branches = (ancestor.body, ancestor.orelse)
@@ -203,7 +203,7 @@ class Parallel(Analysis):
         return False
 
     def _wrap_call_of(self, expr: cst.CSTNode) -> cst.Call:
-        while isinstance(expr, cst.Call):
+        while type(expr) is cst.Call:
             if self.names.is_(expr.func, DATA_PARALLEL, *DDP_NAMES):
                 return expr
             expr = expr.func.value  # type: ignore[attr-defined]
@@ -213,7 +213,7 @@ class Parallel(Analysis):
         self, expr: cst.CSTNode, at: cst.CSTNode
     ) -> Optional[List[Optional[cst.CSTNode]]]:
         """The values a name / `self.attr` may hold at `at` (None entries: unknown values)."""
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             bindings = self.scopes.lookup(expr.value, at)
             out: List[Optional[cst.CSTNode]] = []
             for binding in bindings:
@@ -223,8 +223,8 @@ class Parallel(Analysis):
                     out.append(None)
             return out
         if (
-            isinstance(expr, cst.Attribute)
-            and isinstance(expr.value, cst.Name)
+            type(expr) is cst.Attribute
+            and type(expr.value) is cst.Name
             and expr.value.value == "self"
         ):
             cls = self._enclosing_class(at)
@@ -233,18 +233,18 @@ class Parallel(Analysis):
             attr = expr.attr.value
             values: List[Optional[cst.CSTNode]] = []
             for node in self.ctx.tree.descendants(cls.body):
-                if isinstance(node, cst.Assign):
+                if type(node) is cst.Assign:
                     for target in node.targets:
                         if _is_self_attr(target.target, attr):
                             values.append(node.value)
-                elif isinstance(node, cst.AnnAssign) and _is_self_attr(node.target, attr):
+                elif type(node) is cst.AnnAssign and _is_self_attr(node.target, attr):
                     values.append(node.value)
             return values
         return None
 
     def _enclosing_class(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 return ancestor
         return None
 
@@ -252,11 +252,11 @@ class Parallel(Analysis):
 
     def polarity(self, test: cst.BaseExpression) -> int:
         """+1: true in distributed runs; -1: true in non-distributed runs; 0: unknown."""
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             return -self.polarity(test.expression)
-        if isinstance(test, cst.BooleanOperation):
+        if type(test) is cst.BooleanOperation:
             left, right = self.polarity(test.left), self.polarity(test.right)
-            if isinstance(test.operator, cst.And):
+            if type(test.operator) is cst.And:
                 # Both must hold: one distributed-only side makes the whole test distributed-only.
                 if 1 in (left, right) and -1 not in (left, right):
                     return 1
@@ -266,33 +266,33 @@ class Parallel(Analysis):
             if left == right:
                 return left
             return 0
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:
             if not self._mentions_distributed(test.left):
                 return 0
             target = test.comparisons[0]
             op = target.operator
             right = self.ctx.code(target.comparator).strip()
             lowered = right.lower()
-            equal = isinstance(op, (cst.Equal, cst.Is, cst.In))
-            unequal = isinstance(op, (cst.NotEqual, cst.IsNot, cst.NotIn))
+            equal = type(op) in (cst.Equal, cst.Is, cst.In)
+            unequal = type(op) in (cst.NotEqual, cst.IsNot, cst.NotIn)
             if right in _NEGATIVE_LITERALS or lowered in ("'none'", '"none"'):
                 if equal:
                     return -1
                 if unequal:
                     return 1
-                if isinstance(op, cst.GreaterThan):
+                if type(op) is cst.GreaterThan:
                     return 1  # local_rank > -1 / world_size > 0 ... running distributed
                 return 0
             if right == "1":
-                if isinstance(op, (cst.Equal, cst.LessThanEqual)):
+                if type(op) in (cst.Equal, cst.LessThanEqual):
                     return -1
-                if isinstance(op, (cst.GreaterThan, cst.NotEqual)):
+                if type(op) in (cst.GreaterThan, cst.NotEqual):
                     return 1
                 return 0
             if right == "2":
-                if isinstance(op, cst.LessThan):
+                if type(op) is cst.LessThan:
                     return -1
-                if isinstance(op, cst.GreaterThanEqual):
+                if type(op) is cst.GreaterThanEqual:
                     return 1
                 return 0
             if right == "True":
@@ -309,7 +309,7 @@ class Parallel(Analysis):
         if test is None:
             return 0
         found = self.polarity(test)
-        if found == 0 and isinstance(node, cst.If) and self._body_is_distributed(node.body):
+        if found == 0 and type(node) is cst.If and self._body_is_distributed(node.body):
             return 1
         return found
 
@@ -334,9 +334,9 @@ class Parallel(Analysis):
         first, with True when `node` is in the branch taken when the test holds."""
         child = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                 return
-            if isinstance(ancestor, (cst.If, cst.IfExp)):
+            if type(ancestor) in (cst.If, cst.IfExp):
                 if child is ancestor.body:
                     yield ancestor, True
                 elif child is ancestor.orelse:
@@ -348,19 +348,19 @@ class Parallel(Analysis):
         `dist.is_initialized()`, a `ddp` flag)? Module paths (`torch.distributed.get_rank`)
         do not count: only the last name of a dotted chain does."""
         for node in _self_and_descendants(self.ctx, expr):
-            if not isinstance(node, (cst.Name, cst.Attribute)):
+            if type(node) not in (cst.Name, cst.Attribute):
                 continue
             parent = self.ctx.parent(node)
-            if isinstance(parent, cst.Attribute):
+            if type(parent) is cst.Attribute:
                 continue  # part of a longer chain: only the chain's last name counts
-            word = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+            word = (node.value if type(node) is cst.Name else node.attr.value).lower()
             if _is_distributed_word(word):
                 return True
         return False
 
     def _body_is_distributed(self, body: cst.CSTNode) -> bool:
         for node in self.ctx.tree.descendants(body):
-            if isinstance(node, cst.Call) and self.names.is_(
+            if type(node) is cst.Call and self.names.is_(
                 node.func, *DDP_NAMES, INIT_PROCESS_GROUP, DISTRIBUTED_SAMPLER
             ):
                 return True
@@ -374,18 +374,18 @@ class Parallel(Analysis):
         if _depth > 3:
             return None
         for node in _self_and_descendants(self.ctx, test):
-            if isinstance(node, cst.Call) and self.names.is_(node.func, *DEVICE_COUNT):
+            if type(node) is cst.Call and self.names.is_(node.func, *DEVICE_COUNT):
                 return node
-            if isinstance(node, cst.Name):
+            if type(node) is cst.Name:
                 parent = self.ctx.parent(node)
-                if isinstance(parent, cst.Attribute) and node is parent.attr:
+                if type(parent) is cst.Attribute and node is parent.attr:
                     continue
                 for binding in self.scopes.lookup(node.value, node):
                     if binding.kind in ("assign", "annassign", "augassign") and binding.value:
                         found = self.gpu_count_in(binding.value, _depth + 1)
                         if found is not None:
                             return found
-            elif isinstance(node, cst.Attribute):
+            elif type(node) is cst.Attribute:
                 text = dotted_name(node)
                 if text is None or "." not in text:
                     continue
@@ -398,19 +398,19 @@ class Parallel(Analysis):
 
     def opt_in_flag(self, test: cst.CSTNode) -> Optional[cst.CSTNode]:
         """A flag the user sets to ask for DataParallel (`args.data_parallel`, `multi_gpu`)."""
-        if isinstance(test, cst.UnaryOperation):
+        if type(test) is cst.UnaryOperation:
             return None
-        if isinstance(test, cst.BooleanOperation):
+        if type(test) is cst.BooleanOperation:
             return self.opt_in_flag(test.left) or self.opt_in_flag(test.right)
         leaf = None
-        if isinstance(test, cst.Name):
+        if type(test) is cst.Name:
             leaf = test.value
-        elif isinstance(test, cst.Attribute):
+        elif type(test) is cst.Attribute:
             leaf = test.attr.value
-        elif isinstance(test, cst.Call) and isinstance(test.func, (cst.Name, cst.Attribute)):
+        elif type(test) is cst.Call and type(test.func) in (cst.Name, cst.Attribute):
             # `getattr(args, "data_parallel", False)`, `cfg.get("data_parallel")`
             for arg in test.args:
-                if isinstance(arg.value, cst.SimpleString):
+                if type(arg.value) is cst.SimpleString:
                     value = string_value(arg.value)
                     if isinstance(value, str) and _OPT_IN.match(value):
                         return test
@@ -437,20 +437,20 @@ class Parallel(Analysis):
 
     def _is_env_read(self, string: cst.SimpleString) -> bool:
         parent = self.ctx.parent(string)
-        if isinstance(parent, cst.Index):
+        if type(parent) is cst.Index:
             element = self.ctx.parent(parent)
             subscript = self.ctx.parent(element) if element is not None else None
-            if isinstance(subscript, cst.Subscript):
+            if type(subscript) is cst.Subscript:
                 if "environ" in self.ctx.code(subscript.value):
                     return not _is_store_target(self.ctx, subscript)
             return False
-        if isinstance(parent, cst.Arg):
+        if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
-            if isinstance(call, cst.Call):
+            if type(call) is cst.Call:
                 func = dotted_name(call.func) or ""
                 return func.endswith(("environ.get", "getenv", "environ.setdefault"))
             return False
-        if isinstance(parent, cst.Comparison):
+        if type(parent) is cst.Comparison:
             return any("environ" in self.ctx.code(c.comparator) for c in parent.comparisons)
         return False
 
@@ -462,24 +462,23 @@ class Parallel(Analysis):
             found = False
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value in (
+                if type(func) is cst.Attribute and func.attr.value in (
                     "set_device",
                     "set_device_index",
                 ):
                     found = True
                     break
-                if self.names.is_(func, "torch.cuda.device") and isinstance(
-                    self.ctx.parent(self.ctx.parent(call)), cst.With
-                ):
-                    found = True
-                    break
+                if self.names.is_(func, "torch.cuda.device"):
+                    if type(self.ctx.parent(self.ctx.parent(call))) is cst.With:
+                        found = True
+                        break
             if not found:
                 for string in self.ctx.nodes(cst.SimpleString):
                     if string_value(string) == "CUDA_VISIBLE_DEVICES":
                         parent = self.ctx.parent(string)
                         element = self.ctx.parent(parent) if parent is not None else None
                         subscript = self.ctx.parent(element) if element is not None else None
-                        if isinstance(subscript, cst.Subscript) and _is_store_target(
+                        if type(subscript) is cst.Subscript and _is_store_target(
                             self.ctx, subscript
                         ):
                             found = True
@@ -496,9 +495,9 @@ class Parallel(Analysis):
                 if not self.names.is_(call.func, *SPAWN) or not call.args:
                     continue
                 fn = call.args[0].value
-                if isinstance(fn, cst.Name):
+                if type(fn) is cst.Name:
                     for binding in self.scopes.lookup(fn.value, fn):
-                        if isinstance(binding.node, cst.FunctionDef):
+                        if type(binding.node) is cst.FunctionDef:
                             found.add(binding.node)
             self._spawned = found
         return self._spawned
@@ -538,7 +537,7 @@ class Parallel(Analysis):
         if candidates:
             return sorted(candidates)[0][1]
         for attribute in self.ctx.nodes(cst.Attribute):
-            if attribute.attr.value == "local_rank" and isinstance(attribute.value, cst.Name):
+            if attribute.attr.value == "local_rank" and type(attribute.value) is cst.Name:
                 root = attribute.value.value
                 if root == "self":
                     continue
@@ -563,7 +562,7 @@ class Parallel(Analysis):
         if value is None:
             return False
         for node in _self_and_descendants(self.ctx, value):
-            if isinstance(node, cst.SimpleString) and string_value(node) == "LOCAL_RANK":
+            if type(node) is cst.SimpleString and string_value(node) == "LOCAL_RANK":
                 return True
         return False
 
@@ -589,8 +588,8 @@ def _is_distributed_word(word: str) -> bool:
 
 def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
     return (
-        isinstance(node, cst.Attribute)
-        and isinstance(node.value, cst.Name)
+        type(node) is cst.Attribute
+        and type(node.value) is cst.Name
         and node.value.value == "self"
         and node.attr.value == attr
     )
@@ -598,8 +597,8 @@ def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
 
 def _is_store_target(ctx, node: cst.CSTNode) -> bool:
     parent = ctx.parent(node)
-    return isinstance(parent, cst.AssignTarget) or (
-        isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node
+    return type(parent) is cst.AssignTarget or (
+        type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
     )
 
 

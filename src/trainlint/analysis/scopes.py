@@ -135,7 +135,7 @@ class Scopes(Analysis):
                 break
         reaching.reverse()
         # Inside a loop, a binding later in the same loop reaches the next iteration's use.
-        loops = [a for a in self._ancestors_until(at, scope) if isinstance(a, (cst.For, cst.While))]
+        loops = [a for a in self._ancestors_until(at, scope) if type(a) in (cst.For, cst.While)]
         if loops:
             for binding in bindings:
                 if index.get(binding.node, -1) > use and any(
@@ -219,13 +219,13 @@ class Scopes(Analysis):
                 handler(self, node)
 
     def _bind_target(self, target: cst.BaseExpression, kind: str, stmt, value=None) -> None:
-        if isinstance(target, cst.Name):
+        if type(target) is cst.Name:
             self.scope_of(target).add(Binding(target.value, kind, target, stmt, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
+        elif type(target) in (cst.Tuple, cst.List):
             for element in target.elements:
                 inner = element.value
                 self._bind_target(inner, "unpack" if kind == "assign" else kind, stmt)
-        elif isinstance(target, cst.StarredElement):
+        elif type(target) is cst.StarredElement:
             self._bind_target(target.value, kind, stmt)
 
     def _on_assign(self, node: cst.Assign) -> None:
@@ -263,9 +263,9 @@ class Scopes(Analysis):
 
     def _on_def(self, node) -> None:
         scope = self.scope_of(node)
-        kind = "class" if isinstance(node, cst.ClassDef) else "def"
+        kind = "class" if type(node) is cst.ClassDef else "def"
         scope.add(Binding(node.name.value, kind, node, node))
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)) or kind == "def":
+        if type(node) in (cst.FunctionDef, cst.Lambda) or kind == "def":
             own = self.by_node[node]
             for param in _params_of(node):
                 own.add(Binding(param.name.value, "param", param, node))
@@ -291,7 +291,7 @@ class Scopes(Analysis):
         module = _dotted(node.module) if node.module is not None else ""
         dots = "." * len(node.relative)
         base = f"{dots}{module}"
-        if isinstance(node.names, cst.ImportStar):
+        if type(node.names) is cst.ImportStar:
             scope.star_imports.append(base)
             return
         for alias in node.names:
@@ -314,7 +314,7 @@ class Scopes(Analysis):
 def _params_of(node) -> List[cst.Param]:
     params = node.params
     out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
-    if isinstance(params.star_arg, cst.Param):
+    if type(params.star_arg) is cst.Param:
         out.append(params.star_arg)
     if params.star_kwarg is not None:
         out.append(params.star_kwarg)
@@ -322,9 +322,9 @@ def _params_of(node) -> List[cst.Param]:
 
 
 def _dotted(node) -> str:
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         return f"{_dotted(node.value)}.{node.attr.value}"
     return ""
 

@@ -129,7 +129,7 @@ class StateWrites(Analysis):
     def in_function(self, func: Function, roots: Dict[str, str]) -> List[StateWrite]:
         """Writes in `func`'s own body through the names in `roots` (name -> the attribute path
         it denotes: "" for the module itself, "core_out" for `self.core_out`)."""
-        if isinstance(func, cst.FunctionDef) and _grad_off_decorated(self.names, func):
+        if type(func) is cst.FunctionDef and _grad_off_decorated(self.names, func):
             return []
         return list(self._writes(func, roots))
 
@@ -152,24 +152,24 @@ class StateWrites(Analysis):
                 yield write
 
     def _write_at(self, node: cst.CSTNode, func: Function, roots) -> Iterator[StateWrite]:
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             for target in node.targets:
                 for leaf in _unpack(target.target):
                     yield from self._target(leaf, func, roots)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif type(node) is cst.AnnAssign and node.value is not None:
             yield from self._target(node.target, func, roots)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             for write in self._target(node.target, func, roots):
                 # `self.n += 1` on a tensor is an in-place add (an item write, quiet for the
                 # module's own tensors); on a Python number it rebinds the attribute.
                 if write.kind == "assign" and write.attr in self._tensors_of(func):
                     write.kind = "item"
                 yield write
-        elif isinstance(node, cst.Del):
+        elif type(node) is cst.Del:
             for leaf in _unpack(node.target):
-                if isinstance(leaf, cst.Subscript):
+                if type(leaf) is cst.Subscript:
                     yield from self._target(leaf, func, roots)
-        elif isinstance(node, cst.Call):
+        elif type(node) is cst.Call:
             yield from self._call(node, func, roots)
 
     def _tensors_of(self, func: Function) -> Set[str]:
@@ -181,19 +181,19 @@ class StateWrites(Analysis):
         return self.attrs_of(cls)[1] if cls is not None else set()
 
     def _target(self, target, func: Function, roots) -> Iterator[StateWrite]:
-        if isinstance(target, cst.Attribute):
+        if type(target) is cst.Attribute:
             owner = self.path_of(target.value, roots)
             if owner is not None:
                 attr = f"{owner}.{target.attr.value}" if owner else target.attr.value
                 yield StateWrite(target, attr, "assign" if not owner else "item", func)
-        elif isinstance(target, cst.Subscript):
+        elif type(target) is cst.Subscript:
             owner = self.path_of(target.value, roots)
             if owner:
                 yield StateWrite(target, owner, "item", func)
 
     def _call(self, call: cst.Call, func: Function, roots) -> Iterator[StateWrite]:
         callee = call.func
-        if isinstance(callee, cst.Attribute):
+        if type(callee) is cst.Attribute:
             method = callee.attr.value
             if method not in MUTATING_METHODS and method not in CONTAINER_ONLY_METHODS:
                 return
@@ -205,10 +205,10 @@ class StateWrites(Analysis):
             ):
                 return
             yield StateWrite(call, owner, "item", func)
-        elif isinstance(callee, cst.Name) and callee.value == "setattr":
+        elif type(callee) is cst.Name and callee.value == "setattr":
             obj, name = positional(call, 0), positional(call, 1)
             owner = self.path_of(obj, roots) if obj is not None else None
-            if owner is not None and isinstance(name, cst.SimpleString):
+            if owner is not None and type(name) is cst.SimpleString:
                 attr = str(name.evaluated_value)
                 yield StateWrite(
                     call, f"{owner}.{attr}" if owner else attr, "item" if owner else "assign", func
@@ -219,16 +219,16 @@ class StateWrites(Analysis):
         "core_out", "blocks[]" for an item of `self.blocks`), or None when it is not state."""
         if expr is None or depth > 4:
             return None
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             if expr.value in roots and self._is_parameter(expr):
                 return roots[expr.value]
             return self._alias(expr, roots, depth)
-        if isinstance(expr, cst.Attribute):
+        if type(expr) is cst.Attribute:
             owner = self.path_of(expr.value, roots, depth + 1)
             if owner is None:
                 return None
             return f"{owner}.{expr.attr.value}" if owner else expr.attr.value
-        if isinstance(expr, cst.Subscript):
+        if type(expr) is cst.Subscript:
             owner = self.path_of(expr.value, roots, depth + 1)
             return f"{owner}[]" if owner else None
         return None
@@ -246,7 +246,7 @@ class StateWrites(Analysis):
         for binding in bindings:
             if binding.kind not in ("assign", "annassign") or binding.value is None:
                 return None
-            if not isinstance(binding.value, (cst.Name, cst.Attribute, cst.Subscript)):
+            if type(binding.value) not in (cst.Name, cst.Attribute, cst.Subscript):
                 return None
             path = self.path_of(binding.value, roots, depth + 1)
             if not path:
@@ -262,13 +262,13 @@ class StateWrites(Analysis):
         for ancestor in self.ctx.ancestors(node):
             if ancestor is func:
                 return False
-            if isinstance(ancestor, cst.With):
+            if type(ancestor) is cst.With:
                 for item in ancestor.items:
-                    if isinstance(item.item, cst.Call) and self.names.is_(
+                    if type(item.item) is cst.Call and self.names.is_(
                         item.item.func, *_GRAD_OFF
                     ):
                         return True
-            if isinstance(ancestor, cst.If):
+            if type(ancestor) is cst.If:
                 if child is ancestor.body and _only_in_eval(ancestor.test):
                     return True
                 if child is ancestor.orelse and _in_all_training(ancestor.test):
@@ -280,21 +280,21 @@ class StateWrites(Analysis):
         """`cache[str(x.device)] = t`, `cache[key] = t` with `key = (size, device, dtype)`: a
         cache with one entry per device, which replicas on different GPUs never share."""
         key: Optional[cst.CSTNode] = None
-        if isinstance(statement, cst.Assign):
+        if type(statement) is cst.Assign:
             target = statement.targets[0].target
-            if isinstance(target, cst.Subscript) and target.slice:
+            if type(target) is cst.Subscript and target.slice:
                 index = target.slice[0].slice
-                key = index.value if isinstance(index, cst.Index) else None
-        elif isinstance(statement, cst.Call) and statement.args:
+                key = index.value if type(index) is cst.Index else None
+        elif type(statement) is cst.Call and statement.args:
             key = statement.args[0].value  # setdefault(key, value), __setitem__(key, value)
         if key is None:
             return False
         values = [key]
-        if isinstance(key, cst.Name):
+        if type(key) is cst.Name:
             values += [b.value for b in self.scopes.lookup(key.value, key) if b.value is not None]
         return any(
-            isinstance(node, cst.Name) and "device" in node.value
-            or isinstance(node, cst.Attribute) and "device" in node.attr.value
+            type(node) is cst.Name and "device" in node.value
+            or type(node) is cst.Attribute and "device" in node.attr.value
             for value in values
             for node in [value, *self.ctx.tree.descendants(value)]
         )
@@ -304,13 +304,13 @@ class StateWrites(Analysis):
         (`if self.x is None:`, `if n > self.x.shape[0]:`): a cache each replica fills for itself.
         Under DataParallel it is recomputed on every forward, which is slower, not wrong."""
         value = getattr(statement, "value", None)
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        while type(value) is cst.Call and type(value.func) is cst.Attribute:
             if value.func.attr.value not in _MOVES:
                 break
             value = value.func.value
-        if isinstance(value, cst.Attribute) and value.attr.value == write.attr:
+        if type(value) is cst.Attribute and value.attr.value == write.attr:
             return True
-        if isinstance(statement, cst.AugAssign) or self._mentions_attr(value, write.attr):
+        if type(statement) is cst.AugAssign or self._mentions_attr(value, write.attr):
             return False  # `self.n += 1`, `self.n = self.n + 1`: the previous call's value
         # Any write of an attribute the function tests (`if self.mask is None or ...:` with
         # `else: self.mask = None`) maintains that cache.
@@ -335,11 +335,11 @@ class StateWrites(Analysis):
         """Does the write compute from the attribute's previous value (`self.n += 1`,
         `self.pos = (self.pos + 1) % k`): state carried from one forward to the next?"""
         statement = self.ctx.parent(write.node)
-        if isinstance(statement, cst.AssignTarget):
+        if type(statement) is cst.AssignTarget:
             statement = self.ctx.parent(statement)
-        if isinstance(statement, cst.AugAssign):
+        if type(statement) is cst.AugAssign:
             return True
-        return isinstance(statement, cst.Assign) and self._mentions_attr(
+        return type(statement) is cst.Assign and self._mentions_attr(
             statement.value, write.attr
         )
 
@@ -348,7 +348,7 @@ class StateWrites(Analysis):
         on `self`, which each replica uses for itself. (Read nowhere else in the class: it is
         there for outside code, which never sees a replica's value.)"""
         cls = self._class_of(write.function)
-        if cls is None or isinstance(self.ctx.parent(write.node), cst.AugAssign):
+        if cls is None or type(self.ctx.parent(write.node)) is cst.AugAssign:
             return False  # `self.n += 1` reads the previous call's value
         index = self.ctx.tree.index
         written = min(
@@ -389,13 +389,13 @@ class StateWrites(Analysis):
 
     def _store_target(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
-        return isinstance(parent, cst.AssignTarget) or (
-            isinstance(parent, cst.AnnAssign) and parent.target is node
+        return type(parent) is cst.AssignTarget or (
+            type(parent) is cst.AnnAssign and parent.target is node
         )
 
     def _owner_function(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            if type(ancestor) in (cst.FunctionDef, cst.Lambda):
                 return ancestor
         return None
 
@@ -404,9 +404,9 @@ class StateWrites(Analysis):
             return False
         for node in [expr, *self.ctx.tree.descendants(expr)]:
             if (
-                isinstance(node, cst.Attribute)
+                type(node) is cst.Attribute
                 and node.attr.value == attr
-                and isinstance(node.value, cst.Name)
+                and type(node.value) is cst.Name
             ):
                 return True
         return False
@@ -415,7 +415,7 @@ class StateWrites(Analysis):
 
     def _class_of(self, func: Function) -> Optional[cst.ClassDef]:
         for ancestor in self.ctx.ancestors(func):
-            if isinstance(ancestor, cst.ClassDef):
+            if type(ancestor) is cst.ClassDef:
                 return ancestor
         return None
 
@@ -429,21 +429,21 @@ class StateWrites(Analysis):
         tensors: Set[str] = set(_NORM_BUFFERS)
         containers: Set[str] = set()
         for node in self.ctx.tree.descendants(cls.body):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if type(node) is cst.Call and type(node.func) is cst.Attribute:
                 if node.func.attr.value in ("register_buffer", "register_parameter"):
                     name = argument(node, 0, "name")
-                    if isinstance(name, cst.SimpleString):
+                    if type(name) is cst.SimpleString:
                         tensors.add(str(name.evaluated_value))
-            elif isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            elif type(node) in (cst.Assign, cst.AnnAssign) and node.value is not None:
                 targets = (
                     [t.target for t in node.targets]
-                    if isinstance(node, cst.Assign)
+                    if type(node) is cst.Assign
                     else [node.target]
                 )
                 for target in targets:
                     if not (
-                        isinstance(target, cst.Attribute)
-                        and isinstance(target.value, cst.Name)
+                        type(target) is cst.Attribute
+                        and type(target.value) is cst.Name
                         and target.value.value == "self"
                     ):
                         continue
@@ -455,17 +455,17 @@ class StateWrites(Analysis):
         return found
 
     def _is_container_value(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, (cst.Dict, cst.List, cst.Set, cst.DictComp, cst.ListComp)):
+        if type(value) in (cst.Dict, cst.List, cst.Set, cst.DictComp, cst.ListComp):
             return True
-        if isinstance(value, cst.Call):
+        if type(value) is cst.Call:
             func = value.func
-            if isinstance(func, cst.Name) and func.value in _CONTAINER_MAKERS:
+            if type(func) is cst.Name and func.value in _CONTAINER_MAKERS:
                 return True
             return self.names.is_(func, *_CONTAINER_MAKERS)
         return False
 
     def _is_tensor_value(self, value: cst.BaseExpression) -> bool:
-        if not isinstance(value, cst.Call):
+        if type(value) is not cst.Call:
             return False
         if self.names.is_(value.func, *_TENSOR_MAKERS):
             return True
@@ -485,8 +485,8 @@ class StateWrites(Analysis):
                 continue
             for node in self.ctx.tree.descendants(method.body):
                 if not (
-                    isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
+                    type(node) is cst.Call
+                    and type(node.func) is cst.Attribute
                     and node.func.attr.value in FORWARD_HOOK_REGISTRARS
                 ):
                     continue
@@ -502,20 +502,20 @@ class StateWrites(Analysis):
     def _hook_writes(self, hook, roots, cls, depth) -> Tuple[List[StateWrite], bool]:
         if depth > 3:
             return [], True
-        if isinstance(hook, cst.Lambda):
+        if type(hook) is cst.Lambda:
             return self.in_function(hook, roots), True
-        if isinstance(hook, cst.Attribute):
+        if type(hook) is cst.Attribute:
             if self.path_of(hook.value, roots) == "":
                 method = _method_named(cls, hook.attr.value)
                 if method is not None:
                     return self.in_method(method), True
             return [], True
-        if isinstance(hook, cst.Name):
+        if type(hook) is cst.Name:
             func = self._function_bound_to(hook)
             if func is not None and self._inside(func, cls):
                 return self.in_function(func, roots), True
             return [], True
-        if isinstance(hook, cst.Call):
+        if type(hook) is cst.Call:
             if self.names.is_(hook.func, "functools.partial"):
                 inner = positional(hook, 0)
                 return self._hook_writes(inner, roots, cls, depth + 1) if inner else ([], True)
@@ -528,13 +528,13 @@ class StateWrites(Analysis):
         factory: Optional[cst.FunctionDef] = None
         inner_roots: Dict[str, str] = {}
         callee = call.func
-        if isinstance(callee, cst.Attribute) and self.path_of(callee.value, roots) == "":
+        if type(callee) is cst.Attribute and self.path_of(callee.value, roots) == "":
             factory = _method_named(cls, callee.attr.value)
             if factory is not None:
                 receiver = _receiver(factory)
                 if receiver is not None:
                     inner_roots[receiver] = ""
-        elif isinstance(callee, cst.Name):
+        elif type(callee) is cst.Name:
             factory = self._function_bound_to(callee)
         if factory is None:
             return [], True
@@ -555,7 +555,7 @@ class StateWrites(Analysis):
 
     def _function_bound_to(self, name: cst.Name) -> Optional[cst.FunctionDef]:
         bindings = self.scopes.lookup(name.value, name)
-        if len(bindings) == 1 and isinstance(bindings[0].node, cst.FunctionDef):
+        if len(bindings) == 1 and type(bindings[0].node) is cst.FunctionDef:
             return bindings[0].node
         return None
 
@@ -571,9 +571,9 @@ _PLAIN_CALLS = ("str", "repr", "int", "float", "bool", "len", "format")
 
 def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The value stored by a write statement or mutating call (the last positional argument)."""
-    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+    if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
         return node.value
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         values = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return values[-1] if values else None
     return None
@@ -581,26 +581,26 @@ def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
 
 def _plain(value: Optional[cst.BaseExpression]) -> bool:
     """A string, number or bool: no tensor, no graph."""
-    if isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+    if type(value) in (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString):
         return True
-    if isinstance(value, (cst.Integer, cst.Float)):
+    if type(value) in (cst.Integer, cst.Float):
         return True
-    if isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+    if type(value) is cst.Name and value.value in ("True", "False", "None"):
         return True
-    if isinstance(value, cst.UnaryOperation):
+    if type(value) is cst.UnaryOperation:
         return _plain(value.expression)
     return (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Name)
+        type(value) is cst.Call
+        and type(value.func) is cst.Name
         and value.func.value in _PLAIN_CALLS
     )
 
 
 def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
     return (
-        isinstance(node, cst.Attribute)
+        type(node) is cst.Attribute
         and node.attr.value == attr
-        and isinstance(node.value, cst.Name)
+        and type(node.value) is cst.Name
         and node.value.value == "self"
     )
 
@@ -625,16 +625,16 @@ def _own_nodes(func: Function) -> Iterator[cst.CSTNode]:
         node = stack.pop()
         yield node
         for child in reversed(children(node)):
-            if isinstance(child, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if type(child) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 continue
             stack.append(child)
 
 
 def _unpack(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         for element in target.elements:
             yield from _unpack(element.value)
-    elif isinstance(target, cst.StarredElement):
+    elif type(target) is cst.StarredElement:
         yield from _unpack(target.value)
     else:
         yield target
@@ -643,7 +643,7 @@ def _unpack(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
 def _receiver(method: cst.FunctionDef) -> Optional[str]:
     """The name of a method's instance parameter (`self`); None for static/class methods."""
     for decorator in method.decorators:
-        if isinstance(decorator.decorator, cst.Name) and decorator.decorator.value in (
+        if type(decorator.decorator) is cst.Name and decorator.decorator.value in (
             "staticmethod",
             "classmethod",
         ):
@@ -654,9 +654,9 @@ def _receiver(method: cst.FunctionDef) -> Optional[str]:
 
 def _methods(cls: cst.ClassDef) -> Iterator[cst.FunctionDef]:
     body = cls.body
-    if isinstance(body, cst.IndentedBlock):
+    if type(body) is cst.IndentedBlock:
         for statement in body.body:
-            if isinstance(statement, cst.FunctionDef):
+            if type(statement) is cst.FunctionDef:
                 yield statement
 
 
@@ -669,11 +669,11 @@ def _method_named(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
 
 def _returned_functions(writes: StateWrites, factory: cst.FunctionDef) -> Iterator[Function]:
     for node in _own_nodes(factory):
-        if isinstance(node, cst.Return) and node.value is not None:
+        if type(node) is cst.Return and node.value is not None:
             value = node.value
-            if isinstance(value, cst.Lambda):
+            if type(value) is cst.Lambda:
                 yield value
-            elif isinstance(value, cst.Name):
+            elif type(value) is cst.Name:
                 func = writes._function_bound_to(value)
                 if func is not None:
                     yield func
@@ -682,7 +682,7 @@ def _returned_functions(writes: StateWrites, factory: cst.FunctionDef) -> Iterat
 def _grad_off_decorated(names: Names, func: cst.FunctionDef) -> bool:
     for decorator in func.decorators:
         target = decorator.decorator
-        if isinstance(target, cst.Call):
+        if type(target) is cst.Call:
             target = target.func
         if names.is_(target, *_GRAD_OFF):
             return True
@@ -691,8 +691,8 @@ def _grad_off_decorated(names: Names, func: cst.FunctionDef) -> bool:
 
 def _only_in_eval(test: cst.BaseExpression) -> bool:
     """Can `test` hold only in eval mode? (`not self.training`, `x and not self.training`)"""
-    if isinstance(test, cst.BooleanOperation):
-        if isinstance(test.operator, cst.And):
+    if type(test) is cst.BooleanOperation:
+        if type(test.operator) is cst.And:
             return _only_in_eval(test.left) or _only_in_eval(test.right)
         return _only_in_eval(test.left) and _only_in_eval(test.right)
     return _training_side(test) is False
@@ -701,8 +701,8 @@ def _only_in_eval(test: cst.BaseExpression) -> bool:
 def _in_all_training(test: cst.BaseExpression) -> bool:
     """Does `test` hold whenever the module trains? (`self.training`, `tracing or
     self.training`): its `else` runs only in eval mode."""
-    if isinstance(test, cst.BooleanOperation):
-        if isinstance(test.operator, cst.Or):
+    if type(test) is cst.BooleanOperation:
+        if type(test.operator) is cst.Or:
             return _in_all_training(test.left) or _in_all_training(test.right)
         return _in_all_training(test.left) and _in_all_training(test.right)
     return _training_side(test) is True
@@ -711,20 +711,20 @@ def _in_all_training(test: cst.BaseExpression) -> bool:
 def _training_side(test: cst.BaseExpression) -> Optional[bool]:
     """True when `test` holds in training mode (`self.training`), False when it holds in
     eval mode (`not self.training`), None when it is not about the mode."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
         inner = _training_side(test.expression)
         return None if inner is None else not inner
-    if isinstance(test, cst.Attribute) and test.attr.value == "training":
+    if type(test) is cst.Attribute and test.attr.value == "training":
         return True
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
         side = _training_side(test.left)
         comparator = test.comparisons[0].comparator
-        if side is None or not isinstance(comparator, cst.Name):
+        if side is None or type(comparator) is not cst.Name:
             return None
         operator = test.comparisons[0].operator
         if comparator.value in ("True", "False"):
-            equal = isinstance(operator, (cst.Equal, cst.Is))
-            unequal = isinstance(operator, (cst.NotEqual, cst.IsNot))
+            equal = type(operator) in (cst.Equal, cst.Is)
+            unequal = type(operator) in (cst.NotEqual, cst.IsNot)
             if not (equal or unequal):
                 return None
             holds_when_true = (comparator.value == "True") == equal

@@ -302,15 +302,15 @@ class TrainingSteps(Analysis):
     # -- recognising calls --------------------------------------------------------------------
 
     def is_backward(self, call: cst.CSTNode) -> bool:
-        if not isinstance(call, cst.Call):
+        if type(call) is not cst.Call:
             return False
         func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if type(func) is cst.Attribute and func.attr.value == "backward":
             return True
         return self.names.is_(func, "torch.autograd.backward")
 
     def is_autograd_grad(self, call: cst.CSTNode) -> bool:
-        return isinstance(call, cst.Call) and (
+        return type(call) is cst.Call and (
             self.names.is_(call.func, "torch.autograd.grad")
             or (dotted_name(call.func) or "").endswith("autograd.grad")
         )
@@ -319,9 +319,9 @@ class TrainingSteps(Analysis):
         """What is backpropagated: `x` of `x.backward()`, `scaler.scale(x).backward()`,
         `accelerator.backward(x)`, `torch.autograd.backward(x)`."""
         func = call.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+        if type(func) is cst.Attribute and func.attr.value == "backward":
             receiver = func.value
-            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            if type(receiver) is cst.Call and type(receiver.func) is cst.Attribute:
                 if receiver.func.attr.value == "scale" and receiver.args:  # GradScaler
                     return receiver.args[0].value
             if self._is_engine(receiver) and call.args:
@@ -348,10 +348,10 @@ class TrainingSteps(Analysis):
 
     def _is_optimizer(self, expr: cst.CSTNode, dotted: str) -> bool:
         leaf = dotted.split(".")[-1]
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             for binding in self.scopes.lookup(expr.value, expr):
                 value = binding.value
-                if isinstance(value, cst.Call):
+                if type(value) is cst.Call:
                     if self._optimizer_constructor(value):
                         return True
                     if self._scheduler_constructor(value):
@@ -379,7 +379,7 @@ class TrainingSteps(Analysis):
         """Texts of the modules whose parameters an optimizer (by its dotted text) updates."""
         found: Set[str] = set()
         for assign in self.ctx.nodes(cst.Assign):
-            if not isinstance(assign.value, cst.Call):
+            if type(assign.value) is not cst.Call:
                 continue
             if not any(dotted_name(t.target) == optimizer for t in assign.targets):
                 continue
@@ -389,7 +389,7 @@ class TrainingSteps(Analysis):
             if params is None:
                 continue
             for node in [params, *self.ctx.tree.descendants(params)]:
-                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                if type(node) is cst.Call and type(node.func) is cst.Attribute:
                     if node.func.attr.value in ("parameters", "named_parameters"):
                         owner = dotted_name(node.func.value)
                         if owner:
@@ -404,7 +404,7 @@ class TrainingSteps(Analysis):
             return set()
         out = set()
         for node in self.ctx.tree.descendants(function):
-            if isinstance(node, cst.Assign) and dotted_name(node.value) == name:
+            if type(node) is cst.Assign and dotted_name(node.value) == name:
                 for target in node.targets:
                     text = dotted_name(target.target)
                     if text and text.startswith("self."):
@@ -422,19 +422,19 @@ class TrainingSteps(Analysis):
     ) -> Optional[Event]:
         """What `node` (a Call, Assign, AugAssign, Del) does to training state, if anything."""
         site = site or node
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             return self._call_event(node, mapping, site, via)
-        if isinstance(node, (cst.Assign, cst.AnnAssign)):
+        if type(node) in (cst.Assign, cst.AnnAssign):
             targets = (
-                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             )
             for target in targets:
-                if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+                if type(target) is cst.Attribute and target.attr.value == "grad":
                     return self._grad_reset(node, target.value, mapping, site, via)
             return None
-        if isinstance(node, cst.Del):
+        if type(node) is cst.Del:
             target = node.target
-            if isinstance(target, cst.Attribute) and target.attr.value == "grad":
+            if type(target) is cst.Attribute and target.attr.value == "grad":
                 return self._grad_reset(node, target.value, mapping, site, via)
         return None
 
@@ -450,16 +450,16 @@ class TrainingSteps(Analysis):
         """For `for p in model.parameters(): p.grad = None`: `model`."""
         name = dotted_name(param)
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Module):
                 return None
-            if isinstance(ancestor, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+            if type(ancestor) in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
                 ancestor = ancestor.for_in
-            if isinstance(ancestor, (cst.For, cst.CompFor)):
+            if type(ancestor) in (cst.For, cst.CompFor):
                 target = ancestor.target
                 if dotted_name(target) != name:
                     continue
                 iterable = ancestor.iter
-                if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
+                if type(iterable) is cst.Call and type(iterable.func) is cst.Attribute:
                     if iterable.func.attr.value == "parameters":
                         return iterable.func.value
                 return None
@@ -468,11 +468,11 @@ class TrainingSteps(Analysis):
     def _call_event(self, call, mapping, site, via) -> Optional[Event]:
         func = call.func
         if self.is_backward(call):
-            receiver = func.value if isinstance(func, cst.Attribute) else None
+            receiver = func.value if type(func) is cst.Attribute else None
             if self.names.is_(func, "torch.autograd.backward"):
                 receiver = None
             return Event("backward", call, self._map(receiver, mapping), site, via)
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             attr = func.attr.value
             owner = func.value
             if attr == "step":
@@ -496,17 +496,17 @@ class TrainingSteps(Analysis):
                 return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
             if attr == "train":
                 mode = positional(call, 0) or keyword(call, "mode")
-                if mode is None or (isinstance(mode, cst.Name) and mode.value == "True"):
+                if mode is None or (type(mode) is cst.Name and mode.value == "True"):
                     return Event(
                         "train", call, self._mode_receiver(call, owner, mapping), site, via
                     )
-                if isinstance(mode, cst.Name) and mode.value == "False":
+                if type(mode) is cst.Name and mode.value == "False":
                     return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
                 return None
             if _ZERO_HELPER.search(attr):
                 return Event("zero", call, None, site, via)
             return None
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             if func.value == "_foreach_zero_" or self.names.is_(func, "torch._foreach_zero_"):
                 return Event("zero", call, None, site, via, full=False)
             if _ZERO_HELPER.search(func.value):
@@ -519,7 +519,7 @@ class TrainingSteps(Analysis):
         """`model.eval()` -> "model"; `model = Net().eval()` -> "model";
         `model.to(device).train()` -> "model"."""
         parent = self.ctx.parent(call)
-        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
             return self._map(parent.targets[0].target, mapping)
         return self._map(module_root(owner), mapping)
 
@@ -542,9 +542,9 @@ class TrainingSteps(Analysis):
         """The flow of one iteration of a For/While loop, or of any statement or block."""
         found = self._flows.get(node)
         if found is None:
-            if isinstance(node, cst.For):
+            if type(node) is cst.For:
                 found = self._block(node.body, None, None, (), 2)
-            elif isinstance(node, cst.While):
+            elif type(node) is cst.While:
                 found = Seq(
                     (
                         self._expr(node.test, None, None, (), 2),
@@ -557,7 +557,7 @@ class TrainingSteps(Analysis):
         return found
 
     def _block(self, body, mapping, site, via, follow):
-        if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        if type(body) in (cst.IndentedBlock, cst.SimpleStatementSuite):
             statements = body.body
         elif isinstance(body, (list, tuple)):
             statements = body
@@ -567,16 +567,16 @@ class TrainingSteps(Analysis):
 
     def _statement(self, stmt, mapping, site, via, follow):
         args = (mapping, site, via, follow)
-        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        if type(stmt) in (cst.SimpleStatementLine, cst.SimpleStatementSuite):
             return Seq(tuple(self._small(s, *args) for s in stmt.body))
-        if isinstance(stmt, cst.If):
+        if type(stmt) is cst.If:
             orelse = _EMPTY
-            if isinstance(stmt.orelse, cst.If):
+            if type(stmt.orelse) is cst.If:
                 orelse = self._statement(stmt.orelse, *args)
-            elif isinstance(stmt.orelse, cst.Else):
+            elif type(stmt.orelse) is cst.Else:
                 orelse = self._block(stmt.orelse.body, *args)
             return Seq((self._expr(stmt.test, *args), Alt((self._block(stmt.body, *args), orelse))))
-        if isinstance(stmt, cst.For):
+        if type(stmt) is cst.For:
             if args == _TOP:
                 body = self.flow(stmt)  # a nested loop's own flow: built once, shared
             else:
@@ -585,7 +585,7 @@ class TrainingSteps(Analysis):
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))
             return Seq(tuple(items))
-        if isinstance(stmt, cst.While):
+        if type(stmt) is cst.While:
             if args == _TOP:
                 body = self.flow(stmt)
             else:
@@ -594,10 +594,10 @@ class TrainingSteps(Analysis):
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))
             return Seq(tuple(items))
-        if isinstance(stmt, cst.With):
+        if type(stmt) is cst.With:
             items = [self._expr(item.item, *args) for item in stmt.items]
             return Seq(tuple(items) + (self._block(stmt.body, *args),))
-        if isinstance(stmt, cst.Try) or type(stmt).__name__ == "TryStar":
+        if type(stmt) is cst.Try or type(stmt).__name__ == "TryStar":
             main = [self._block(stmt.body, *args)]
             if stmt.orelse is not None:
                 main.append(self._block(stmt.orelse.body, *args))
@@ -623,20 +623,20 @@ class TrainingSteps(Analysis):
         if own is not None:
             items.append(Ev(own))
         items.append(self._expr(small, mapping, site, via, follow))
-        if isinstance(small, cst.Continue):
+        if type(small) is cst.Continue:
             items.append(Exit("continue"))
-        elif isinstance(small, cst.Break):
+        elif type(small) is cst.Break:
             items.append(Exit("break"))
-        elif isinstance(small, cst.Return):
+        elif type(small) is cst.Return:
             items.append(Exit("return"))
-        elif isinstance(small, cst.Raise):
+        elif type(small) is cst.Raise:
             items.append(Exit("raise"))
         return Seq(tuple(items))
 
     def _expr(self, node, mapping, site, via, follow):
         items = []
         for child in own_nodes(node):
-            if not isinstance(child, cst.Call):
+            if type(child) is not cst.Call:
                 continue
             event = self.event(child, mapping, site or child, via)
             if event is not None:
@@ -657,7 +657,7 @@ class TrainingSteps(Analysis):
         if (
             params
             and params[0].name.value in ("self", "cls")
-            and isinstance(call.func, cst.Attribute)
+            and type(call.func) is cst.Attribute
         ):
             params = params[1:]
         out: Dict[str, str] = {}
@@ -703,12 +703,12 @@ class TrainingSteps(Analysis):
         resolve): trust the spelling."""
         for ancestor in self.ctx.ancestors(node):
             items = []
-            if isinstance(ancestor, cst.With):
+            if type(ancestor) is cst.With:
                 items = [item.item for item in ancestor.items]
-            elif isinstance(ancestor, cst.FunctionDef):
+            elif type(ancestor) is cst.FunctionDef:
                 items = [d.decorator for d in ancestor.decorators]
             for expr in items:
-                func = expr.func if isinstance(expr, cst.Call) else expr
+                func = expr.func if type(expr) is cst.Call else expr
                 text = dotted_name(func) or ""
                 if text.split(".")[-1] in ("no_grad", "inference_mode"):
                     return True
@@ -731,14 +731,14 @@ class TrainingSteps(Analysis):
                 arg = positional(call, 0)
                 parent = self.ctx.parent(call)
                 if (
-                    isinstance(arg, cst.Name)
+                    type(arg) is cst.Name
                     and arg.value == "False"
-                    and isinstance(parent, cst.Expr)
+                    and type(parent) is cst.Expr
                 ):
                     return True
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "enter_context":
+            if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
                 inner = positional(call, 0)
-                if isinstance(inner, cst.Call) and self.names.is_(inner.func, *_NO_GRAD):
+                if type(inner) is cst.Call and self.names.is_(inner.func, *_NO_GRAD):
                     return True
         return False
 
@@ -760,11 +760,11 @@ class TrainingSteps(Analysis):
             if node.value != name or node is function.name:
                 continue
             parent = self.ctx.parent(node)
-            if isinstance(parent, cst.Call) and parent.func is node:
+            if type(parent) is cst.Call and parent.func is node:
                 continue
-            if isinstance(parent, cst.Attribute) and parent.attr is node:
+            if type(parent) is cst.Attribute and parent.attr is node:
                 grand = self.ctx.parent(parent)
-                if isinstance(grand, cst.Call) and grand.func is parent:
+                if type(grand) is cst.Call and grand.func is parent:
                     continue
             return True
         return False
@@ -786,7 +786,7 @@ class TrainingSteps(Analysis):
             return reason
         if reason == "lightning":
             for ancestor in self.ctx.ancestors(node):
-                if isinstance(ancestor, cst.ClassDef) and frameworks.class_framework(ancestor):
+                if type(ancestor) is cst.ClassDef and frameworks.class_framework(ancestor):
                     return reason
         return None
 
@@ -826,14 +826,14 @@ class TrainingSteps(Analysis):
         computed from those without detaching."""
         names: Set[str] = set()
         for event in events_of(self.flow(loop)):
-            if event.kind == "backward" and not event.via and isinstance(event.node, cst.Call):
+            if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
                 tensor = self.backward_tensor(event.node)
                 for leaf in name_leaves(tensor):
                     names.add(leaf)
         assigns = [
             n
             for n in self.ctx.tree.descendants(loop)
-            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign)
         ]
         for _ in range(3):
             grown = False
@@ -845,11 +845,11 @@ class TrainingSteps(Analysis):
                     continue
                 targets = (
                     [t.target for t in assign.targets]
-                    if isinstance(assign, cst.Assign)
+                    if type(assign) is cst.Assign
                     else [assign.target]
                 )
                 for target in targets:
-                    if isinstance(target, (cst.Tuple, cst.List)):
+                    if type(target) in (cst.Tuple, cst.List):
                         # `loss, logs = compute(...)`: only loss-named parts.
                         for element in target.elements:
                             text = dotted_name(element.value)
@@ -871,9 +871,9 @@ class TrainingSteps(Analysis):
         or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
         `loss = outputs.loss` outside the block holds no graph.)"""
         root = leaf
-        while isinstance(root, (cst.Attribute, cst.Subscript)):
+        while type(root) in (cst.Attribute, cst.Subscript):
             root = root.value
-        if not isinstance(root, cst.Name) or _depth <= 0:
+        if type(root) is not cst.Name or _depth <= 0:
             return False
         bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
         if not bindings:
@@ -901,7 +901,7 @@ class TrainingSteps(Analysis):
             if binding.kind == "assign" and value is not None:
                 if self._detaching(value):
                     continue
-                if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+                if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
                     if self.recorded_without_grad(value, _depth - 1):
                         continue
             return False
@@ -922,22 +922,22 @@ class TrainingSteps(Analysis):
             if text is not None and text in names:
                 yield node
                 continue
-            if isinstance(node, cst.Call) and self._is_loss_call(node):
+            if type(node) is cst.Call and self._is_loss_call(node):
                 yield node
                 continue
-            if isinstance(node, cst.Attribute) and re.search(r"(^|_)loss", node.attr.value):
+            if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
                 yield node
                 continue
-            if isinstance(node, cst.Subscript) and _loss_key(node):
+            if type(node) is cst.Subscript and _loss_key(node):
                 yield node
                 continue
-            if isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            if type(node) in (cst.Lambda, cst.FunctionDef):
                 continue
-            if isinstance(node, cst.Call):
+            if type(node) is cst.Call:
                 # Arguments of an unknown call may or may not reach its result: follow only
                 # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
                 func = node.func
-                if isinstance(func, cst.Attribute):
+                if type(func) is cst.Attribute:
                     stack.append(func.value)
                 if self._tensor_function(node):
                     stack.extend(a.value for a in node.args)
@@ -945,13 +945,13 @@ class TrainingSteps(Analysis):
             stack.extend(_expression_children(node))
 
     def _detaching(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.Attribute) and node.attr.value in _DETACHING_ATTRS:
+        if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
             return True
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING_ATTRS:
+            if type(func) is cst.Attribute and func.attr.value in _DETACHING_ATTRS:
                 return True
-            if isinstance(func, cst.Name) and func.value in _DETACHING_CALLS:
+            if type(func) is cst.Name and func.value in _DETACHING_CALLS:
                 return True
             dotted = dotted_name(func) or ""
             if dotted.startswith(("np.", "numpy.", "math.")):
@@ -980,7 +980,7 @@ class TrainingSteps(Analysis):
             found: Set[str] = set()
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value in (
+                if type(func) is cst.Attribute and func.attr.value in (
                     "eval",
                     "train",
                     "parameters",
@@ -1015,11 +1015,11 @@ class TrainingSteps(Analysis):
             found: Set[str] = set()
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
-                if not isinstance(func, cst.Attribute):
+                if type(func) is not cst.Attribute:
                     continue
                 if func.attr.value == "train":
                     mode = positional(call, 0) or keyword(call, "mode")
-                    if mode is None or (isinstance(mode, cst.Name) and mode.value == "True"):
+                    if mode is None or (type(mode) is cst.Name and mode.value == "True"):
                         text = dotted_name(func.value)
                         if text:
                             found.add(_strip_wrapper(text))
@@ -1028,7 +1028,7 @@ class TrainingSteps(Analysis):
                     if params is None:
                         continue
                     for node in [params, *self.ctx.tree.descendants(params)]:
-                        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+                        if type(node) is cst.Call and type(node.func) is cst.Attribute:
                             if node.func.attr.value in ("parameters", "named_parameters"):
                                 owner = dotted_name(node.func.value)
                                 if owner:
@@ -1038,7 +1038,7 @@ class TrainingSteps(Analysis):
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
                     continue
                 for node in own_nodes(loop.body):
-                    if isinstance(node, cst.Call) and self.is_model(node.func):
+                    if type(node) is cst.Call and self.is_model(node.func):
                         text = dotted_name(node.func)
                         if text:
                             found.add(_strip_wrapper(text))
@@ -1075,10 +1075,10 @@ class TrainingSteps(Analysis):
             if event.kind in ("backward", "step"):
                 return None
         for node in self.ctx.tree.descendants(loop.body):
-            if isinstance(node, cst.Call) and self.is_autograd_grad(node):
+            if type(node) is cst.Call and self.is_autograd_grad(node):
                 return None
         for node in own_nodes(loop.body):
-            if isinstance(node, cst.Call) and self.is_model(node.func):
+            if type(node) is cst.Call and self.is_model(node.func):
                 return node
         return None
 
@@ -1106,18 +1106,18 @@ def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
     if text is not None:
         yield text
         return
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is cst.BinaryOperation:
         yield from name_leaves(expr.left)
         yield from name_leaves(expr.right)
-    elif isinstance(expr, cst.UnaryOperation):
+    elif type(expr) is cst.UnaryOperation:
         yield from name_leaves(expr.expression)
-    elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+    elif type(expr) is cst.Call and type(expr.func) is cst.Attribute:
         if expr.func.attr.value in ("mean", "sum", "float", "to", "squeeze"):
             yield from name_leaves(expr.func.value)
         elif dotted_name(expr.func) in ("torch.stack", "torch.cat", "torch.sum", "torch.mean"):
             for arg in expr.args:
                 yield from name_leaves(arg.value)
-    elif isinstance(expr, cst.Call) and dotted_name(expr.func) == "sum":
+    elif type(expr) is cst.Call and dotted_name(expr.func) == "sum":
         for arg in expr.args:
             yield from name_leaves(arg.value)
 
@@ -1126,8 +1126,8 @@ def module_root(expr: cst.CSTNode) -> cst.CSTNode:
     """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
     for _ in range(6):
         if (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
+            type(expr) is cst.Call
+            and type(expr.func) is cst.Attribute
             and expr.func.attr.value in MODULE_RETURNING
         ):
             expr = expr.func.value
@@ -1138,9 +1138,9 @@ def module_root(expr: cst.CSTNode) -> cst.CSTNode:
 
 def _is_grad(expr: cst.CSTNode) -> bool:
     """`p.grad` or `p.grad.data`."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+    if type(expr) is cst.Attribute and expr.attr.value == "data":
         expr = expr.value
-    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
+    return type(expr) is cst.Attribute and expr.attr.value == "grad"
 
 
 def _grad_owner(expr: cst.Attribute) -> cst.CSTNode:
@@ -1154,10 +1154,10 @@ def _loss_key(node: cst.Subscript) -> bool:
     if len(node.slice) != 1:
         return False
     index = node.slice[0].slice
-    if not isinstance(index, cst.Index):
+    if type(index) is not cst.Index:
         return False
     value = index.value
-    return isinstance(value, cst.SimpleString) and value.evaluated_value == "loss"
+    return type(value) is cst.SimpleString and value.evaluated_value == "loss"
 
 
 def _strip_wrapper(text: str) -> str:
@@ -1167,7 +1167,7 @@ def _strip_wrapper(text: str) -> str:
 def _peel(expr: cst.BaseExpression) -> cst.BaseExpression:
     """`enumerate(tqdm(loader))` -> `loader`."""
     for _ in range(4):
-        if isinstance(expr, cst.Call) and expr.args:
+        if type(expr) is cst.Call and expr.args:
             leaf = (dotted_name(expr.func) or "").split(".")[-1]
             if leaf in ("enumerate", "tqdm", "iter", "track", "zip", "islice", "log_every"):
                 expr = expr.args[0].value
@@ -1205,14 +1205,14 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
             return False
         for _ in range(4):  # Net().to(device), Net().cuda()
             if (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
+                type(value) is cst.Call
+                and type(value.func) is cst.Attribute
                 and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
             ):
                 value = value.func.value
                 continue
             break
-        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+        if not (type(value) is cst.Call and type(value.func) is cst.Name):
             return False
         if not _mode_free_class(steps, value.func.value, value):
             return False
@@ -1221,7 +1221,7 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
 
 def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
     classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
-    if len(classes) != 1 or not isinstance(classes[0].node, cst.ClassDef):
+    if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
         return False
     node: cst.ClassDef = classes[0].node
     if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
@@ -1239,11 +1239,11 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
             # Submodules must be torch layers: a user class may hide a Dropout.
             func = call.func
             qualified = steps.names.qualified(func)
-            if isinstance(func, cst.Name) and func.value in ("super", "range", "len", "int"):
+            if type(func) is cst.Name and func.value in ("super", "range", "len", "int"):
                 return
             torch_layer = any(q.startswith("torch.") for q in qualified)
             local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
-            if not isinstance(func, cst.Name) and local:
+            if type(func) is not cst.Name and local:
                 return
             if not torch_layer:
                 found_ok = False

@@ -100,13 +100,13 @@ class Wraps(Analysis):
         if depth > 4:
             return set()
         expr = self.parallel.peel(expr)
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             if self.parallel.wrap_kind(expr) is not None and expr.args:
                 return self.classes_of(expr.args[0].value, depth + 1)
             out: Set[str] = set()
-            if isinstance(expr.func, cst.Name):
+            if type(expr.func) is cst.Name:
                 for binding in self.ctx.scopes.lookup(expr.func.value, expr.func):
-                    if isinstance(binding.node, cst.FunctionDef):
+                    if type(binding.node) is cst.FunctionDef:
                         out |= self._returned_classes(binding.node, depth)
             if out:
                 return out
@@ -114,13 +114,13 @@ class Wraps(Analysis):
                 if qualified.split(".")[-1][:1].isupper():
                     out.add(qualified)
             return out
-        if isinstance(expr, (cst.Name, cst.Attribute)):
+        if type(expr) in (cst.Name, cst.Attribute):
             values = self.parallel.bound_values(expr, self.parallel.evaluation_point(expr))
             out = set()
             for value in values or ():
                 if value is not None and value is not expr:
                     out |= self.classes_of(value, depth + 1)
-            if not out and isinstance(expr, cst.Name):
+            if not out and type(expr) is cst.Name:
                 out = self._argument_classes(expr, depth)
             return out
         return set()
@@ -131,12 +131,12 @@ class Wraps(Analysis):
         out: Set[str] = set()
         for binding in self.ctx.scopes.lookup(name.value, name):
             function = binding.statement
-            if binding.kind != "param" or not isinstance(function, cst.FunctionDef):
+            if binding.kind != "param" or type(function) is not cst.FunctionDef:
                 continue
             params = list(function.params.posonly_params) + list(function.params.params)
             index = next((i for i, p in enumerate(params) if p.name.value == name.value), None)
             for call in self.ctx.nodes(cst.Call):
-                if not (isinstance(call.func, cst.Name) and call.func.value == function.name.value):
+                if not (type(call.func) is cst.Name and call.func.value == function.name.value):
                     continue
                 value = keyword(call, name.value)
                 if value is None and index is not None:
@@ -149,7 +149,7 @@ class Wraps(Analysis):
         """Classes a helper of this file returns (`def build_model(): return Net(...)`)."""
         out: Set[str] = set()
         for node in self.ctx.tree.descendants(function.body):
-            if isinstance(node, cst.Return) and node.value is not None:
+            if type(node) is cst.Return and node.value is not None:
                 if self.ctx.scopes.enclosing_function(node) is function:
                     out |= self.classes_of(node.value, depth + 1)
         return out
@@ -178,7 +178,7 @@ class Wraps(Analysis):
                 value = keyword(call, name)
                 if value is not None and not is_false(value):
                     return True
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "_set_static_graph":
+            if type(call.func) is cst.Attribute and call.func.attr.value == "_set_static_graph":
                 return True
         for string in self.ctx.nodes(cst.SimpleString):
             if "find_unused_parameters_true" in string.value:
@@ -189,7 +189,7 @@ class Wraps(Analysis):
         found: Set[str] = set()
         for call in self.ctx.nodes(cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
                 if _freezes(call):
                     _add_frozen(found, func.value)
         for loop in self.ctx.nodes(cst.For):
@@ -206,7 +206,7 @@ class Wraps(Analysis):
         return found
 
     def _in_class(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, cst.ClassDef) for a in self.ctx.ancestors(node))
+        return any(type(a) is cst.ClassDef for a in self.ctx.ancestors(node))
 
 
 def _add_frozen(found: Set[str], receiver: cst.CSTNode) -> Optional[str]:
@@ -224,7 +224,7 @@ def _add_frozen(found: Set[str], receiver: cst.CSTNode) -> Optional[str]:
 
 
 def _truth(value: cst.CSTNode) -> str:
-    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+    if type(value) is cst.Name and value.value in ("True", "False"):
         return value.value.lower()
     return "unknown"
 

@@ -104,14 +104,14 @@ class DataParallelWrapThenMove(Rule):
         parent = self.ctx.parent(node)
         grand = self.ctx.parent(parent) if parent is not None else None
         if (
-            isinstance(parent, cst.Attribute)
-            and isinstance(grand, cst.Call)
+            type(parent) is cst.Attribute
+            and type(grand) is cst.Call
             and grand.func is parent
         ):
             if parent.attr.value in ("to", "cuda"):
                 self._one_expression(node, grand, parent.attr.value)
             return
-        if isinstance(parent, cst.Assign) and parent.value is node:
+        if type(parent) is cst.Assign and parent.value is node:
             self._two_statements(node, parent)
 
     def _one_expression(self, wrap: cst.Call, move: cst.Call, method: str) -> None:
@@ -254,12 +254,12 @@ class DataParallelWrapThenMove(Rule):
     def _first_device_id(self, wrap: cst.Call) -> Tuple[Optional[int], Optional[str]]:
         """(literal device_ids[0] or 0 when device_ids is absent, source text of device_ids[0])."""
         ids = argument(wrap, 1, "device_ids")
-        if ids is None or (isinstance(ids, cst.Name) and ids.value == "None"):
+        if ids is None or (type(ids) is cst.Name and ids.value == "None"):
             return 0, None
         literal = int_list(ids)
         if literal:
             return literal[0], None
-        if isinstance(ids, (cst.List, cst.Tuple)) and ids.elements:
+        if type(ids) in (cst.List, cst.Tuple) and ids.elements:
             return None, self.ctx.code(ids.elements[0].value)
         return None, self.ctx.code(ids)
 

@@ -126,7 +126,7 @@ class ForwardMutatesModuleState(Rule):
         # Every class with a base: whether it is an nn.Module is decided across files.
         for cls in self.ctx.analysis(Modules).classes.values():
             methods = {
-                s.name.value: s for s in cls.node.body.body if isinstance(s, cst.FunctionDef)
+                s.name.value: s for s in cls.node.body.body if type(s) is cst.FunctionDef
             }
             self.reach[cls.name] = sorted(forward_reach(cls))
             self.sets_afresh[cls.name] = self._assigned_through_calls(cls, methods)

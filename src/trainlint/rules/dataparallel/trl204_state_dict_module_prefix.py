@@ -73,9 +73,9 @@ class StateDictModulePrefix(Rule):
             if found is None or call.args:
                 continue
             receiver = found[0]
-            if not isinstance(receiver, (cst.Name, cst.Attribute)):
+            if type(receiver) not in (cst.Name, cst.Attribute):
                 continue  # getattr(m, "module", m).state_dict(), unwrap(m).state_dict()
-            if isinstance(receiver, cst.Attribute) and receiver.attr.value == "module":
+            if type(receiver) is cst.Attribute and receiver.attr.value == "module":
                 continue
             state = self.parallel.wrapper_state(receiver, call)
             if not state.some or not self._saved(call) or self._guarded(call, receiver):
@@ -113,7 +113,7 @@ class StateDictModulePrefix(Rule):
         node: cst.CSTNode = call
         for _ in range(8):
             parent = self.ctx.parent(node)
-            if isinstance(parent, cst.Call):
+            if type(parent) is cst.Call:
                 if _is_save(parent):
                     return True
                 leaf = (dotted_name(parent.func) or "").split(".")[-1]
@@ -124,16 +124,16 @@ class StateDictModulePrefix(Rule):
             if isinstance(parent, _CONTAINERS):
                 node = parent
                 continue
-            if isinstance(parent, cst.Assign) and parent.value is node:
+            if type(parent) is cst.Assign and parent.value is node:
                 return any(self._name_saved(t.target, parent) for t in parent.targets)
             return False
         return False
 
     def _name_saved(self, target: cst.CSTNode, assign: cst.Assign) -> bool:
         """`ckpt = {...}` / `ckpt["model"] = ...` followed by a save call that mentions `ckpt`."""
-        while isinstance(target, cst.Subscript):
+        while type(target) is cst.Subscript:
             target = target.value
-        if not isinstance(target, cst.Name):
+        if type(target) is not cst.Name:
             return False
         name = target.value
         function = self.ctx.scopes.enclosing_function(assign)
@@ -146,7 +146,7 @@ class StateDictModulePrefix(Rule):
                 continue
             for arg in call.args:
                 for node in [arg.value, *self.ctx.tree.descendants(arg.value)]:
-                    if isinstance(node, cst.Name) and node.value == name:
+                    if type(node) is cst.Name and node.value == name:
                         return True
         return False
 
@@ -156,9 +156,9 @@ class StateDictModulePrefix(Rule):
         """Inside an `if`/conditional expression that handles the wrapper itself."""
         text = self.ctx.code(receiver)
         for ancestor in self.ctx.ancestors(call):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
                 return False
-            if isinstance(ancestor, (cst.If, cst.IfExp)):
+            if type(ancestor) in (cst.If, cst.IfExp):
                 code = self.ctx.code(ancestor)
                 test = self.ctx.code(ancestor.test)
                 if f"{text}.module" in code:
@@ -172,7 +172,7 @@ class StateDictModulePrefix(Rule):
             found = False
             for call in self.ctx.nodes(cst.Call):
                 loaded = method_call(call, "load_state_dict")
-                if loaded is None or not isinstance(loaded[0], (cst.Name, cst.Attribute)):
+                if loaded is None or type(loaded[0]) not in (cst.Name, cst.Attribute):
                     continue
                 if self.parallel.wrapper_state(loaded[0], call).some:
                     found = True

@@ -187,7 +187,7 @@ class BatchNotOnDevice(Rule):
         whole = " ".join(code(sink).split())
         if len(whole) <= 60:
             return whole
-        if isinstance(sink, cst.Call):
+        if type(sink) is cst.Call:
             head = _short(code(sink.func), 40)
             parts = []
             for index, arg in enumerate(sink.args):
@@ -207,12 +207,12 @@ class BatchNotOnDevice(Rule):
             while ", ..., ..." in shown:
                 shown = shown.replace(", ..., ...", ", ...")
             return f"{head}({shown})"
-        if isinstance(sink, cst.BinaryOperation):
+        if type(sink) is cst.BinaryOperation:
             left = code(sink.left) if sink.left is use else "..."
             right = code(sink.right) if sink.right is use else "..."
             op = code(sink.operator).strip() if hasattr(sink, "operator") else "?"
             return f"{_short(left, 30)} {op} {_short(right, 30)}"
-        if isinstance(sink, cst.Comparison):
+        if type(sink) is cst.Comparison:
             pieces = [_short(code(sink.left), 30) if sink.left is use else "..."]
             for target in sink.comparisons:
                 value = target.comparator
@@ -237,7 +237,7 @@ class BatchNotOnDevice(Rule):
         discarded = element.discarded
         if (
             discarded is not None
-            and isinstance(discarded.func, cst.Attribute)
+            and type(discarded.func) is cst.Attribute
             and self.ctx.code(discarded.func.value) == target
         ):
             # `labels.to(device)` on its own line: keep its result.
@@ -285,15 +285,15 @@ class BatchNotOnDevice(Rule):
 
     def _insertion(self, bound_at: cst.CSTNode, line: str):
         moves = self.ctx.analysis(Moves)
-        if isinstance(bound_at, (cst.For, cst.While)):
+        if type(bound_at) in (cst.For, cst.While):
             body = bound_at.body
-            if not isinstance(body, cst.IndentedBlock) or not body.body:
+            if type(body) is not cst.IndentedBlock or not body.body:
                 return None
             run = _leading_moves(list(body.body), moves)
             if run:
                 return self.ctx.line_after(run[-1], line)
             return self.ctx.body_start(bound_at, line)
-        if isinstance(bound_at, cst.SimpleStatementLine):
+        if type(bound_at) is cst.SimpleStatementLine:
             block = self.ctx.parent(bound_at)
             statements = list(getattr(block, "body", []) or [])
             following = []
@@ -309,7 +309,7 @@ class BatchNotOnDevice(Rule):
         moves = self.ctx.analysis(Moves)
         movers: Dict[str, List[int]] = {}
         for statement in self.ctx.module.body:
-            if isinstance(statement, cst.FunctionDef):
+            if type(statement) is cst.FunctionDef:
                 movers[statement.name.value] = sorted(moves.moved_params(statement))
         deferred = []
         if self._deferred:
@@ -363,7 +363,7 @@ def _names(node: cst.CSTNode):
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, cst.Name):
+        if type(current) is cst.Name:
             yield current
         stack.extend(current.children)
 
@@ -372,10 +372,10 @@ def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
     """The statements at the start of `statements` that only move things to the device."""
     run = []
     for statement in statements:
-        if not isinstance(statement, cst.SimpleStatementLine):
+        if type(statement) is not cst.SimpleStatementLine:
             break
         if not all(
-            isinstance(small, cst.Assign) and moves.is_moved(small.value)
+            type(small) is cst.Assign and moves.is_moved(small.value)
             for small in statement.body
         ):
             break

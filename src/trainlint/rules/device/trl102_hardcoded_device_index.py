@@ -122,14 +122,14 @@ class HardcodedDeviceIndex(Rule):
         ctx = self.ctx
         node = site.node
         if site.form in ("string", "option_default", "param_default", "field_default"):
-            if not isinstance(node, cst.SimpleString) or "f" in node.prefix.lower():
+            if type(node) is not cst.SimpleString or "f" in node.prefix.lower():
                 return None
             if "b" in node.prefix.lower():
                 return None
             text = f"{node.prefix}{node.quote}cuda{node.quote}"
             return self.unsafe_fix(f"Use {text}", ctx.replace(node, text))
         call = site.call
-        if call is None or not isinstance(node, cst.Integer):
+        if call is None or type(node) is not cst.Integer:
             return None
         if site.form in ("to", "keyword"):
             return self.unsafe_fix('Use "cuda"', ctx.replace(node, '"cuda"'))
@@ -140,9 +140,7 @@ class HardcodedDeviceIndex(Rule):
             if not args:
                 return self.unsafe_fix("Use the current device", ctx.replace(node, ""))
             last = args[-1]
-            if call.args[-1].comma is cst.MaybeSentinel.DEFAULT or not isinstance(
-                call.args[-1].comma, cst.Comma
-            ):
+            if call.args[-1].comma is cst.MaybeSentinel.DEFAULT or type(call.args[-1].comma) is not cst.Comma:
                 args[-1] = last.with_changes(comma=cst.MaybeSentinel.DEFAULT)
             new_call = call.with_changes(args=args)
             return self.unsafe_fix(

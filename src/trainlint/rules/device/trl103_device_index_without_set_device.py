@@ -92,7 +92,7 @@ class DeviceIndexWithoutSetDevice(Rule):
                 continue
             if choices.multi_gpu_scope(placement.call) or choices.multi_gpu_scope(choice.made):
                 continue
-            if choice.param and not isinstance(choice.made, cst.Param):
+            if choice.param and type(choice.made) is not cst.Param:
                 if not self._default_used(choice):
                     continue
             key = self._key(choice)
@@ -125,7 +125,7 @@ class DeviceIndexWithoutSetDevice(Rule):
                 del groups[index_key]
         custom = choices.custom_ops()
         for choice, placements in groups.values():
-            node = choice.made.name if isinstance(choice.made, cst.Param) else choice.made
+            node = choice.made.name if type(choice.made) is cst.Param else choice.made
             related = [(placements[0].call, "placed on it here")]
             if choice.source is not None:
                 related.append((choice.source, "its default comes from here"))
@@ -148,7 +148,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         return True
 
     def _in_def(self, node: cst.CSTNode) -> bool:
-        return any(isinstance(a, (cst.FunctionDef, cst.ClassDef)) for a in self.ctx.ancestors(node))
+        return any(type(a) in (cst.FunctionDef, cst.ClassDef) for a in self.ctx.ancestors(node))
 
     # -- grouping -----------------------------------------------------------------------------
 
@@ -166,7 +166,7 @@ class DeviceIndexWithoutSetDevice(Rule):
     def _default_used(self, choice: DeviceChoice) -> bool:
         """Is the parameter's default used by some call of the function in this file?"""
         function = choice.statement
-        if not isinstance(function, cst.FunctionDef) or choice.name is None:
+        if type(function) is not cst.FunctionDef or choice.name is None:
             return False
         params = list(function.params.posonly_params) + list(function.params.params)
         position = next((i for i, p in enumerate(params) if p.name.value == choice.name), None)
@@ -174,8 +174,8 @@ class DeviceIndexWithoutSetDevice(Rule):
             position -= 1
         for call in self.ctx.nodes(cst.Call):
             func = call.func
-            called = func.value if isinstance(func, cst.Name) else None
-            if isinstance(func, cst.Attribute):
+            called = func.value if type(func) is cst.Name else None
+            if type(func) is cst.Attribute:
                 called = func.attr.value
             if called != function.name.value:
                 continue
@@ -224,17 +224,17 @@ class DeviceIndexWithoutSetDevice(Rule):
         if not self._torch_bound(anchor):
             return None
         made = choice.made
-        if choice.name is not None and isinstance(choice.statement, (cst.Assign, cst.AnnAssign)):
+        if choice.name is not None and type(choice.statement) in (cst.Assign, cst.AnnAssign):
             if choice.is_index and not _never_none(made):
                 return None
             code = self._set_device(choice, choice.name)
             message = f"Set the current device: `torch.cuda.set_device({choice.name})`"
             return self.safe_fix(message, ctx.line_after(choice.statement, code))
         if choice.param:
-            if isinstance(made, cst.Param) or choice.is_index or choice.name is None:
+            if type(made) is cst.Param or choice.is_index or choice.name is None:
                 return None
             function = choice.statement
-            if not isinstance(function, cst.FunctionDef):
+            if type(function) is not cst.FunctionDef:
                 return None
             code = self._set_device(choice, choice.name)
             message = f"Set the current device: `torch.cuda.set_device({choice.name})`"
@@ -242,11 +242,11 @@ class DeviceIndexWithoutSetDevice(Rule):
             return self.safe_fix(message, edit) if edit is not None else None
         if choice.name is not None or choice.fallback:
             return None
-        if isinstance(made, (cst.Attribute, cst.Subscript)) or (
-            isinstance(made, cst.Call) and choice.is_index
+        if type(made) in (cst.Attribute, cst.Subscript) or (
+            type(made) is cst.Call and choice.is_index
         ):
             if not (_never_none(made) or self._checked_not_none(first.call, made)):
-                if not (choice.source is not None and isinstance(choice.source, cst.Integer)):
+                if not (choice.source is not None and type(choice.source) is cst.Integer):
                     return None
         statement = ctx.statement_of(first.call)
         if statement is None:
@@ -264,7 +264,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         if not choice.fallback or choice.is_index:
             return call
         made = choice.made
-        is_device_object = isinstance(made, cst.Call) and self.ctx.names.is_(
+        is_device_object = type(made) is cst.Call and self.ctx.names.is_(
             made.func, "torch.device"
         )
         test = f"{name}.type" if is_device_object else f"torch.device({name}).type"
@@ -272,14 +272,14 @@ class DeviceIndexWithoutSetDevice(Rule):
 
     def _function_start(self, function: cst.FunctionDef, code: str):
         body = function.body
-        if not isinstance(body, cst.IndentedBlock) or not body.body:
+        if type(body) is not cst.IndentedBlock or not body.body:
             return None
         first = body.body[0]
         if (
-            isinstance(first, cst.SimpleStatementLine)
+            type(first) is cst.SimpleStatementLine
             and len(first.body) == 1
-            and isinstance(first.body[0], cst.Expr)
-            and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+            and type(first.body[0]) is cst.Expr
+            and type(first.body[0].value) in (cst.SimpleString, cst.ConcatenatedString)
         ):
             if len(body.body) == 1:
                 return self.ctx.line_after(first.body[0], code)
@@ -290,7 +290,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         """Inside `if <made> is not None:` (or `if <made>:` / `if <made> >= 0:`)?"""
         text = self.ctx.code(made)
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, cst.If):
+            if type(ancestor) is cst.If:
                 test = self.ctx.code(ancestor.test).replace(" ", "")
                 compact = text.replace(" ", "")
                 if test in (f"{compact}isnotNone", compact) or test.startswith(f"{compact}>="):
@@ -306,10 +306,10 @@ class DeviceIndexWithoutSetDevice(Rule):
 
 def _never_none(node: cst.CSTNode) -> bool:
     """An `int(...)`/`str(...)`/literal/device value: never None at run time."""
-    if isinstance(node, (cst.Integer, cst.SimpleString, cst.FormattedString)):
+    if type(node) in (cst.Integer, cst.SimpleString, cst.FormattedString):
         return True
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         func = node.func
-        leaf = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+        leaf = func.attr.value if type(func) is cst.Attribute else getattr(func, "value", "")
         return leaf in ("int", "str", "device")
     return False

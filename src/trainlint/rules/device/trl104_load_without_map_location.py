@@ -121,7 +121,7 @@ class LoadWithoutMapLocation(Rule):
         last = call.args[-1]
         quote = '"'
         for arg in call.args:
-            if isinstance(arg.value, cst.SimpleString) and arg.value.quote in ("'", '"'):
+            if type(arg.value) is cst.SimpleString and arg.value.quote in ("'", '"'):
                 quote = arg.value.quote
                 break
         text = f", map_location={quote}cpu{quote}"
@@ -137,27 +137,27 @@ class LoadWithoutMapLocation(Rule):
         if depth > 4:
             return False
         parent = self.ctx.parent(expr)
-        if isinstance(parent, cst.Arg):
+        if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
             return (
-                isinstance(call, cst.Call)
-                and isinstance(call.func, cst.Attribute)
+                type(call) is cst.Call
+                and type(call.func) is cst.Attribute
                 and call.func.attr.value == "load_state_dict"
                 and parent.keyword is None
                 or (parent.keyword is not None and parent.keyword.value == "state_dict")
             )
-        if isinstance(parent, cst.Subscript) and parent.value is expr:
+        if type(parent) is cst.Subscript and parent.value is expr:
             if _bookkeeping_key(parent):
                 return True  # ckpt["epoch"]: a number, wherever it goes
             return self._only_feeds_load_state_dict(parent, depth + 1)
-        if isinstance(parent, cst.Attribute) and parent.value is expr:
+        if type(parent) is cst.Attribute and parent.value is expr:
             call = self.ctx.parent(parent)
-            if isinstance(call, cst.Call) and call.func is parent and parent.attr.value == "get":
+            if type(call) is cst.Call and call.func is parent and parent.attr.value == "get":
                 return self._only_feeds_load_state_dict(call, depth + 1)
             return False
-        if isinstance(parent, cst.Assign) and parent.value is expr and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and parent.value is expr and len(parent.targets) == 1:
             target = parent.targets[0].target
-            if isinstance(target, cst.Name):
+            if type(target) is cst.Name:
                 return self._name_only_feeds(target, parent, depth + 1)
         return False
 
@@ -173,14 +173,14 @@ class LoadWithoutMapLocation(Rule):
     def _use_is_harmless(self, use: cst.Name, depth: int) -> bool:
         parent = self.ctx.parent(use)
         # ckpt["model"], ckpt.get("model")
-        if isinstance(parent, cst.Attribute) and parent.value is use:
+        if type(parent) is cst.Attribute and parent.value is use:
             call = self.ctx.parent(parent)
-            if isinstance(call, cst.Call) and call.func is parent:
+            if type(call) is cst.Call and call.func is parent:
                 if parent.attr.value in _HARMLESS_METHODS:
                     return self._iteration_is_renaming(call, depth)
-        if isinstance(parent, (cst.Subscript, cst.Attribute)):
+        if type(parent) in (cst.Subscript, cst.Attribute):
             return self._only_feeds_load_state_dict(use, depth)
-        if isinstance(parent, cst.ComparisonTarget):
+        if type(parent) is cst.ComparisonTarget:
             return True  # "state_dict" in ckpt
         return self._only_feeds_load_state_dict(use, depth)
 
@@ -188,14 +188,14 @@ class LoadWithoutMapLocation(Rule):
         """`{k.replace("module.", ""): v for k, v in sd.items()}` bound to a name that only
         feeds load_state_dict; `"x" in sd.keys()` and `list(sd.keys())` are harmless."""
         parent = self.ctx.parent(call)
-        if isinstance(parent, cst.ComparisonTarget):
+        if type(parent) is cst.ComparisonTarget:
             return True
-        if isinstance(parent, cst.CompFor) and parent.iter is call:
+        if type(parent) is cst.CompFor and parent.iter is call:
             comp = self.ctx.parent(parent)
-            if isinstance(comp, cst.DictComp):
+            if type(comp) is cst.DictComp:
                 return self._only_feeds_load_state_dict(comp, depth)
             return False
-        if isinstance(parent, cst.For) and parent.iter is call:
+        if type(parent) is cst.For and parent.iter is call:
             return False
         return False
 
@@ -205,7 +205,7 @@ def _bookkeeping_key(subscript: cst.Subscript) -> bool:
         return False
     element = subscript.slice[0].slice
     value = getattr(element, "value", None)
-    if isinstance(value, cst.SimpleString):
+    if type(value) is cst.SimpleString:
         key = value.evaluated_value
         return isinstance(key, str) and key in _BOOKKEEPING_KEYS
     return False

@@ -162,10 +162,10 @@ class NewTensorOffDevice(Rule):
             parent = self.ctx.parent(current)
             if parent is None:
                 return None
-            if isinstance(parent, cst.Attribute) and parent.value is current:
+            if type(parent) is cst.Attribute and parent.value is current:
                 call = self.ctx.parent(parent)
                 method = parent.attr.value
-                if isinstance(call, cst.Call) and call.func is parent:
+                if type(call) is cst.Call and call.func is parent:
                     if method in ("to", "cuda", "type_as"):
                         if method != "to" or tensors._moves_to_device(call):
                             return None  # moved
@@ -183,23 +183,23 @@ class NewTensorOffDevice(Rule):
                     return None
                 current = parent
                 continue
-            if isinstance(parent, cst.Subscript) and parent.value is current:
+            if type(parent) is cst.Subscript and parent.value is current:
                 current = parent
                 continue
-            if isinstance(parent, (cst.SubscriptElement, cst.Index, cst.Slice)):
+            if type(parent) in (cst.SubscriptElement, cst.Index, cst.Slice):
                 return None  # used as an index: CPU indices into CUDA tensors are fine
-            if isinstance(parent, cst.UnaryOperation):
+            if type(parent) is cst.UnaryOperation:
                 current = parent
                 continue
-            if isinstance(parent, cst.BinaryOperation):
+            if type(parent) is cst.BinaryOperation:
                 other = parent.right if parent.left is current else parent.left
                 if tensors.on_device(other, scope):
                     return parent, tensors.device_partners(other, scope), "operand"
                 current = parent
                 continue
-            if isinstance(parent, cst.ComparisonTarget):
+            if type(parent) is cst.ComparisonTarget:
                 comparison = self.ctx.parent(parent)
-                if isinstance(comparison, cst.Comparison):
+                if type(comparison) is cst.Comparison:
                     others = [comparison.left] + [
                         c.comparator for c in comparison.comparisons if c is not parent
                     ]
@@ -209,40 +209,40 @@ class NewTensorOffDevice(Rule):
                     current = comparison
                     continue
                 return None
-            if isinstance(parent, cst.Comparison) and parent.left is current:
+            if type(parent) is cst.Comparison and parent.left is current:
                 others = [c.comparator for c in parent.comparisons]
                 sink = self._any_on_device(parent, others, scope, "operand")
                 if sink is not None:
                     return sink
                 current = parent
                 continue
-            if isinstance(parent, (cst.Element, cst.StarredElement)):
+            if type(parent) in (cst.Element, cst.StarredElement):
                 container = self.ctx.parent(parent)
-                if isinstance(container, (cst.List, cst.Tuple)):
+                if type(container) in (cst.List, cst.Tuple):
                     current = container
                     continue
                 return None
-            if isinstance(parent, cst.Arg):
+            if type(parent) is cst.Arg:
                 call = self.ctx.parent(parent)
-                if not isinstance(call, cst.Call):
+                if type(call) is not cst.Call:
                     return None
                 return self._call_sink(call, parent, current, scope, depth, seen)
-            if isinstance(parent, cst.IfExp) and parent.test is not current:
+            if type(parent) is cst.IfExp and parent.test is not current:
                 current = parent
                 continue
-            if isinstance(parent, cst.AugAssign):
+            if type(parent) is cst.AugAssign:
                 if parent.value is current and tensors.on_device(parent.target, scope):
                     partners = tensors.device_partners(parent.target, scope)
                     return parent, partners, "operand"
                 return None
-            if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is current:
+            if type(parent) in (cst.Assign, cst.AnnAssign) and parent.value is current:
                 targets = (
                     [t.target for t in parent.targets]
-                    if isinstance(parent, cst.Assign)
+                    if type(parent) is cst.Assign
                     else [parent.target]
                 )
                 for target in targets:
-                    if not isinstance(target, cst.Name):
+                    if type(target) is not cst.Name:
                         continue
                     for use in reads_of_binding(self.ctx, target, parent):
                         if self.tensors.scope_node(use) is not scope:
@@ -255,7 +255,7 @@ class NewTensorOffDevice(Rule):
 
     def _use_sink(self, use: cst.Name, scope, depth, seen):
         parent = self.ctx.parent(use)
-        if isinstance(parent, cst.AugAssign) and parent.target is use:
+        if type(parent) is cst.AugAssign and parent.target is use:
             if self.tensors.on_device(parent.value, scope):
                 return parent, self.tensors.device_partners(parent.value, scope), "operand"
             return None
@@ -268,7 +268,7 @@ class NewTensorOffDevice(Rule):
         others = [a.value for a in call.args if a is not arg]
         if names.is_(func, *COMBINING_FUNCTIONS):
             return self._any_on_device(call, others, scope, "operand")
-        if isinstance(func, cst.Attribute) and func.attr.value in COMBINING_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in COMBINING_METHODS:
             if tensors.on_device(func.value, scope):
                 return call, tensors.device_partners(func.value, scope), "operand"
             return None
@@ -290,17 +290,17 @@ class NewTensorOffDevice(Rule):
     def _wrapper_moves_inputs(self, func: cst.CSTNode) -> bool:
         """`ddp_model(torch.randn(...))` where `ddp_model = DDP(model, device_ids=[i])` or
         `DataParallel(model)`: the wrapper copies its inputs to its device before forward."""
-        if not isinstance(func, cst.Name):
+        if type(func) is not cst.Name:
             return False
         names = self.ctx.names
         for assign in self.ctx.nodes(cst.Assign):
             if not any(
-                isinstance(t.target, cst.Name) and t.target.value == func.value
+                type(t.target) is cst.Name and t.target.value == func.value
                 for t in assign.targets
             ):
                 continue
             value = assign.value
-            if not isinstance(value, cst.Call):
+            if type(value) is not cst.Call:
                 continue
             if names.is_(value.func, *_INPUT_MOVING_WRAPPERS[1:]):
                 return True
@@ -396,7 +396,7 @@ class NewTensorOffDevice(Rule):
 
 def _is_move(value) -> bool:
     return (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
+        type(value) is cst.Call
+        and type(value.func) is cst.Attribute
         and value.func.attr.value in ("to", "cuda")
     )

@@ -75,7 +75,7 @@ class NonBlockingD2HUnsynced(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cpu"):
+        if type(func) is not cst.Attribute or func.attr.value not in ("to", "cpu"):
             return
         flag = _non_blocking_arg(node)
         if flag is None:
@@ -124,17 +124,17 @@ class NonBlockingD2HUnsynced(Rule):
     def _first_unsynced_read(self, call: cst.Call) -> Optional[cst.CSTNode]:
         parent = self.ctx.parent(call)
         function = self.ctx.scopes.enclosing_function(call)
-        if isinstance(parent, (cst.Return, cst.Yield)):
+        if type(parent) in (cst.Return, cst.Yield):
             return None  # the caller reads it; it may synchronize first
-        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
             target = parent.targets[0].target
-            if isinstance(target, cst.Name):
+            if type(target) is cst.Name:
                 return self._unsynced_read_of_name(target, parent, function, 0)
             return None  # stored into an attribute or a container: not read here
-        if isinstance(parent, cst.Arg):
+        if type(parent) is cst.Arg:
             outer = self.ctx.parent(parent)
-            if isinstance(outer, cst.Call) and isinstance(outer.func, cst.Attribute):
-                if outer.func.attr.value in _STORES and isinstance(outer.func.value, cst.Name):
+            if type(outer) is cst.Call and type(outer.func) is cst.Attribute:
+                if outer.func.attr.value in _STORES and type(outer.func.value) is cst.Name:
                     return self._unsynced_read_of_container(outer, function)
         return call  # used on the spot
 
@@ -147,12 +147,12 @@ class NonBlockingD2HUnsynced(Rule):
         if self._synchronized_between(statement, first, function, target.value):
             return None
         parent = self.ctx.parent(first)
-        if isinstance(parent, cst.Arg) and depth < 2:
+        if type(parent) is cst.Arg and depth < 2:
             outer = self.ctx.parent(parent)
-            if isinstance(outer, cst.Call) and isinstance(outer.func, cst.Attribute):
-                if outer.func.attr.value in _STORES and isinstance(outer.func.value, cst.Name):
+            if type(outer) is cst.Call and type(outer.func) is cst.Attribute:
+                if outer.func.attr.value in _STORES and type(outer.func.value) is cst.Name:
                     return self._unsynced_read_of_container(outer, function)
-        if isinstance(parent, (cst.Return, cst.Yield)):
+        if type(parent) in (cst.Return, cst.Yield):
             return None
         return first
 
@@ -167,14 +167,14 @@ class NonBlockingD2HUnsynced(Rule):
             if self.ctx.scopes.enclosing_function(name) is not function:
                 continue
             parent = self.ctx.parent(name)
-            if isinstance(parent, cst.Attribute) and parent.value is name:
+            if type(parent) is cst.Attribute and parent.value is name:
                 if parent.attr.value in _STORES:
                     continue
-            if isinstance(parent, cst.AssignTarget):
+            if type(parent) is cst.AssignTarget:
                 return None  # rebound: a new container
             if self._synchronized_between(store, name, function, None):
                 return None
-            if isinstance(self.ctx.parent(name), (cst.Return, cst.Yield)):
+            if type(self.ctx.parent(name)) in (cst.Return, cst.Yield):
                 return None
             return name
         return None
@@ -196,7 +196,7 @@ class NonBlockingD2HUnsynced(Rule):
         func = call.func
         if self.names.is_(func, *_SYNC_FUNCTIONS):
             return True
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             method = func.attr.value
             if method == "synchronize":
                 return True
@@ -210,13 +210,13 @@ class NonBlockingD2HUnsynced(Rule):
     def _pending_copy(self, expr: cst.CSTNode) -> bool:
         """Is `expr` a name bound to a non-blocking copy to the CPU? (Reading it on the host
         waits for nothing.)"""
-        if not isinstance(expr, cst.Name):
+        if type(expr) is not cst.Name:
             return False
         for binding in self.ctx.scopes.lookup(expr.value, expr):
             value = binding.value
             if (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
+                type(value) is cst.Call
+                and type(value.func) is cst.Attribute
                 and value.func.attr.value == "to"
                 and _non_blocking_arg(value) is not None
                 and self._to_cpu(value)
@@ -231,7 +231,7 @@ class NonBlockingD2HUnsynced(Rule):
         if args and flag is call.args[-1]:
             trailing = flag.comma
             args[-1] = args[-1].with_changes(
-                comma=trailing if isinstance(trailing, cst.Comma) else cst.MaybeSentinel.DEFAULT
+                comma=trailing if type(trailing) is cst.Comma else cst.MaybeSentinel.DEFAULT
             )
         new_call = call.with_changes(args=args)
         return self.safe_fix(
@@ -244,6 +244,6 @@ def _non_blocking_arg(call: cst.Call) -> Optional[cst.Arg]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == "non_blocking":
             value = arg.value
-            if isinstance(value, cst.Name) and value.value == "True":
+            if type(value) is cst.Name and value.value == "True":
                 return arg
     return None

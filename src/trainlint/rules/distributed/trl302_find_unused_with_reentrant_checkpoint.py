@@ -276,15 +276,13 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         function: the checkpoint runs only when that option is on."""
         child = node
         for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                 return ""
-            if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            if type(ancestor) in (cst.If, cst.IfExp) and child is ancestor.body:
                 test = ancestor.test
-                while isinstance(test, cst.BooleanOperation) and isinstance(
-                    test.operator, cst.And
-                ):
+                while type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
                     test = test.left
-                if isinstance(test, (cst.Name, cst.Attribute)):
+                if type(test) in (cst.Name, cst.Attribute):
                     return _short(self.ctx.code(test))
             child = ancestor
         return ""
@@ -303,14 +301,14 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     def _sets_static_graph(self) -> bool:
         for call in self.ctx.nodes(cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "_set_static_graph":
+            if type(func) is cst.Attribute and func.attr.value == "_set_static_graph":
                 return True
         return False
 
     def _true(self, value: cst.BaseExpression) -> bool:
         if is_true(value):
             return True
-        if isinstance(value, cst.Name):
+        if type(value) is cst.Name:
             bindings = self.ctx.scopes.lookup(value.value, value)
             return bool(bindings) and all(
                 b.kind in ("assign", "annassign") and is_true(b.value) for b in bindings
@@ -321,14 +319,14 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         """In `["--ddp_find_unused_parameters", "True"]`, the element after the flag."""
         element = self.ctx.parent(string)
         sequence = self.ctx.parent(element) if element is not None else None
-        if not isinstance(sequence, (cst.List, cst.Tuple)):
+        if type(sequence) not in (cst.List, cst.Tuple):
             return None
         elements = list(sequence.elements)
         index = next((i for i, e in enumerate(elements) if e is element), None)
         if index is None or index + 1 >= len(elements):
             return None
         after = elements[index + 1].value
-        if isinstance(after, cst.SimpleString):
+        if type(after) is cst.SimpleString:
             value = after.evaluated_value
             if isinstance(value, str) and not value.startswith("--"):
                 return value
@@ -570,29 +568,29 @@ def _arg_of(call: cst.Call, name: str) -> cst.CSTNode:
 
 
 def _is_none(node: cst.CSTNode) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+    return type(node) is cst.Name and node.value == "None"
 
 
 def _is_dict_call(node: cst.CSTNode) -> bool:
     return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Name)
+        type(node) is cst.Call
+        and type(node.func) is cst.Name
         and node.func.value == "dict"
     )
 
 
 def _method_name(func: cst.BaseExpression) -> Optional[str]:
-    return func.attr.value if isinstance(func, cst.Attribute) else None
+    return func.attr.value if type(func) is cst.Attribute else None
 
 
 def _dict_value(node: cst.CSTNode, key: str) -> Any:
     """The value of `key` in a `{...}` literal or `dict(...)` call; _MISSING when it is not
     there; None when the container cannot be read."""
-    if isinstance(node, cst.Dict):
+    if type(node) is cst.Dict:
         for element in node.elements:
-            if not isinstance(element, cst.DictElement):
+            if type(element) is not cst.DictElement:
                 return None
-            if isinstance(element.key, cst.SimpleString) and element.key.evaluated_value == key:
+            if type(element.key) is cst.SimpleString and element.key.evaluated_value == key:
                 return element.value
         return _MISSING
     if _is_dict_call(node):

@@ -119,9 +119,9 @@ class SamplerSetEpochMissing(Rule):
         names = self.ctx.names
         for ref in sampler_refs:
             node, parent = self.flow._climb(ref)
-            if isinstance(parent, cst.Arg) and parent.value is node:
+            if type(parent) is cst.Arg and parent.value is node:
                 call = self.ctx.parent(parent)
-                if not isinstance(call, cst.Call):
+                if type(call) is not cst.Call:
                     continue
                 if is_torch_dataloader(names, call) and _arg_is(call, parent, 3, "sampler"):
                     out.append((call, "sampler"))
@@ -130,15 +130,15 @@ class SamplerSetEpochMissing(Rule):
                 ):
                     for batch_ref in self.flow.references(call):
                         inner, holder = self.flow._climb(batch_ref)
-                        if isinstance(holder, cst.Arg) and holder.value is inner:
+                        if type(holder) is cst.Arg and holder.value is inner:
                             loader = self.ctx.parent(holder)
                             if is_torch_dataloader(names, loader) and _arg_is(
                                 loader, holder, 4, "batch_sampler"
                             ):
                                 out.append((loader, "batch"))
-            elif isinstance(parent, cst.DictElement) and parent.value is node:
+            elif type(parent) is cst.DictElement and parent.value is node:
                 key = parent.key
-                if isinstance(key, cst.SimpleString) and key.evaluated_value == "sampler":
+                if type(key) is cst.SimpleString and key.evaluated_value == "sampler":
                     out.extend((c, "kwargs") for c in self._loaders_with_kwargs(parent))
         return out
 
@@ -147,14 +147,14 @@ class SamplerSetEpochMissing(Rule):
         dict_node = self.ctx.parent(element)
         holder = self.ctx.parent(dict_node) if dict_node is not None else None
         name: Optional[str] = None
-        if isinstance(holder, cst.Assign) and len(holder.targets) == 1:
+        if type(holder) is cst.Assign and len(holder.targets) == 1:
             target = holder.targets[0].target
-            if isinstance(target, cst.Name):
+            if type(target) is cst.Name:
                 name = target.value
-        elif isinstance(holder, cst.Arg):
+        elif type(holder) is cst.Arg:
             call = self.ctx.parent(holder)
-            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
-                if call.func.attr.value == "update" and isinstance(call.func.value, cst.Name):
+            if type(call) is cst.Call and type(call.func) is cst.Attribute:
+                if call.func.attr.value == "update" and type(call.func.value) is cst.Name:
                     name = call.func.value.value
         if name is None:
             return []
@@ -166,7 +166,7 @@ class SamplerSetEpochMissing(Rule):
             if self.ctx.scopes.enclosing_function(call) is not function:
                 continue
             for arg in call.args:
-                if arg.star == "**" and isinstance(arg.value, cst.Name) and arg.value.value == name:
+                if arg.star == "**" and type(arg.value) is cst.Name and arg.value.value == name:
                     out.append(call)
         return out
 
@@ -179,7 +179,7 @@ class SamplerSetEpochMissing(Rule):
             node = ref
             for _ in range(3):
                 parent = self.ctx.parent(node)
-                if not (isinstance(parent, cst.Attribute) and parent.value is node):
+                if not (type(parent) is cst.Attribute and parent.value is node):
                     break
                 attr = parent.attr.value
                 if attr == "set_epoch":
@@ -198,7 +198,7 @@ class SamplerSetEpochMissing(Rule):
         loader_set = set(loader_refs)
         for call, _ in loops.calls_in(loop.body, 3):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "set_epoch":
+            if type(func) is cst.Attribute and func.attr.value == "set_epoch":
                 return True
             if self.flow._called_function(call)[0] is not None:
                 continue
@@ -208,7 +208,7 @@ class SamplerSetEpochMissing(Rule):
             if any(a.keyword is not None and a.keyword.value == "sampler" for a in call.args):
                 return True
             if epoch is not None and any(a in loader_set for a in args):
-                if any(isinstance(a, cst.Name) and a.value == epoch for a in args):
+                if any(type(a) is cst.Name and a.value == epoch for a in args):
                     return True
         return False
 
@@ -225,12 +225,12 @@ class SamplerSetEpochMissing(Rule):
 
     def _fix(self, sampler: cst.Call, loop, loader: cst.Call, how: str) -> Optional[PendingFix]:
         epoch = _loop_variable(loop)
-        if epoch is None or not isinstance(loop, cst.For):
+        if epoch is None or type(loop) is not cst.For:
             return None
         if any(a is loop for a in self.ctx.ancestors(sampler)):
             return None  # a new sampler every epoch: set_epoch must follow its creation
         body = loop.body
-        if not isinstance(body, cst.IndentedBlock) or not body.body:
+        if type(body) is not cst.IndentedBlock or not body.body:
             return None
         first = body.body[0]
         code = self._sampler_expression(sampler, loader, how, first, loop)
@@ -253,7 +253,7 @@ class SamplerSetEpochMissing(Rule):
         loop_start = index.get(loop, -1)
         # A name bound to the sampler (or to `sampler if distributed else None`).
         for ref in self.flow.references(sampler):
-            if not isinstance(ref, cst.Name):
+            if type(ref) is not cst.Name:
                 continue
             bindings = scopes.lookup(ref.value, at)
             if not bindings or any(index.get(b.node, loop_start) >= loop_start for b in bindings):
@@ -264,7 +264,7 @@ class SamplerSetEpochMissing(Rule):
                 value = binding.value
                 if value is sampler:
                     continue
-                if isinstance(value, cst.IfExp) and sampler in (value.body, value.orelse):
+                if type(value) is cst.IfExp and sampler in (value.body, value.orelse):
                     other = value.orelse if value.body is sampler else value.body
                     if is_none(other):
                         guard = True
@@ -278,18 +278,18 @@ class SamplerSetEpochMissing(Rule):
         # The loader's name, when the sampler is built inline in it.
         direct = argument(loader, 3, "sampler") if how == "sampler" else None
         batch = argument(loader, 4, "batch_sampler") if how == "batch" else None
-        if isinstance(batch, cst.Name):
+        if type(batch) is cst.Name:
             values = [b.value for b in scopes.lookup(batch.value, batch)]
             batch = values[0] if len(values) == 1 else None
         attribute = None
         if direct is sampler:
             attribute = "sampler"
-        elif isinstance(batch, cst.Call) and batch.args and batch.args[0].value is sampler:
+        elif type(batch) is cst.Call and batch.args and batch.args[0].value is sampler:
             attribute = "batch_sampler.sampler"
         if attribute is None:
             return None
         for ref in self.flow.references(loader):
-            if not isinstance(ref, cst.Name):
+            if type(ref) is not cst.Name:
                 continue
             bindings = scopes.lookup(ref.value, at)
             if bindings and all(
@@ -300,7 +300,7 @@ class SamplerSetEpochMissing(Rule):
 
     def _sampler_name(self, sampler: cst.Call) -> Optional[str]:
         node, parent = self.flow._climb(sampler)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and len(parent.targets) == 1:
             target = parent.targets[0].target
             text = dotted_name(target)
             if text is not None:
@@ -316,6 +316,6 @@ def _arg_is(call: cst.Call, arg: cst.Arg, index: int, keyword: str) -> bool:
 
 
 def _loop_variable(loop: cst.CSTNode) -> Optional[str]:
-    if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
+    if type(loop) is cst.For and type(loop.target) is cst.Name:
         return loop.target.value
     return None

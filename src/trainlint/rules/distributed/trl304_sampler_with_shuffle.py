@@ -79,7 +79,7 @@ class SamplerWithShuffle(Rule):
                 'sampler, and drop_last"'
             )
         where = ""
-        if isinstance(value, (cst.Name, cst.Attribute)):
+        if type(value) in (cst.Name, cst.Attribute):
             where = f" whenever `{short}` is not None (often only on the distributed path)"
         message = (
             f"`{keyword}={short}` together with `shuffle=True`: DataLoader raises ValueError"
@@ -102,10 +102,10 @@ class SamplerWithShuffle(Rule):
             positional = [a for a in call.args if a.keyword is None]
             if others or len(positional) > 1:
                 return None
-        if isinstance(value, (cst.Name, cst.Attribute)) and "\n" not in self.ctx.code(value):
+        if type(value) in (cst.Name, cst.Attribute) and "\n" not in self.ctx.code(value):
             new = f"({self.ctx.code(value)} is None)"
             label = f"shuffle={new}"
-        elif isinstance(value, cst.Call):
+        elif type(value) is cst.Call:
             new = "False"
             label = "shuffle=False"
         else:
@@ -116,13 +116,13 @@ class SamplerWithShuffle(Rule):
         )
 
     def _truthy(self, value: cst.BaseExpression) -> bool:
-        if isinstance(value, cst.Name):
+        if type(value) is cst.Name:
             if value.value == "True":
                 return True
             bindings = self.ctx.scopes.lookup(value.value, value)
             return bool(bindings) and all(
                 b.kind in ("assign", "annassign")
-                and isinstance(b.value, cst.Name)
+                and type(b.value) is cst.Name
                 and b.value.value == "True"
                 for b in bindings
             )
@@ -130,7 +130,7 @@ class SamplerWithShuffle(Rule):
 
     def _always_none(self, value: cst.BaseExpression) -> bool:
         """A name every reaching binding of which is `None`."""
-        if not isinstance(value, cst.Name):
+        if type(value) is not cst.Name:
             return False
         bindings = self.ctx.scopes.lookup(value.value, value)
         return bool(bindings) and all(

@@ -101,7 +101,7 @@ class DdpWithoutSetDevice(Rule):
         if backend is None:
             return True  # the default picks NCCL for CUDA
         value = _literal(backend)
-        if value is None and isinstance(backend, cst.Name):
+        if value is None and type(backend) is cst.Name:
             bindings = self.ctx.scopes.lookup(backend.value, backend)
             values = [_literal(b.value) if b.value is not None else None for b in bindings]
             if values and all(v is not None for v in values):
@@ -126,9 +126,9 @@ class DdpWithoutSetDevice(Rule):
 
     def _statement_line(self, call: cst.Call) -> Optional[cst.SimpleStatementLine]:
         for ancestor in self.ctx.ancestors(call):
-            if isinstance(ancestor, cst.SimpleStatementLine):
+            if type(ancestor) is cst.SimpleStatementLine:
                 holder = self.ctx.parent(ancestor)
-                if isinstance(holder, (cst.IndentedBlock, cst.Module)):
+                if type(holder) in (cst.IndentedBlock, cst.Module):
                     return ancestor
                 return None
             if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
@@ -137,7 +137,7 @@ class DdpWithoutSetDevice(Rule):
 
 
 def _literal(node: Optional[cst.CSTNode]) -> Optional[str]:
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None

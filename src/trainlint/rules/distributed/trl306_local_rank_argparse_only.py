@@ -129,7 +129,7 @@ class LocalRankArgparseOnly(Rule):
 
 
 def _string(node: cst.CSTNode) -> Optional[str]:
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None

@@ -88,7 +88,7 @@ class SyncBatchNormAfterDdp(Rule):
             return
         target = module
         inner = False
-        if isinstance(module, cst.Attribute) and module.attr.value == "module":
+        if type(module) is cst.Attribute and module.attr.value == "module":
             target = module.value
             inner = True
         direct = parallel.wrap_kind(target)
@@ -162,12 +162,12 @@ class SyncBatchNormAfterDdp(Rule):
             return False
         if expr is source:
             return True
-        if isinstance(expr, cst.Call):
+        if type(expr) is cst.Call:
             func = expr.func
-            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_RETURNING:
+            if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
                 return self._flows_from(func.value, source, depth + 1)
             return False
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             at = self.parallel.evaluation_point(expr)
             for binding in self.ctx.scopes.lookup(expr.value, at):
                 if binding.value is not None and self._flows_from(binding.value, source, depth + 1):
@@ -176,14 +176,14 @@ class SyncBatchNormAfterDdp(Rule):
 
     def _is_sync_batchnorm_class(self, node: cst.CSTNode) -> bool:
         # The name first: it rules out nearly every Name and Attribute of the file cheaply.
-        leaf = node.value if isinstance(node, cst.Name) else node.attr.value  # type: ignore
+        leaf = node.value if type(node) is cst.Name else node.attr.value  # type: ignore
         if leaf != "SyncBatchNorm":
             return False
         parent = self.ctx.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.value is node:
+        if type(parent) is cst.Attribute and parent.value is node:
             return False  # `nn.SyncBatchNorm.convert_sync_batchnorm`: handled above
-        if isinstance(node, cst.Name) and isinstance(parent, cst.Attribute):
+        if type(node) is cst.Name and type(parent) is cst.Attribute:
             return False  # the `SyncBatchNorm` in `nn.SyncBatchNorm`
-        if isinstance(parent, (cst.ImportAlias, cst.AssignTarget)):
+        if type(parent) in (cst.ImportAlias, cst.AssignTarget):
             return False
         return self.ctx.names.is_(node, SYNC_BATCHNORM)

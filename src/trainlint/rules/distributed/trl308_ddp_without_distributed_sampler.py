@@ -130,7 +130,7 @@ class DdpWithoutDistributedSampler(Rule):
             # A dataset class of this file: does it split its items by rank itself?
             if _SHARDED.search(self._identifiers(cls.body)):
                 return True
-        if isinstance(dataset, cst.Name):
+        if type(dataset) is cst.Name:
             for binding in self.ctx.scopes.lookup(dataset.value, dataset):
                 value = binding.value
                 if value is not None and self._sharded(value, depth + 1):
@@ -143,20 +143,20 @@ class DdpWithoutDistributedSampler(Rule):
 
     def _identifiers(self, node: cst.CSTNode) -> str:
         """The names used in `node` (not its strings: a file called shard-000 shards nothing)."""
-        words = [n.value for n in self.ctx.tree.descendants(node) if isinstance(n, cst.Name)]
-        if isinstance(node, cst.Name):
+        words = [n.value for n in self.ctx.tree.descendants(node) if type(n) is cst.Name]
+        if type(node) is cst.Name:
             words.append(node.value)
         return " ".join(words)
 
     def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[object]]:
         """The classes a dataset expression constructs: a same-file ClassDef or a dotted name."""
         out: List[Optional[object]] = []
-        if not isinstance(expr, cst.Call):
+        if type(expr) is not cst.Call:
             return out
         func = expr.func
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             for binding in self.ctx.scopes.lookup(func.value, func):
-                if isinstance(binding.node, cst.ClassDef):
+                if type(binding.node) is cst.ClassDef:
                     out.append(binding.node)
                 else:
                     out.append(binding.qualname or func.value)
@@ -168,7 +168,7 @@ class DdpWithoutDistributedSampler(Rule):
 
     def _loader_name(self, call: cst.Call) -> str:
         parent = self.ctx.parent(call)
-        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        if type(parent) is cst.Assign and len(parent.targets) == 1:
             text = dotted_name(parent.targets[0].target)
             if text is not None:
                 return f"`{text}`"

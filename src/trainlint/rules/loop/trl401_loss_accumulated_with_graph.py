@@ -97,25 +97,25 @@ class LossAccumulatedWithGraph(Rule):
         self._graph_names_cache = {}
         candidates: List[Tuple[cst.CSTNode, str, cst.BaseExpression, str]] = []
         for node in self.ctx.nodes(cst.AugAssign):
-            if isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            if type(node.operator) in (cst.AddAssign, cst.SubtractAssign):
                 target = dotted_name(node.target) or _subscript_text(self.ctx, node.target)
                 if target:
                     candidates.append((node, target, node.value, "sum"))
         for node in self.ctx.nodes(cst.Assign):
-            if len(node.targets) != 1 or not isinstance(node.value, cst.BinaryOperation):
+            if len(node.targets) != 1 or type(node.value) is not cst.BinaryOperation:
                 continue
             target = dotted_name(node.targets[0].target)
             value = node.value
             if (
                 target
-                and isinstance(value.operator, (cst.Add, cst.Subtract))
+                and type(value.operator) in (cst.Add, cst.Subtract)
                 and dotted_name(value.left) == target
             ):
                 candidates.append((node, target, value.right, "sum"))
         for node in self.ctx.nodes(cst.Call):
             func = node.func
             if (
-                isinstance(func, cst.Attribute)
+                type(func) is cst.Attribute
                 and func.attr.value == "append"
                 and len(node.args) == 1
                 and not node.args[0].keyword
@@ -134,7 +134,7 @@ class LossAccumulatedWithGraph(Rule):
         found: Set[str] = set()
         for call in self.ctx.nodes(cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            if type(func) is cst.Attribute and func.attr.value == "backward":
                 found.update(name_leaves(self.steps.backward_tensor(call)))
         return found
 
@@ -206,7 +206,7 @@ class LossAccumulatedWithGraph(Rule):
         for assign in self._assignments(target, loop):
             if index[assign] >= at or assign is node:
                 continue
-            if isinstance(assign, cst.Assign) and self._is_self_accumulation(assign, target):
+            if type(assign) is cst.Assign and self._is_self_accumulation(assign, target):
                 continue
             statement_block = self.ctx.parent(self.ctx.parent(assign))
             if statement_block in enclosing:
@@ -215,27 +215,27 @@ class LossAccumulatedWithGraph(Rule):
 
     def _is_self_accumulation(self, assign: cst.Assign, target: str) -> bool:
         value = assign.value
-        return isinstance(value, cst.BinaryOperation) and dotted_name(value.left) == target
+        return type(value) is cst.BinaryOperation and dotted_name(value.left) == target
 
     def _assignments(self, target: str, within) -> List[cst.CSTNode]:
         out = []
         for node in self.ctx.tree.descendants(within):
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 if any(dotted_name(t.target) == target for t in node.targets):
                     out.append(node)
                 elif any(
-                    isinstance(t.target, (cst.Tuple, cst.List))
+                    type(t.target) in (cst.Tuple, cst.List)
                     and any(dotted_name(e.value) == target for e in t.target.elements)
                     for t in node.targets
                 ):
                     out.append(node)
-            elif isinstance(node, cst.AnnAssign) and dotted_name(node.target) == target:
+            elif type(node) is cst.AnnAssign and dotted_name(node.target) == target:
                 out.append(node)
         return out
 
     def _backward_of(self, target: str, loop) -> Optional[cst.Call]:
         for event in events_of(self.steps.flow(loop)):
-            if event.kind != "backward" or event.via or not isinstance(event.node, cst.Call):
+            if event.kind != "backward" or event.via or type(event.node) is not cst.Call:
                 continue
             tensor = self.steps.backward_tensor(event.node)
             if target in set(name_leaves(tensor)):
@@ -257,7 +257,7 @@ class LossAccumulatedWithGraph(Rule):
         derived = {target}
         for _ in range(2):
             for node in later:
-                if isinstance(node, cst.Assign) and any(
+                if type(node) is cst.Assign and any(
                     _mentions(node.value, name) for name in derived
                 ):
                     for t in node.targets:
@@ -265,13 +265,13 @@ class LossAccumulatedWithGraph(Rule):
                         if text:
                             derived.add(text)
         for node in later:
-            if isinstance(node, cst.Call) and self.steps.is_backward(node):
+            if type(node) is cst.Call and self.steps.is_backward(node):
                 tensor = self.steps.backward_tensor(node)
                 if any(n in derived for n in name_leaves(tensor)) or any(
                     _mentions(tensor, name) for name in derived
                 ):
                     return True
-            if returned and isinstance(node, cst.Return) and node.value is not None:
+            if returned and type(node) is cst.Return and node.value is not None:
                 if self.steps.scopes.enclosing_function(node) is function and _mentions(
                     node.value, target, detached_ok=False
                 ):
@@ -286,7 +286,7 @@ class LossAccumulatedWithGraph(Rule):
         inits = [
             a
             for a in self._assignments(target, scope)
-            if not (isinstance(a, cst.Assign) and self._is_self_accumulation(a, target))
+            if not (type(a) is cst.Assign and self._is_self_accumulation(a, target))
         ]
         if target.startswith("self."):
             inits += [a for a in self._assignments(target, self.ctx.module) if a not in inits]
@@ -296,7 +296,7 @@ class LossAccumulatedWithGraph(Rule):
             if not _is_number(assign.value):
                 return False
         for node in self.ctx.tree.descendants(scope):
-            if isinstance(node, cst.Attribute) and dotted_name(node.value) == target:
+            if type(node) is cst.Attribute and dotted_name(node.value) == target:
                 if ignore is not None and self.ctx.parent(node) is ignore:
                     continue
                 if node.attr.value in _TENSOR_METHODS_ON_ACCUMULATOR or node.attr.value in (
@@ -305,13 +305,13 @@ class LossAccumulatedWithGraph(Rule):
                     "grad",
                 ):
                     return False
-            if isinstance(node, cst.Call) and node.args:
+            if type(node) is cst.Call and node.args:
                 callee = dotted_name(node.func) or ""
                 if callee.startswith(("torch.", "dist.", "distributed.")) and any(
                     dotted_name(a.value) == target for a in node.args
                 ):
                     return False
-            if isinstance(node, cst.Return) and node.value is not None:
+            if type(node) is cst.Return and node.value is not None:
                 if _mentions(node.value, target):
                     return False
         return True
@@ -337,15 +337,15 @@ class LossAccumulatedWithGraph(Rule):
 
 def _subscript_text(ctx, node) -> Optional[str]:
     """`stats["loss"]` / `losses[k]`: the accumulator's source text (a dict or list slot)."""
-    if isinstance(node, cst.Subscript) and dotted_name(node.value):
+    if type(node) is cst.Subscript and dotted_name(node.value):
         return ctx.code(node)
     return None
 
 
 def _is_number(value) -> bool:
-    if isinstance(value, (cst.Integer, cst.Float)):
+    if type(value) in (cst.Integer, cst.Float):
         return True
-    if isinstance(value, cst.UnaryOperation):
+    if type(value) is cst.UnaryOperation:
         return _is_number(value.expression)
     return False
 
@@ -358,12 +358,12 @@ def _mentions(expr, target: str, detached_ok: bool = True) -> bool:
         node = stack.pop()
         if dotted_name(node) == target:
             return True
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             if not detached_ok and node.attr.value in ("item", "detach", "data", "tolist"):
                 continue
             stack.append(node.value)
             continue
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             stack.append(node.func)
             stack.extend(a.value for a in node.args)
             continue
@@ -377,7 +377,7 @@ def _mentions(expr, target: str, detached_ok: bool = True) -> bool:
                     if isinstance(inner, cst.CSTNode):
                         stack.append(inner)
                     sl = getattr(item, "slice", None)
-                    if isinstance(sl, cst.Index):
+                    if type(sl) is cst.Index:
                         stack.append(sl.value)
     return False
 

@@ -104,7 +104,7 @@ class HiddenStateNotDetached(Rule):
             return
         for assign in self.ctx.nodes(cst.Assign):
             call = assign.value
-            if not isinstance(call, cst.Call):
+            if type(call) is not cst.Call:
                 continue
             carried = self._fed_back(assign, call)
             if not carried:
@@ -132,7 +132,7 @@ class HiddenStateNotDetached(Rule):
             text = dotted_name(value)
             if text is not None:
                 passed.add(text)
-            elif isinstance(value, (cst.Tuple, cst.List)):
+            elif type(value) in (cst.Tuple, cst.List):
                 for element in value.elements:
                     inner = dotted_name(element.value)
                     if inner is not None:
@@ -154,19 +154,19 @@ class HiddenStateNotDetached(Rule):
         for node in self.ctx.tree.descendants(loop):
             if node is assign:
                 continue
-            if isinstance(node, cst.Assign):
+            if type(node) is cst.Assign:
                 for target in node.targets:
                     if set(_target_names(target.target)) & set(names):
                         return True
-            elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            elif type(node) in (cst.AnnAssign, cst.AugAssign):
                 if dotted_name(node.target) in names:
                     return True
-            elif isinstance(node, cst.For) and set(_target_names(node.target)) & set(names):
+            elif type(node) is cst.For and set(_target_names(node.target)) & set(names):
                 return True
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            elif type(node) is cst.Call and type(node.func) is cst.Attribute:
                 if node.func.attr.value in ("detach_", "zero_", "fill_", "copy_"):
                     root = node.func.value
-                    while isinstance(root, cst.Subscript):
+                    while type(root) is cst.Subscript:
                         root = root.value
                     if dotted_name(root) in names:
                         return True
@@ -190,7 +190,7 @@ class HiddenStateNotDetached(Rule):
         self, assign: cst.Assign, call: cst.Call, names: List[str], loop
     ) -> Optional[PendingFix]:
         line = self.ctx.parent(assign)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        if type(line) is not cst.SimpleStatementLine or len(line.body) != 1:
             return None
         if any("." in n for n in names):
             return None
@@ -222,7 +222,7 @@ class HiddenStateNotDetached(Rule):
 
     def _passed_in_tuple(self, call: cst.Call, names: List[str]) -> bool:
         for arg in call.args:
-            if isinstance(arg.value, (cst.Tuple, cst.List)):
+            if type(arg.value) in (cst.Tuple, cst.List):
                 for element in arg.value.elements:
                     if dotted_name(element.value) in names:
                         return True
@@ -247,7 +247,7 @@ class HiddenStateNotDetached(Rule):
         scope = function if function is not None else self.ctx.module
         out = []
         for node in self.ctx.tree.descendants(scope):
-            if isinstance(node, cst.Assign) and index[node] < index[loop]:
+            if type(node) is cst.Assign and index[node] < index[loop]:
                 for target in node.targets:
                     if dotted_name(target.target) == name:
                         out.append(node.value)
@@ -255,7 +255,7 @@ class HiddenStateNotDetached(Rule):
 
     def _maybe_none(self, name: str, loop) -> bool:
         return any(
-            isinstance(v, cst.Name) and v.value == "None" for v in self._initial_values(name, loop)
+            type(v) is cst.Name and v.value == "None" for v in self._initial_values(name, loop)
         )
 
     def _is_tensor(self, name: str, loop) -> bool:
@@ -263,7 +263,7 @@ class HiddenStateNotDetached(Rule):
         if not values:
             return False
         for value in values:
-            if not isinstance(value, cst.Call):
+            if type(value) is not cst.Call:
                 return False
             leaf = (dotted_name(value.func) or "").split(".")[-1]
             if leaf not in _TENSOR_MAKERS:
@@ -276,9 +276,9 @@ def _target_names(target: cst.BaseExpression) -> List[str]:
     if text is not None:
         return [text]
     out: List[str] = []
-    if isinstance(target, (cst.Tuple, cst.List)):
+    if type(target) in (cst.Tuple, cst.List):
         for element in target.elements:
             out.extend(_target_names(element.value))
-    elif isinstance(target, cst.StarredElement):
+    elif type(target) is cst.StarredElement:
         out.extend(_target_names(target.value))
     return out

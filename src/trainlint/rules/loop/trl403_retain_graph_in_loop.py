@@ -80,7 +80,7 @@ class RetainGraphInLoop(Rule):
             grads = [
                 node
                 for node in self.ctx.tree.descendants(loop)
-                if isinstance(node, cst.Call) and steps.is_autograd_grad(node)
+                if type(node) is cst.Call and steps.is_autograd_grad(node)
             ]
             index = self.ctx.tree.index
             for position, event in enumerate(ordered):
@@ -111,4 +111,4 @@ def _retains(call: cst.Call) -> bool:
         return False
     if keyword(call, "create_graph") is not None:
         return False
-    return isinstance(value, cst.Name) and value.value == "True"
+    return type(value) is cst.Name and value.value == "True"

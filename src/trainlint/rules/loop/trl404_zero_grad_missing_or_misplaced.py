@@ -124,7 +124,7 @@ class ZeroGradMissingOrMisplaced(Rule):
         """DeepSpeed's `engine.backward(loss)` + `engine.step()`: the engine resets gradients.
         (Accelerate's and Fabric's `backward(loss)` do not: their loops call `zero_grad()`.)"""
         call = event.node
-        if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
             return False
         if not call.args:
             return False  # `loss.backward()`
@@ -133,7 +133,7 @@ class ZeroGradMissingOrMisplaced(Rule):
             return True
         for node, _ in steps.loops.calls_in(loop.body):
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            if type(func) is cst.Attribute and func.attr.value == "step":
                 if dotted_name(func.value) == receiver:
                     return True
         return False
@@ -169,10 +169,10 @@ class ZeroGradMissingOrMisplaced(Rule):
         if step.via or step.receiver is None or step.receiver.startswith("<param:"):
             return None
         statement = self.ctx.statement_of(step.node)
-        if not isinstance(statement, cst.Expr) or statement.value is not step.node:
+        if type(statement) is not cst.Expr or statement.value is not step.node:
             return None
         line = self.ctx.parent(statement)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        if type(line) is not cst.SimpleStatementLine or len(line.body) != 1:
             return None
         return self.unsafe_fix(
             f"Reset the gradients after the step: `{optimizer}.zero_grad()`",
@@ -204,7 +204,7 @@ class ZeroGradMissingOrMisplaced(Rule):
         return found
 
     def _report_misplaced(self, zero: Event, step: Event) -> None:
-        what = self.ctx.code(zero.node) if isinstance(zero.node, cst.Call) else "zero_grad()"
+        what = self.ctx.code(zero.node) if type(zero.node) is cst.Call else "zero_grad()"
         if len(what) > 40 or "\n" in what:
             what = "zero_grad()"
         optimizer = step.receiver or "optimizer"
@@ -225,7 +225,7 @@ class ZeroGradMissingOrMisplaced(Rule):
         if zero.receiver == step.receiver:
             return True
         zero_node = zero.node
-        if isinstance(zero_node, cst.Call) and isinstance(zero_node.func, cst.Attribute):
+        if type(zero_node) is cst.Call and type(zero_node.func) is cst.Attribute:
             if steps.is_optimizer(zero_node.func.value):
                 return False  # another optimizer (GANs, multi-optimizer training)
         owners = steps.optimizer_modules(step.receiver)

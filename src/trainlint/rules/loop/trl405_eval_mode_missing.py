@@ -161,8 +161,8 @@ class EvalModeMissing(Rule):
                 continue
             value = node.value
             if (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
+                type(value) is cst.Call
+                and type(value.func) is cst.Attribute
                 and value.func.attr.value == "from_pretrained"
                 and any(_same_module(dotted_name(t.target), model) for t in node.targets)
             ):
@@ -211,7 +211,7 @@ class EvalModeMissing(Rule):
         if (
             params
             and params[0].name.value in ("self", "cls")
-            and isinstance(call.func, cst.Attribute)
+            and type(call.func) is cst.Attribute
         ):
             params = params[1:]
         position = None
@@ -237,10 +237,10 @@ class EvalModeMissing(Rule):
         # Frozen parameters record no graph: `model.requires_grad_(False)`.
         for call in self.ctx.nodes(cst.Call):
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "requires_grad_":
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
                 if _same_module(dotted_name(func.value), model) and call.args:
                     value = call.args[0].value
-                    if isinstance(value, cst.Name) and value.value == "False":
+                    if type(value) is cst.Name and value.value == "False":
                         return True
         return False
 
@@ -266,7 +266,7 @@ class EvalModeMissing(Rule):
         if function is None or not self._torch_imported():
             return None
         for node in self.ctx.tree.descendants(function):
-            if isinstance(node, cst.Call) and (
+            if type(node) is cst.Call and (
                 self.steps.is_backward(node) or self.steps.is_autograd_grad(node)
             ):
                 return None
@@ -355,7 +355,7 @@ class EvalModeMissing(Rule):
         shown = receiver if not receiver.startswith("<param:") else "the model"
         if event.via:
             call = event.site
-            callee = dotted_name(call.func) if isinstance(call, cst.Call) else None
+            callee = dotted_name(call.func) if type(call) is cst.Call else None
             where = f"`{callee or 'this call'}(...)` leaves `{shown}` in eval mode"
         else:
             where = f"`{shown}.eval()` is not undone"
@@ -371,9 +371,9 @@ class EvalModeMissing(Rule):
             return None
         statement = self.ctx.statement_of(event.site)
         line = self.ctx.parent(statement) if statement is not None else None
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        if type(line) is not cst.SimpleStatementLine or len(line.body) != 1:
             return None
-        if isinstance(statement, (cst.Return, cst.Break, cst.Continue, cst.Raise)):
+        if type(statement) in (cst.Return, cst.Break, cst.Continue, cst.Raise):
             return None
         return self.unsafe_fix(
             f"Return to training mode after the evaluation: `{receiver}.train()`",

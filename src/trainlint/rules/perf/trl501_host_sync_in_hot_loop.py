@@ -79,7 +79,7 @@ class HostSyncInHotLoop(Rule):
     def finish(self) -> None:
         calls = self.ctx.nodes(cst.Call)
         if not any(
-            isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" for c in calls
+            type(c.func) is cst.Attribute and c.func.attr.value == "backward" for c in calls
         ):
             return
         if is_test_file(self.ctx.source.path):
@@ -111,7 +111,7 @@ class HostSyncInHotLoop(Rule):
 
     def _sync(self, call: cst.Call) -> Optional[str]:
         func = call.func
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             attr = func.attr.value
             if attr in _SYNC_METHODS and not call.args:
                 if self._inner_sync(func.value):
@@ -119,16 +119,16 @@ class HostSyncInHotLoop(Rule):
                 if self._cpu_tensor(func.value):
                     return None  # `scale = torch.tensor([1.0])`: already on the host
                 parent = self.ctx.parent(call)
-                if isinstance(parent, cst.Attribute) and parent.attr.value in _MODULE_READS:
+                if type(parent) is cst.Attribute and parent.attr.value in _MODULE_READS:
                     return None  # `m.cpu().parameters()`: moves a module, reads no value
                 return f".{attr}()"
             if attr == "to" and call.args:
                 first = call.args[0].value
-                if isinstance(first, cst.SimpleString) and first.evaluated_value == "cpu":
+                if type(first) is cst.SimpleString and first.evaluated_value == "cpu":
                     if not self._inner_sync(func.value):
                         return '.to("cpu")'
             return None
-        if isinstance(func, cst.Name) and (func.value in _CONVERSIONS or func.value == "print"):
+        if type(func) is cst.Name and (func.value in _CONVERSIONS or func.value == "print"):
             if self.ctx.scopes.lookup(func.value, func):
                 return None  # shadowed by a local definition
             loops = self.steps.enclosing_loops(call)
@@ -146,7 +146,7 @@ class HostSyncInHotLoop(Rule):
             if _ACCELERATOR_WORDS.search(name.value):
                 return True
         for string in self.ctx.nodes(cst.SimpleString):
-            if isinstance(self.ctx.parent(string), cst.Expr):
+            if type(self.ctx.parent(string)) is cst.Expr:
                 continue  # a docstring or a bare string statement
             if _ACCELERATOR_WORDS.search(string.value):
                 return True
@@ -155,16 +155,16 @@ class HostSyncInHotLoop(Rule):
     def _cpu_tensor(self, expr: cst.CSTNode) -> bool:
         """`t` or `t[0]` where every binding of `t` is `torch.tensor/zeros/...(...)` made
         without `device=`: a host tensor."""
-        while isinstance(expr, cst.Subscript):
+        while type(expr) is cst.Subscript:
             expr = expr.value
-        if not isinstance(expr, cst.Name):
+        if type(expr) is not cst.Name:
             return False
         bindings = self.ctx.scopes.lookup(expr.value, expr)
         if not bindings:
             return False
         for binding in bindings:
             value = binding.value
-            if binding.kind != "assign" or not isinstance(value, cst.Call):
+            if binding.kind != "assign" or type(value) is not cst.Call:
                 return False
             if not self.ctx.names.is_(value.func, *_HOST_FACTORIES):
                 return False
@@ -173,12 +173,12 @@ class HostSyncInHotLoop(Rule):
         return True
 
     def _inner_sync(self, expr: cst.CSTNode) -> bool:
-        while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
-            if isinstance(expr, cst.Call):
+        while type(expr) in (cst.Call, cst.Attribute, cst.Subscript):
+            if type(expr) is cst.Call:
                 func = expr.func
-                if isinstance(func, cst.Attribute) and func.attr.value in _SYNC_METHODS:
+                if type(func) is cst.Attribute and func.attr.value in _SYNC_METHODS:
                     return True
-                expr = func.value if isinstance(func, cst.Attribute) else func
+                expr = func.value if type(func) is cst.Attribute else func
             else:
                 expr = expr.value
         return False
@@ -217,22 +217,22 @@ class HostSyncInHotLoop(Rule):
         for ancestor in self.ctx.ancestors(node):
             if ancestor is until:
                 return False
-            if isinstance(ancestor, cst.If) and child is ancestor.body:
+            if type(ancestor) is cst.If and child is ancestor.body:
                 if self._guard_test(ancestor.test):
                     return True
-            if isinstance(ancestor, cst.ExceptHandler):
+            if type(ancestor) is cst.ExceptHandler:
                 return True  # the error path
             child = ancestor
         return False
 
     def _guard_test(self, test: cst.BaseExpression) -> bool:
         for node in [test, *self.ctx.tree.descendants(test)]:
-            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            if type(node) is cst.BinaryOperation and type(node.operator) is cst.Modulo:
                 return True
-            if isinstance(node, cst.Comparison):
-                if any(isinstance(t.operator, cst.Equal) for t in node.comparisons):
+            if type(node) is cst.Comparison:
+                if any(type(t.operator) is cst.Equal for t in node.comparisons):
                     return True
-            if isinstance(node, (cst.Name, cst.Attribute)):
+            if type(node) in (cst.Name, cst.Attribute):
                 text = dotted_name(node) or ""
                 if _GUARD_WORDS.search(text.split(".")[-1]):
                     return True
