@@ -17,3 +17,23 @@ def test_flake8_is_clean_on_our_own_code():
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_exact_node_type_checks_are_isinstance_checks():
+    """The analyses test libcst nodes with `type(node) is cst.Call` (isinstance on a libcst
+    class goes through ABCMeta, millions of times a run). That equals isinstance only while no
+    concrete libcst node class has subclasses: a libcst release that adds one fails here."""
+    import inspect
+
+    import libcst as cst
+
+    with_subclasses = [
+        name
+        for name, obj in vars(cst).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, cst.CSTNode)
+        and not inspect.isabstract(obj)
+        and not name.startswith("Base")
+        and obj.__subclasses__()
+    ]
+    assert with_subclasses == []
