@@ -102,29 +102,10 @@ def _fields_of(node_type: type) -> Tuple[str, ...]:
 
 def _generic_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """Every field's nodes, each value's type checked: the reference the generated readers
-    below are made from, and used as is for fields whose annotation they do not understand."""
-    out: List[cst.CSTNode] = []
-    is_node = _IS_NODE
+    below must agree with (tests/test_walk.py)."""
     node_type = type(node)
     fields = _FIELDS.get(node_type) or _fields_of(node_type)
-    for name in fields:
-        value = getattr(node, name)
-        value_type = type(value)
-        if value_type is tuple or value_type is list:
-            for item in value:
-                item_type = type(item)
-                known = is_node.get(item_type)
-                if known is None:
-                    known = _is_node_type(item_type)
-                if known:
-                    out.append(item)
-        else:
-            known = is_node.get(value_type)
-            if known is None:
-                known = _is_node_type(value_type)
-            if known:
-                out.append(value)
-    return out
+    return [child for name in fields for child in _checked_value(getattr(node, name))]
 
 
 # type -> a function reading that type's children. Generated once per node type from the field
@@ -193,7 +174,8 @@ def _make_reader(node_type: type) -> Callable[[cst.CSTNode], List[cst.CSTNode]]:
 
 
 def _checked_value(value: object) -> List[cst.CSTNode]:
-    """The nodes in one field's value, each type checked (see `_generic_children`)."""
+    """The nodes in one field's value (a node, a sequence of nodes, or anything else), each
+    value's type checked."""
     is_node = _IS_NODE
     value_type = type(value)
     if value_type is tuple or value_type is list:
