@@ -15,6 +15,7 @@ another file of the project (a module the checked file imports, a config's `_bas
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -187,16 +188,14 @@ def read_project_texts(root: Path, settings: Settings) -> List[Tuple[Path, str]]
         if path.suffix != ".py":
             continue
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            data = path.read_bytes()
         except OSError:
             continue
-        texts.append((Path(os.path.abspath(path)), text))
+        texts.append((Path(os.path.abspath(path)), project_text(data)))
     return texts
 
 
 def texts_digest(texts: List[Tuple[Path, str]]) -> str:
-    import hashlib
-
     digest = hashlib.sha256()
     for path, text in texts:
         digest.update(f"{path}\0{len(text)}\0".encode() + text.encode("utf-8"))
@@ -204,7 +203,8 @@ def texts_digest(texts: List[Tuple[Path, str]]) -> str:
 
 
 def project_text(data: bytes) -> str:
-    """A file's bytes as `_project_texts` reads them (`read_text` with universal newlines)."""
+    """A project file's text: its bytes as UTF-8 (undecodable bytes replaced) with universal
+    newlines, the same for files read from disk and for the bytes a run already has."""
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 

@@ -200,11 +200,10 @@ def run(
             finished(state.display)
     out.states = states
 
-    texts = _project_texts(states) if whole_project else None
     # The phase's findings are kept in the cache (keyed by every file of the run, checked against
     # what it read outside the run); only for this first phase, before a fix changed a result.
     project_diags, project_crashes = _project_phase(
-        states, settings, cache, texts, reuse=not contents
+        states, settings, cache, whole_project, reuse=not contents
     )
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
@@ -239,7 +238,7 @@ def run(
                 changed_any = True
             if not changed_any:
                 break
-            project_diags, project_crashes = _project_phase(states, settings, cache, texts)
+            project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
 
     # Report what changed; write it unless only a diff was asked for.
     reverted = False
@@ -269,7 +268,7 @@ def run(
         out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
     if reverted:
-        project_diags, project_crashes = _project_phase(states, settings, cache, texts)
+        project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
     for state in states.values():
         out.crashes.extend(state.result.crashes)
     out.crashes.extend(project_crashes)
@@ -329,7 +328,7 @@ def _project_phase(
     states: Dict[str, FileState],
     settings: Settings,
     cache: Optional[Cache],
-    texts: Optional[List[Tuple[Path, str]]] = None,
+    whole_project: bool = False,
     reuse: bool = False,
 ):
     enabled = settings.enabled_codes()
@@ -340,7 +339,7 @@ def _project_phase(
     if reuse and cache is not None:
         key = cache.project_key(
             [(display, state.path, state.original) for display, state in states.items()],
-            whole=texts is not None,
+            whole=whole_project,
         )
         kept = cache.get_project(
             key, lambda: texts_digest(read_project_texts(settings.root, settings))
@@ -348,6 +347,8 @@ def _project_phase(
         if kept is not None:
             return kept, []
     rules = [all_rules()[code] for code in codes]
+    # Over the whole project its texts are the run's: decoded here, only when the phase runs.
+    texts = _project_texts(states) if whole_project else None
     reads: Dict[str, Optional[str]] = {}
     project = Project(
         root=settings.root,
