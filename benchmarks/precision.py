@@ -45,7 +45,10 @@ import json
 import shlex
 import subprocess
 import sys
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the same parser, packaged for older Pythons
+    import tomli as tomllib
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path

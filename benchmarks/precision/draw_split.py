@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the same parser, packaged for older Pythons
+    import tomli as tomllib
 from pathlib import Path
 from typing import Dict, List
 
