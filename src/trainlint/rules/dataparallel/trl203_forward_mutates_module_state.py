@@ -79,6 +79,8 @@ class ForwardMutatesModuleState(Rule):
         def forward(self, x):
             depth = self.backbone(x)
             return depth, self.features["layer4"]
+
+    model = nn.DataParallel(DepthModel(resnet_backbone()).cuda())
     ```
 
     ## Use instead
@@ -98,6 +100,8 @@ class ForwardMutatesModuleState(Rule):
             finally:
                 handle.remove()
             return depth, features["layer4"]
+
+    model = nn.DataParallel(DepthModel(resnet_backbone()).cuda())
     ```
     or return the values from `forward`, or train with DistributedDataParallel.
 
