@@ -106,7 +106,9 @@ class ForwardMutatesModuleState(Rule):
     or return the values from `forward`, or train with DistributedDataParallel.
 
     ## Fix safety
-    No fix: where the values should go instead is a design decision.
+    No fix: where the values should go instead (returned from `forward`, kept local to it, or a
+    switch to DistributedDataParallel) is the author's choice, and no single edit is safe for
+    all of them (see docs/architecture.md, "Fixes and fix safety").
     """
 
     code = "TRL203"
