@@ -37,7 +37,8 @@ def test_pointers_name_existing_sections():
     assert found, "no pointer to docs/architecture.md found: the search itself is broken"
     sections = headings()
     stale = [f"{path}: {title!r}" for path, title in found if title not in sections]
-    assert not stale, "pointers to sections docs/architecture.md does not have:\n" + "\n".join(stale)
+    missing = "\n".join(stale)
+    assert not stale, f"pointers to sections docs/architecture.md does not have:\n{missing}"
 
 
 def test_contents_link_to_sections():
