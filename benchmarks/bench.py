@@ -1,4 +1,4 @@
-"""How fast trainlint is, as ratios against its budgets (DESIGN.md §5, issue 7).
+"""How fast trainlint is, as ratios against its budgets (docs/architecture.md, "Speed budget").
 
     python benchmarks/bench.py                 # a corpus generated from fixtures/ and examples/
     python benchmarks/bench.py PATH --repeat 5 # any folder of training code

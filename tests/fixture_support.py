@@ -1,6 +1,6 @@
 """Helpers for fixture-driven tests: discovering fixtures and reading their `# expect:` marks.
 
-Conventions (DESIGN §2):
+Conventions (docs/architecture.md, "Adding a rule"):
 - fixtures/rules/<CODE>/<name>.py is an input; every line that must be flagged ends with
   `# expect: <CODE>` (several codes comma-separated; `<CODE>[error]` also pins the severity).
 - <name>.fixed.py is the expected result of `--fix` with only that rule selected, and

@@ -129,7 +129,7 @@ class Diagnostic:
             cell=data.get("cell"),
             text_row=data.get("text_row"),
             noqa_row=data.get("noqa_row"),
-            related=tuple(tuple(item) for item in data.get("related", ())),  # type: ignore[misc]
+            related=tuple(tuple(item) for item in data.get("related", ())),
         )
 
     def with_path(self, path: str) -> "Diagnostic":

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from contextlib import closing
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Generator, List, Optional, Sequence, Tuple
 
 from .config import Settings
 from .diagnostics import FileResult
@@ -46,7 +46,8 @@ _worker_settings: Optional[Settings] = None
 def default_jobs() -> int:
     """The CPUs this process may run on (the CPU count where that cannot be asked)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+        # Linux only: mypy checking for macOS or Windows does not know it, for Linux it does.
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 
@@ -61,7 +62,7 @@ def check_all(
     settings: Settings,
     jobs: int,
     check: Check,
-) -> Iterator[Tuple[int, FileResult]]:
+) -> Generator[Tuple[int, FileResult], None, None]:
     """(index, result) for every source, in the order they finish. `data[i]` is the bytes
     `sources[i]` was made from (what a worker receives); `check` checks one source here. Close
     the generator (contextlib.closing) to stop early."""
@@ -83,7 +84,7 @@ def check_all(
 
 def _in_pool(
     sources: Sequence[Source], data: Sequence[bytes], settings: Settings, jobs: int
-) -> Iterator[Tuple[int, FileResult]]:
+) -> Generator[Tuple[int, FileResult], None, None]:
     # Largest files first, so no worker is left with a big file at the end.
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

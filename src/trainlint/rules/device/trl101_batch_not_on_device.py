@@ -74,6 +74,9 @@ class BatchNotOnDevice(Rule):
 
     ## Example
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
         images = images.to(device, non_blocking=True)
         logits = model(images)
@@ -82,9 +85,12 @@ class BatchNotOnDevice(Rule):
 
     ## Use instead
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
-        labels = labels.to(device, non_blocking=True)
         images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
         logits = model(images)
         loss = criterion(logits, labels)
     ```

@@ -52,6 +52,8 @@ class DeviceIndexWithoutSetDevice(Rule):
 
     ## Use instead
     ```python
+    from mmcv.ops import nms
+
     device = torch.device("cuda:1")
     torch.cuda.set_device(device)
     model = Detector().to(device)

@@ -95,18 +95,34 @@ class NewTensorOffDevice(Rule):
 
     ## Example
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1))[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1))[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Use instead
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1), device=x.device)[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape, device=x.device)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1), device=x.device)[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape, device=x.device)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Fix safety

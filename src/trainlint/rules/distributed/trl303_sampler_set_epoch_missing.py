@@ -42,6 +42,8 @@ class SamplerSetEpochMissing(Rule):
 
     ## Use instead
     ```python
+    train_sampler = DistributedSampler(train_set)
+    train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
     for epoch in range(args.epochs):
         train_sampler.set_epoch(epoch)
         train_one_epoch(model, train_loader, optimizer)

@@ -43,14 +43,18 @@ class SyncBatchNormAfterDdp(Rule):
 
     ## Example
     ```python
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = build_segmentor(cfg).cuda(local_rank)
+    model = DDP(model, device_ids=[local_rank])
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     ```
 
     ## Use instead
     ```python
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    model = build_segmentor(cfg).cuda(local_rank)
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model, device_ids=[local_rank])
     ```
 
     ## Fix safety

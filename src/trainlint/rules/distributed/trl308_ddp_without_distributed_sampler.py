@@ -48,17 +48,24 @@ class DdpWithoutDistributedSampler(Rule):
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     for epoch in range(epochs):
         for x, y in train_loader:
-            ...
+            loss = criterion(model(x.to(local_rank)), y.to(local_rank))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     ```
 
     ## Use instead
     ```python
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
     train_sampler = DistributedSampler(train_set)
     train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
     for epoch in range(epochs):
         train_sampler.set_epoch(epoch)
         for x, y in train_loader:
-            ...
+            loss = criterion(model(x.to(local_rank)), y.to(local_rank))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     ```
 
     ## Fix safety

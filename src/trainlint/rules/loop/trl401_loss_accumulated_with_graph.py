@@ -67,6 +67,12 @@ class LossAccumulatedWithGraph(Rule):
 
     ## Use instead
     ```python
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
         total_loss += loss.item()
     ```
 

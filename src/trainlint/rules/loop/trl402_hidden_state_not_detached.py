@@ -76,7 +76,11 @@ class HiddenStateNotDetached(Rule):
     hidden = model.init_hidden(batch_size)
     for data, targets in batches:
         hidden = repackage_hidden(hidden)
-        ...
+        optimizer.zero_grad()
+        output, hidden = model(data, hidden)
+        loss = criterion(output, targets)
+        loss.backward()
+        optimizer.step()
     ```
 
     Not reported: a state reset or detached each batch (any re-binding of it inside the loop,

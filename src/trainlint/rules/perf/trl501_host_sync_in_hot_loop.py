@@ -56,6 +56,11 @@ class HostSyncInHotLoop(Rule):
 
     ## Use instead
     ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
         running_loss += loss.detach()          # stays on the GPU, no sync
         if step % log_interval == 0:
             pbar.set_postfix(loss=loss.item())  # one sync every log_interval steps
