@@ -210,16 +210,21 @@ def _flatten(values: Optional[List[List[str]]]) -> Optional[List[str]]:
 
 
 def settings_from_args(args: argparse.Namespace, paths: Sequence[Path]) -> Settings:
-    settings = load_settings(paths, args.config, isolated=args.isolated)
+    from .rules import rule_names
+
+    rules = rule_names()
+    settings = load_settings(paths, rules, args.config, isolated=args.isolated)
     select = _flatten(args.select)
     if select is not None:
-        settings.select = validate_codes(select, "--select")
+        settings.select = validate_codes(select, "--select", rules.codes)
     extend = _flatten(args.extend_select)
     if extend:
-        settings.extend_select = settings.extend_select + validate_codes(extend, "--extend-select")
+        settings.extend_select = settings.extend_select + validate_codes(
+            extend, "--extend-select", rules.codes
+        )
     ignore = _flatten(args.ignore)
     if ignore:
-        settings.ignore = settings.ignore + validate_codes(ignore, "--ignore")
+        settings.ignore = settings.ignore + validate_codes(ignore, "--ignore", rules.codes)
     if args.unsafe_fixes is not None:
         settings.unsafe_fixes = args.unsafe_fixes
     if args.force_exclude:
@@ -246,6 +251,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .cache import Cache
     from .files import discover
     from .runner import run
+    from .selection import Selection
     from .workers import default_jobs
 
     if cli_io.reads_stdin(args):
@@ -262,11 +268,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     progress = cli_io.progress_for(args, len(found.files))
-    cache = None if args.no_cache else Cache.for_settings(settings, args.cache_dir)
+    selection = Selection.of(settings)
+    cache = None if args.no_cache else Cache.for_selection(selection, args.cache_dir)
     try:
         result = run(
             found.files,
-            settings,
+            selection,
             fix=args.fix,
             unsafe=settings.unsafe_fixes,
             diff=args.diff,

@@ -198,6 +198,7 @@ def reads_stdin(args: argparse.Namespace) -> bool:
 def check_stdin(args: argparse.Namespace, settings_from_args) -> int:
     from .cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
     from .runner import run
+    from .selection import Selection
 
     if args.add_noqa:
         print("error: --add-noqa cannot be used with standard input", file=sys.stderr)
@@ -213,7 +214,7 @@ def check_stdin(args: argparse.Namespace, settings_from_args) -> int:
         return EXIT_CLEAN
     result = run(
         [(path, name)],
-        settings,
+        Selection.of(settings),
         fix=args.fix,
         unsafe=settings.unsafe_fixes,
         diff=args.fix or args.diff,  # never write: the fixed text goes to stdout

@@ -9,9 +9,8 @@ plugin) because project-phase findings and the unused-noqa rule need the same in
 from __future__ import annotations
 
 import re
-import traceback
 from functools import lru_cache
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import libcst as cst
 
@@ -27,10 +26,14 @@ from .diagnostics import (
     make_diagnostic,
 )
 from .positions import PositionIndex, Span
-from .rules import all_rules
 from .rules.base import PendingReport, Rule
 from .source import Source
 from .walk import Tree
+
+if TYPE_CHECKING:  # pragma: no cover
+    # The engine is handed the run's selection; importing it would import the rule registry,
+    # whose rules import the engine.
+    from .selection import Selection
 
 A = TypeVar("A")
 
@@ -165,11 +168,6 @@ class FileContext:
 # -- running the rules ------------------------------------------------------------------------
 
 
-def enabled_rules(settings: Settings, path: str) -> List[Type[Rule]]:
-    codes = settings.codes_for(path)
-    return [rule for code, rule in all_rules().items() if code in codes]
-
-
 def might_match(text: str, rules: Sequence[Type[Rule]]) -> bool:
     """False when no rule's markers occur in the text: the file cannot produce a finding."""
     return any(_has_marker(rule, text) for rule in rules)
@@ -189,11 +187,14 @@ def rules_to_run(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
 
 def check(
     source: Source,
-    settings: Settings,
+    selection: "Selection",
     rules: Optional[Sequence[Type[Rule]]] = None,
 ) -> FileResult:
+    """The file's findings by the rules `selection` enables for it (or by `rules`, when given:
+    the selection then only lends its settings)."""
+    settings = selection.settings
     if rules is None:
-        rules = enabled_rules(settings, source.path)
+        rules = selection.rules_for(source.path)
     result = FileResult(path=source.path)
     result.noqa = noqa.scan(source.lines)
     if source.notebook is not None and any(r.code == SYNTAX_ERROR for r in rules):
@@ -249,7 +250,7 @@ def check(
         ctx = FileContext(source, module, tree, settings)
         ctx.positions.ast_tree = verdict.tree
     except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
-        result.crashes.append(_crash(source.path, "engine", exc))
+        result.crashes.append(RuleCrash.of(source.path, "engine", exc))
         return result
     run_rules(ctx, rules_to_run(source.text, file_rules), result)
     return result
@@ -261,7 +262,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
         try:
             instances.append(cls(ctx))
         except Exception as exc:  # a rule's constructor is rule code too
-            result.crashes.append(_crash(ctx.path, cls.code, exc))
+            result.crashes.append(RuleCrash.of(ctx.path, cls.code, exc))
     handlers: Dict[type, List[Tuple[Rule, Any]]] = {}
     for rule in instances:
         for node_type, attr in _visitors_of(type(rule)):
@@ -279,7 +280,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                     method(node)
                 except Exception as exc:
                     crashed.add(rule)
-                    result.crashes.append(_crash(ctx.path, rule.code, exc))
+                    result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
     for rule in instances:
         if rule in crashed:
             continue
@@ -297,7 +298,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                     }
         except Exception as exc:
             crashed.add(rule)
-            result.crashes.append(_crash(ctx.path, rule.code, exc))
+            result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
     pending = [report for rule in instances if rule not in crashed for report in rule.reports]
     try:
         result.diagnostics.extend(resolve_reports(ctx, pending))
@@ -311,7 +312,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
             try:
                 result.diagnostics.extend(resolve_reports(ctx, rule.reports))
             except Exception as exc:
-                result.crashes.append(_crash(ctx.path, rule.code, exc))
+                result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
 
 
 @lru_cache(maxsize=None)
@@ -482,20 +483,10 @@ def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:
     return diagnostic
 
 
-def _crash(path: str, code: str, exc: BaseException) -> RuleCrash:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = ""
-    if frames:
-        last = frames[-1]
-        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-    return RuleCrash(path=path, code=code, error=f"{type(exc).__name__}: {exc}{where}")
-
-
 __all__ = [
     "EditSpec",
     "FileContext",
     "check",
-    "enabled_rules",
     "make_diagnostic",
     "syntax_error_diagnostic",
 ]

@@ -25,7 +25,6 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 # the cache never needs them (they cost more than the rest of such a run).
 from . import noqa
 from .cache import Cache, content_digest
-from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
 from .project import (
@@ -35,10 +34,13 @@ from .project import (
     run_project_phase,
     texts_digest,
 )
-from .rules import all_rules, rule_catalog
+from .selection import Selection
 from .source import Source, SourceError
 
 MAX_FIX_ROUNDS = 10
+# The rule that reports `# noqa` codes that suppress nothing: it runs here, after `# noqa`
+# filtering, over every finding of a file (the project phase's too).
+UNUSED_NOQA = "TRL002"
 
 
 @dataclass
@@ -118,8 +120,8 @@ def read_regular_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def check_source(source: Source, settings: Settings) -> FileResult:
-    return _engine().check(source, settings)
+def check_source(source: Source, selection: Selection) -> FileResult:
+    return _engine().check(source, selection)
 
 
 def _engine():
@@ -130,7 +132,7 @@ def _engine():
 
 def run(
     files: Sequence[Tuple[Path, str]],
-    settings: Settings,
+    selection: Selection,
     *,
     fix: bool = False,
     unsafe: bool = False,
@@ -169,7 +171,7 @@ def run(
             out.errors.append(error)
             state.frozen = True
         elif broken is not None:
-            if "TRL001" in settings.codes_for(display):
+            if "TRL001" in selection.codes_for(display):
                 state.result.diagnostics.append(broken)
             state.frozen = True
         else:
@@ -186,9 +188,9 @@ def run(
     checked = check_all(
         [state.source for state in to_check],  # type: ignore[misc]
         [state.original for state in to_check],  # type: ignore[misc]
-        settings,
+        selection,
         jobs,
-        lambda source: check_source(source, settings),
+        lambda source: check_source(source, selection),
     )
     with closing(checked):  # an interrupted run stops its workers at once
         for index, result in checked:
@@ -203,12 +205,12 @@ def run(
     # The phase's findings are kept in the cache (keyed by every file of the run, checked against
     # what it read outside the run); only for this first phase, before a fix changed a result.
     project_diags, project_crashes = _project_phase(
-        states, settings, cache, whole_project, reuse=not contents
+        states, selection, cache, whole_project, reuse=not contents
     )
     if fix or diff:
         for _ in range(MAX_FIX_ROUNDS):
             changed_any = False
-            by_file = _group(states, project_diags, settings)
+            by_file = _group(states, project_diags, selection)
             for display, state in states.items():
                 if state.frozen or state.source is None:
                     continue
@@ -234,11 +236,11 @@ def run(
                 state.source = new_source
                 state.fixed += len(applied)
                 state.applied.extend(applied)
-                state.result = check_source(new_source, settings)
+                state.result = check_source(new_source, selection)
                 changed_any = True
             if not changed_any:
                 break
-            project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
+            project_diags, project_crashes = _project_phase(states, selection, cache, whole_project)
 
     # Report what changed; write it unless only a diff was asked for.
     reverted = False
@@ -260,7 +262,7 @@ def run(
             out.errors.append(str(exc))
             # Nothing was written: what the user has on disk still has every finding.
             state.source = Source.from_bytes(display, state.original)
-            state.result = check_source(state.source, settings)
+            state.result = check_source(state.source, selection)
             state.fixed = 0
             state.applied = []
             reverted = True
@@ -268,11 +270,11 @@ def run(
         out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
     if reverted:
-        project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
+        project_diags, project_crashes = _project_phase(states, selection, cache, whole_project)
     for state in states.values():
         out.crashes.extend(state.result.crashes)
     out.crashes.extend(project_crashes)
-    by_file = _group(states, project_diags, settings)
+    by_file = _group(states, project_diags, selection)
     remaining: List[Diagnostic] = [d for diagnostics in by_file.values() for d in diagnostics]
     remaining.sort(key=Diagnostic.sort_key)
     out.diagnostics = remaining
@@ -287,9 +289,10 @@ def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
 
 
 def _group(
-    states: Dict[str, FileState], project_diags: List[Diagnostic], settings: Settings
+    states: Dict[str, FileState], project_diags: List[Diagnostic], selection: Selection
 ) -> Dict[str, List[Diagnostic]]:
     """display path -> the findings `# noqa` leaves, plus TRL002 for noqa codes left unused."""
+    unused_noqa = selection.rule(UNUSED_NOQA) if UNUSED_NOQA in selection.enabled else None
     by_file: Dict[str, List[Diagnostic]] = {}
     for display, state in states.items():
         by_file[display] = list(state.result.diagnostics)
@@ -299,19 +302,10 @@ def _group(
         state = states.get(display)
         noqa_map = state.result.noqa if state is not None else {}
         kept = [d for d in diagnostics if not _suppressed(d, noqa_map)]
-        if noqa_map and state is not None and state.source is not None:
-            kept.extend(_unused_noqa(state.source, noqa_map, diagnostics, settings))
+        if unused_noqa is not None and noqa_map and state is not None and state.source is not None:
+            kept.extend(unused_noqa.check_noqa(state.source, noqa_map, diagnostics, selection))
         by_file[display] = kept
     return by_file
-
-
-def _unused_noqa(source: Source, noqa_map, diagnostics, settings: Settings) -> List[Diagnostic]:
-    from .rules.engine.trl002_unused_noqa import UnusedNoqa
-
-    codes = settings.codes_for(source.path)
-    if UnusedNoqa.code not in codes:
-        return []
-    return UnusedNoqa.check_noqa(source, noqa_map, diagnostics, codes)
 
 
 def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
@@ -326,15 +320,14 @@ def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
 
 def _project_phase(
     states: Dict[str, FileState],
-    settings: Settings,
+    selection: Selection,
     cache: Optional[Cache],
     whole_project: bool = False,
     reuse: bool = False,
 ):
-    enabled = settings.enabled_codes()
-    codes = [code for code, rule in rule_catalog().items() if rule.project and code in enabled]
-    if not codes:
+    if not selection.project_codes:
         return [], []
+    settings = selection.settings
     key = None
     if reuse and cache is not None:
         key = cache.project_key(
@@ -346,7 +339,6 @@ def _project_phase(
         )
         if kept is not None:
             return kept, []
-    rules = [all_rules()[code] for code in codes]
     # Over the whole project its texts are the run's: decoded here, only when the phase runs.
     texts = _project_texts(states) if whole_project else None
     reads: Dict[str, Optional[str]] = {}
@@ -355,10 +347,10 @@ def _project_phase(
         settings=settings,
         results={display: state.result for display, state in states.items()},
         paths={display: state.path for display, state in states.items()},
-        loader=lambda path: _load_outside_run(path, settings, cache, reads),
+        loader=lambda path: _load_outside_run(path, selection, cache, reads),
         texts=texts,
     )
-    found, crashes = run_project_phase(rules, project)
+    found, crashes = run_project_phase(selection.project_rules(), project, selection)
     crashed = any(state.result.crashes for state in states.values())
     if key is not None and not crashes and not crashed:  # crashes are never kept (cache.py)
         walked = texts_digest(project.texts or []) if project.read_texts else None
@@ -368,7 +360,7 @@ def _project_phase(
 
 def _load_outside_run(
     path: Path,
-    settings: Settings,
+    selection: Selection,
     cache: Optional[Cache] = None,
     reads: Optional[Dict[str, Optional[str]]] = None,
 ) -> Optional[FileResult]:
@@ -384,7 +376,7 @@ def _load_outside_run(
         return None
     result = cache.get(display, path, data) if cache is not None else None
     if result is None:
-        result = check_source(source, settings)
+        result = check_source(source, selection)
         if cache is not None:
             cache.put(display, path, data, result)
     return result
