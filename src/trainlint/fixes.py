@@ -8,29 +8,19 @@
   encoding (the text keeps its newline style because edits are inserted with it), go through
   symlinks to their target, refuse read-only files, and refuse to overwrite a file that changed on
   disk since it was read.
-- A notebook is written back as the JSON it was read from with only the `source` values of the
-  cells whose code changed replaced (`render_notebook`): indentation, key order, escaping,
-  outputs, metadata and the final newline stay byte for byte; a cell keeps its `source` shape (a
-  list of lines or one string) and every unchanged line keeps its exact JSON spelling.
+- A notebook's bytes are written back by notebook.render_notebook.
 """
 
 from __future__ import annotations
 
-import codecs
-import difflib
-import json
 import os
-import re
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Tuple
 
 from .diagnostics import Applicability, Diagnostic, Edit
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .source import Source
 
 
 def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -167,97 +157,3 @@ def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
 
 
 # -- notebooks ----------------------------------------------------------------------------------
-
-# A \uXXXX escape of a non-ASCII character (not preceded by an escaped backslash).
-_NON_ASCII_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
-
-
-def render_notebook(source: "Source") -> bytes:
-    """The notebook file for `source`: its original bytes with the changed cells' code."""
-    from .notebook import parse_spans
-
-    notebook = source.notebook
-    assert notebook is not None
-    changed: Dict[int, str] = {}
-    for cell in notebook.cells:
-        region = source.text[cell.start : cell.end]
-        if region == cell.masked:
-            continue
-        code = notebook.unmasked(cell, source.text)
-        original = cell.original
-        if cell.added_newline:
-            original = original[:-1]
-            if code.endswith("\n"):
-                code = code[:-1]
-        if code != original:
-            changed[cell.number] = code
-    raw = notebook.raw
-    if changed:
-        wanted = {("cells", number - 1, "source") for number in changed}
-        data, spans = parse_spans(
-            raw, keep=lambda path: path in wanted or path[:3] in wanted or path == ("cells",)
-        )
-        ascii_only = not any(ord(ch) > 127 for ch in raw) and bool(_NON_ASCII_ESCAPE.search(raw))
-        replacements = []
-        for number, code in changed.items():
-            path = ("cells", number - 1, "source")
-            old = data["cells"][number - 1]["source"]
-            new = _encode_source(raw, spans, path, old, code, ascii_only)
-            replacements.append((spans[path], new))
-        for (start, end), new in sorted(replacements, reverse=True):
-            raw = raw[:start] + new + raw[end:]
-    return (codecs.BOM_UTF8 if notebook.bom else b"") + raw.encode("utf-8")
-
-
-def _encode_source(
-    raw: str, spans: Dict[Tuple[Any, ...], Tuple[int, int]], path, old: Any, code: str, ascii_only
-) -> str:
-    """New JSON for a cell's `source`, in the shape and layout of the old one."""
-
-    def dump(value: str) -> str:
-        return json.dumps(value, ensure_ascii=ascii_only)
-
-    if isinstance(old, str):
-        return dump(code)
-    # nbformat splits a cell's source with str.splitlines(True); some tools split at "\n" only.
-    # Split the new code the way this file's old lines were split.
-    if "".join(old).splitlines(True) == old:
-        lines = code.splitlines(True)
-    else:
-        lines = re.findall(r"[^\n]*\n|[^\n]+$", code)
-    if not lines:
-        return "[]"
-    items = [spans[path + (j,)] for j in range(len(old))]
-    tokens: List[str] = []
-    matcher = difflib.SequenceMatcher(None, old, lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            tokens.extend(raw[s:e] for s, e in items[i1:i2])
-        else:
-            tokens.extend(dump(line) for line in lines[j1:j2])
-    start, end = spans[path]
-    if items:
-        before = raw[start + 1 : items[0][0]]
-        after = raw[items[-1][1] : end - 1]
-        sep = raw[items[0][1] : items[1][0]] if len(items) > 1 else "," + before
-        if len(items) == 1 and "\n" not in before:
-            sep = ", "
-    elif "\n" not in raw.strip():
-        before, after, sep = "", "", ", "
-    else:
-        line_start = raw.rfind("\n", 0, start) + 1
-        line = raw[line_start:start]
-        indent = line[: len(line) - len(line.lstrip(" \t"))]
-        unit = _indent_unit(raw)
-        before, after = "\n" + indent + unit, "\n" + indent
-        sep = "," + before
-    return "[" + before + sep.join(tokens) + after + "]"
-
-
-def _indent_unit(raw: str) -> str:
-    """The notebook's indentation step (nbformat writes 1 space; some tools write 2 or 4)."""
-    for line in raw.splitlines()[1:]:
-        stripped = line.lstrip(" \t")
-        if stripped:
-            return line[: len(line) - len(stripped)] or " "
-    return " "
