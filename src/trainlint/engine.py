@@ -9,7 +9,6 @@ plugin) because project-phase findings and the unused-noqa rule need the same in
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
@@ -185,16 +184,22 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                 result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
 
 
-@lru_cache(maxsize=None)
-def _visitors_of(rule_class: Type[Rule]) -> Tuple[Tuple[type, str], ...]:
-    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order."""
-    found = []
-    for attr in dir(rule_class):
-        if attr.startswith("visit_"):
-            node_type = getattr(cst, attr[len("visit_") :], None)
-            if isinstance(node_type, type):
-                found.append((node_type, attr))
-    return tuple(found)
+_VISITORS: Dict[type, Tuple[Tuple[type, str], ...]] = {}
+
+
+def _visitors_of(rule_class: type) -> Tuple[Tuple[type, str], ...]:
+    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order
+    (worked out once per class)."""
+    found = _VISITORS.get(rule_class)
+    if found is None:
+        visitors = []
+        for attr in dir(rule_class):
+            if attr.startswith("visit_"):
+                node_type = getattr(cst, attr[len("visit_") :], None)
+                if isinstance(node_type, type):
+                    visitors.append((node_type, attr))
+        found = _VISITORS[rule_class] = tuple(visitors)
+    return found
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:

@@ -18,9 +18,9 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Set, Tuple
 
-from .diagnostics import Applicability, Diagnostic, Edit
+from .diagnostics import Applicability, Diagnostic, Edit, Fix
 
 
 def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -35,16 +35,18 @@ def apply_fixes(
 ) -> Tuple[str, List[Diagnostic]]:
     """Apply every non-overlapping fix; returns (new text, diagnostics whose fix was applied)."""
     chosen: List[Diagnostic] = []
+    chosen_fixes: List[Fix] = []
     claimed: List[Tuple[int, int]] = []
-    candidates = [d for d in diagnostics if fixable(d, unsafe)]
-    candidates.sort(key=lambda d: (min(e.start for e in d.fix.edits), d.code))  # type: ignore
-    seen_edit_sets = set()
-    for diagnostic in candidates:
-        edits = diagnostic.fix.edits  # type: ignore[union-attr]
+    candidates = [(d, d.fix) for d in diagnostics if d.fix is not None and fixable(d, unsafe)]
+    candidates.sort(key=lambda pair: (min(e.start for e in pair[1].edits), pair[0].code))
+    seen_edit_sets: Set[Tuple[Tuple[int, int, str], ...]] = set()
+    for diagnostic, fix in candidates:
+        edits = fix.edits
         key = tuple((e.start, e.end, e.content) for e in edits)
         if key in seen_edit_sets:
             # Two findings with the same fix (one line, two reasons): apply it once.
             chosen.append(diagnostic)
+            chosen_fixes.append(fix)
             continue
         if any(_overlaps(e, claimed) for e in edits):
             continue
@@ -52,14 +54,15 @@ def apply_fixes(
             continue
         seen_edit_sets.add(key)
         chosen.append(diagnostic)
+        chosen_fixes.append(fix)
         claimed.extend((e.start, e.end) for e in edits)
     all_edits: List[Edit] = []
-    applied_keys = set()
-    for diagnostic in chosen:
-        for e in diagnostic.fix.edits:  # type: ignore[union-attr]
-            key = (e.start, e.end, e.content)
-            if key not in applied_keys:
-                applied_keys.add(key)
+    applied_keys: Set[Tuple[int, int, str]] = set()
+    for fix in chosen_fixes:
+        for e in fix.edits:
+            edit_key = (e.start, e.end, e.content)
+            if edit_key not in applied_keys:
+                applied_keys.add(edit_key)
                 all_edits.append(e)
     return apply_edits(text, all_edits), chosen
 

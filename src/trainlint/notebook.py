@@ -34,10 +34,13 @@ import json
 import re
 import warnings
 from dataclasses import dataclass, field
-from json.decoder import scanstring
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .lines import split_lines
+
+# The json module's own string scanner: (string value, index after the closing quote) for the
+# string whose opening quote is just before `index` (typeshed does not declare it).
+scanstring: Callable[[str, int, bool], Tuple[str, int]] = getattr(json.decoder, "scanstring")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .source import Source
@@ -73,6 +76,7 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
         if pos >= len(text):
             raise JsonSpanError("unexpected end of the file", pos)
         ch = text[pos]
+        result: Any  # the JSON value: str, dict, list, number, bool or None
         if ch == '"':
             result, pos = scanstring(text, pos + 1, True)
         elif ch == "{":
@@ -372,9 +376,9 @@ class Notebook:
     def unmasked(self, cell: CodeCell, text: str) -> str:
         """The cell's current code (from the joined `text`) with its masked lines put back."""
         out = text[cell.start : cell.end]
-        spans = [m for m in cell.masks if m[0] is not None]
+        spans = [(span, masked, line) for span, masked, line in cell.masks if span is not None]
         for span, masked, line in sorted(spans, key=lambda m: m[0], reverse=True):
-            a, b = span[0] - cell.start, span[1] - cell.start  # type: ignore[index]
+            a, b = span[0] - cell.start, span[1] - cell.start
             if 0 <= a <= b <= len(out) and out[a:b] == masked:
                 out = out[:a] + line + out[b:]
         return out
@@ -527,7 +531,7 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
             length += len(SEPARATOR)
             row += 1
         rows.append((number, row))
-        masks = []
+        masks: List[Tuple[Optional[Tuple[int, int]], str, str]] = []
         offset = length
         for masked_line, line in zip(split_lines(masked), split_lines(original)):
             if masked_line != line:

@@ -85,14 +85,13 @@ class Project:
         if result is None or key not in result.candidates.get(code, {}):
             return None
         diagnostic = Diagnostic.from_dict(result.candidates[code][key])
-        changes: Dict[str, object] = {}
         if message is not None:
-            changes["message"] = message
+            diagnostic = dataclasses.replace(diagnostic, message=message)
         if severity is not None:
-            changes["severity"] = severity
+            diagnostic = dataclasses.replace(diagnostic, severity=severity)
         if drop_fix:
-            changes["fix"] = None
-        return dataclasses.replace(diagnostic, **changes) if changes else diagnostic
+            diagnostic = dataclasses.replace(diagnostic, fix=None)
+        return diagnostic
 
     def result_of(self, path: Path) -> Optional[FileResult]:
         """The per-file result for `path` (absolute): from the run when the file is part of

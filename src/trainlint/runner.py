@@ -24,7 +24,18 @@ import stat
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    runtime_checkable,
+)
 
 # Neither libcst nor the engine and its rules are imported here: a run whose files all come from
 # the cache never needs them (they cost more than the rest of such a run).
@@ -71,7 +82,7 @@ class RunResult:
     states: Dict[str, FileState] = field(default_factory=dict)
 
     def diff(self) -> str:
-        chunks = []
+        chunks: List[str] = []
         for display, old, new in self.changed:
             chunks.extend(
                 difflib.unified_diff(
@@ -115,7 +126,7 @@ def read_regular_file(path: Path) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-        chunks = []
+        chunks: List[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -344,7 +355,34 @@ def _report_changes(out: RunResult, selection: Selection, write: bool) -> bool:
     return reverted
 
 
-def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
+NoqaMap = Dict[int, Optional[Tuple[str, ...]]]  # row -> the codes of its `# noqa` (None: bare)
+
+
+@runtime_checkable
+class NoqaChecker(Protocol):
+    """What the runner asks of TRL002: findings for the `# noqa` codes of a file that suppress
+    nothing, given every finding of the file before `# noqa` filtering."""
+
+    def check_noqa(
+        self,
+        source: Source,
+        noqa_map: NoqaMap,
+        diagnostics: Sequence[Diagnostic],
+        selection: Selection,
+    ) -> List[Diagnostic]:
+        """TRL002's findings for one file."""
+
+
+def _unused_noqa(selection: Selection) -> Optional[NoqaChecker]:
+    if UNUSED_NOQA not in selection.enabled:
+        return None
+    rule = selection.rule(UNUSED_NOQA)
+    if not isinstance(rule, NoqaChecker):
+        raise TypeError(f"{UNUSED_NOQA} has no check_noqa()")
+    return rule
+
+
+def _suppressed(diagnostic: Diagnostic, noqa_map: NoqaMap) -> bool:
     row = diagnostic.text_row or diagnostic.row
     if row not in noqa_map:
         return False
@@ -355,18 +393,18 @@ def _group(
     states: Dict[str, FileState], project_diags: List[Diagnostic], selection: Selection
 ) -> Dict[str, List[Diagnostic]]:
     """display path -> the findings `# noqa` leaves, plus TRL002 for noqa codes left unused."""
-    unused_noqa = selection.rule(UNUSED_NOQA) if UNUSED_NOQA in selection.enabled else None
+    unused_noqa = _unused_noqa(selection)
     by_file: Dict[str, List[Diagnostic]] = {}
     for display, state in states.items():
         by_file[display] = list(state.result.diagnostics)
     for diagnostic in project_diags:
         by_file.setdefault(diagnostic.path, []).append(diagnostic)
     for display, diagnostics in by_file.items():
-        state = states.get(display)
-        noqa_map = state.result.noqa if state is not None else {}
+        found = states.get(display)
+        noqa_map = found.result.noqa if found is not None else {}
         kept = [d for d in diagnostics if not _suppressed(d, noqa_map)]
-        if unused_noqa is not None and noqa_map and state is not None and state.source is not None:
-            kept.extend(unused_noqa.check_noqa(state.source, noqa_map, diagnostics, selection))
+        if unused_noqa is not None and noqa_map and found is not None and found.source is not None:
+            kept.extend(unused_noqa.check_noqa(found.source, noqa_map, diagnostics, selection))
         by_file[display] = kept
     return by_file
 

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from contextlib import closing
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Generator, List, Optional, Sequence, Tuple
 
 from .diagnostics import FileResult
 from .selection import Selection
@@ -61,7 +61,7 @@ def check_all(
     selection: Selection,
     jobs: int,
     check: Check,
-) -> Iterator[Tuple[int, FileResult]]:
+) -> Generator[Tuple[int, FileResult], None, None]:
     """(index, result) for every source, in the order they finish. `data[i]` is the bytes
     `sources[i]` was made from (what a worker receives); `check` checks one source here. Close
     the generator (contextlib.closing) to stop early."""
@@ -83,7 +83,7 @@ def check_all(
 
 def _in_pool(
     sources: Sequence[Source], data: Sequence[bytes], selection: Selection, jobs: int
-) -> Iterator[Tuple[int, FileResult]]:
+) -> Generator[Tuple[int, FileResult], None, None]:
     # Largest files first, so no worker is left with a big file at the end.
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, TextIO
 
 from ..config import Settings
 from ..diagnostics import Diagnostic
@@ -119,7 +119,7 @@ def report_root(settings: Settings) -> Path:
 
 
 def make_context(
-    options: CheckOptions, result: "RunResult", settings: Settings, stream: IO[str]
+    options: CheckOptions, result: "RunResult", settings: Settings, stream: TextIO
 ) -> ReportContext:
     sources = {
         display: state.source
@@ -140,7 +140,7 @@ def make_context(
 
 
 def emit_report(
-    options: CheckOptions, diagnostics: Sequence[Diagnostic], ctx: ReportContext, stream: IO[str]
+    options: CheckOptions, diagnostics: Sequence[Diagnostic], ctx: ReportContext, stream: TextIO
 ) -> None:
     from ..report.text import fixed_summary, headline, report_statistics
 
