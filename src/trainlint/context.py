@@ -37,7 +37,10 @@ class EditSpec:
 
     def anchor_node(self) -> cst.CSTNode:
         if self.kind == "body_start":
-            return self.node.body.body[0]  # type: ignore[attr-defined]
+            body = getattr(self.node, "body", None)
+            # FileContext.body_start makes these only for a compound with an indented body.
+            assert type(body) is cst.IndentedBlock and body.body
+            return body.body[0]
         return self.node
 
 

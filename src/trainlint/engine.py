@@ -1,4 +1,4 @@
-"""check(source, settings) -> FileResult: parse once, one pass, every enabled rule.
+"""check(source, selection) -> FileResult: parse once, one pass, every enabled rule.
 
 Data flows one way: Source -> libcst parse -> Tree (parents, order, nodes by type) -> FileContext
 (analyses built lazily on first use) -> rules -> pending reports -> positions (only for reported
@@ -339,8 +339,10 @@ def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
 
 def _broken_cells(source: Source) -> List[Diagnostic]:
     """TRL001 for each notebook cell left out of the analysis because it does not parse."""
-    out = []
-    for cell, message, row, col in source.notebook.broken:  # type: ignore[union-attr]
+    out: List[Diagnostic] = []
+    if source.notebook is None:
+        return out
+    for cell, message, row, col in source.notebook.broken:
         diagnostic = syntax_error_diagnostic(source.path, message, row, col)
         diagnostic.cell = cell
         # The cell is not in the analysed text, so no `# noqa` row of that text applies to it.

@@ -68,7 +68,9 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
     keep = keep or (lambda path: True)
 
     def skip(pos: int) -> int:
-        return _WS.match(text, pos).end()  # type: ignore[union-attr]
+        match = _WS.match(text, pos)
+        assert match is not None  # `*`: it matches, if only the empty string
+        return match.end()
 
     def value(pos: int, path: Path_) -> Tuple[Any, int]:
         pos = skip(pos)
