@@ -104,8 +104,10 @@ def files_of(folder: Path) -> List[Path]:
     """The files `trainlint check FOLDER` looks at (its own discovery, so excludes agree)."""
     from trainlint.config import load_settings
     from trainlint.files import discover
+    from trainlint.rules import rule_names
 
-    return [path for path, _display in discover([folder], load_settings([folder])).files]
+    settings = load_settings([folder], rule_names())
+    return [path for path, _display in discover([folder], settings).files]
 
 
 def texts_of(files: Sequence[Path]) -> List[str]:

@@ -7,6 +7,7 @@ engine's convention: rows 1-based, columns 0-based; reporters convert for output
 from __future__ import annotations
 
 import enum
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -143,6 +144,17 @@ class RuleCrash:
     path: str
     code: str
     error: str  # "ValueError: ..." plus the innermost frame
+
+    @classmethod
+    def of(cls, path: str, code: str, exc: BaseException) -> "RuleCrash":
+        """The crash of rule `code` (or "engine") raising `exc` on `path`, named by the
+        exception and the innermost frame of its traceback."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = ""
+        if frames:
+            last = frames[-1]
+            where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+        return cls(path=path, code=code, error=f"{type(exc).__name__}: {exc}{where}")
 
     def describe(self) -> str:
         return f"{self.path}: internal error in rule {self.code}: {self.error}"

@@ -58,17 +58,21 @@ class TrainlintChecker:
         from .engine import check
         from .project import Project, run_project_phase
         from .rules import all_rules
+        from .selection import Selection
         from .source import Source
 
         # flake8 decides what is selected; run every rule and let it filter.
         settings = Settings(root=find_project_root(Path(self.filename).parent))
         source = Source(path=self.filename, text="".join(self.lines))
+        selection = Selection.of(settings)
         rules = list(all_rules().values())
-        result = check(source, settings, rules=rules)
+        result = check(source, selection, rules=rules)
         # Project rules see this one file only (no loader): in-file evidence, never a guess
         # about files flake8 was not given.
         joined, crashes = run_project_phase(
-            rules, Project(root=settings.root, settings=settings, results={self.filename: result})
+            rules,
+            Project(root=settings.root, settings=settings, results={self.filename: result}),
+            selection,
         )
         result.diagnostics.extend(joined)
         result.crashes.extend(crashes)

@@ -95,7 +95,7 @@ def precheck(text: str, max_depth: int = MAX_DEPTH) -> Verdict:
         return verdict
     if _deepest(verdict.tree, max_depth) > max_depth:
         depth, row, byte_col = nesting_depth(verdict.tree, max_depth)
-        from .source import split_lines
+        from .lines import split_lines
 
         lines = split_lines(text)
         line = lines[row - 1] if 0 < row <= len(lines) else ""

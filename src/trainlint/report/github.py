@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..diagnostics import Diagnostic, Severity
-from . import ReportContext
+from .context import ReportContext
 from .text import location
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}

@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence, TextIO
 
 from .. import rule_url
 from ..diagnostics import Diagnostic
-from . import ReportContext
+from .context import ReportContext
 
 
 def to_json(d: Diagnostic) -> Dict[str, Any]:

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from .. import DOCS_URL, __version__, rule_url
 from ..diagnostics import Diagnostic, Severity
-from . import ReportContext
+from .context import ReportContext
 
 SCHEMA_URI = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"

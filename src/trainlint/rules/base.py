@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     # comments) must not import libcst in a run served by the cache.
     import libcst as cst
 
-    from ..engine import EditSpec, FileContext
+    from ..context import EditSpec, FileContext
     from ..project import Project
 
 

@@ -80,13 +80,3 @@ def render(rules) -> str:
         "rules": {code: list(info)[1:] for code, info in table.items()},
     }
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
-
-
-def main() -> int:
-    from . import _discover
-
-    text = render(_discover())
-    with open(CATALOG_PATH, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    print(f"wrote {CATALOG_PATH} ({len(_discover())} rules)")
-    return 0
