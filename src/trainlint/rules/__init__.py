@@ -14,7 +14,7 @@ from .base import Rule
 @lru_cache(maxsize=None)
 def _discover() -> Dict[str, Type[Rule]]:
     found: Dict[str, Type[Rule]] = {}
-    package_path = __path__  # type: ignore[name-defined]
+    package_path = __path__
     for family in sorted(pkgutil.iter_modules(package_path), key=lambda m: m.name):
         if not family.ispkg:
             continue
