@@ -134,8 +134,10 @@ class SamplerSetEpochMissing(Rule):
                         inner, holder = self.flow._climb(batch_ref)
                         if type(holder) is cst.Arg and holder.value is inner:
                             loader = self.ctx.parent(holder)
-                            if is_torch_dataloader(names, loader) and _arg_is(
-                                loader, holder, 4, "batch_sampler"
+                            if (
+                                type(loader) is cst.Call
+                                and is_torch_dataloader(names, loader)
+                                and _arg_is(loader, holder, 4, "batch_sampler")
                             ):
                                 out.append((loader, "batch"))
             elif type(parent) is cst.DictElement and parent.value is node:

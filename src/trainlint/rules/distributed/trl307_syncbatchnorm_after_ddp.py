@@ -97,6 +97,7 @@ class SyncBatchNormAfterDdp(Rule):
             inner = True
         direct = parallel.wrap_kind(target)
         if direct is not None:  # convert_sync_batchnorm(DataParallel(m)) / (DDP(m))
+            assert type(target) is cst.Call  # wrap_kind names only wrap calls
             state = WrapState(every=True, some=True, kinds={direct}, sites=[target])
         else:
             state = parallel.wrapper_state(target, call)

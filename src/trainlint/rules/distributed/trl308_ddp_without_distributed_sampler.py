@@ -155,9 +155,9 @@ class DdpWithoutDistributedSampler(Rule):
             words.append(node.value)
         return " ".join(words)
 
-    def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[object]]:
+    def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[cst.ClassDef | str]]:
         """The classes a dataset expression constructs: a same-file ClassDef or a dotted name."""
-        out: List[Optional[object]] = []
+        out: List[Optional[cst.ClassDef | str]] = []
         if type(expr) is not cst.Call:
             return out
         func = expr.func
