@@ -1,7 +1,7 @@
 """Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, plus the options rules declare
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, plus the options rules declare
 (`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
 
@@ -80,14 +80,27 @@ class Settings:
     force_exclude: bool = False
     respect_gitignore: bool = True  # skip what .gitignore files ignore when walking folders
     unsafe_fixes: bool = False
+    # Preview rules (not yet precise enough to be on by default) join the default set.
+    preview: bool = False
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
     config_path: Optional[Path] = None
 
     # -- which rules run ----------------------------------------------------------------------
 
-    def selects(self, code: str, default_on: bool) -> bool:
-        """Do select / extend-select / ignore turn rule `code` on (before per-file-ignores)?"""
+    def selects(self, code: str, default_on: bool, preview: bool = False) -> bool:
+        """Do select / extend-select / ignore turn rule `code` on (before per-file-ignores)?
+
+        A preview rule (`preview=True`) outside preview mode is on only when its exact code is
+        selected: `ALL` and prefixes, like the default set, leave it off (as in ruff)."""
+        if preview and not self.preview:
+            return _selected(
+                code,
+                False,
+                [s for s in self.select or () if s.upper() == code],
+                [s for s in self.extend_select if s.upper() == code],
+                self.ignore,
+            )
         return _selected(code, default_on, self.select, self.extend_select, self.ignore)
 
     def codes_for(self, path: str, enabled: FrozenSet[str]) -> FrozenSet[str]:
@@ -251,6 +264,7 @@ _CORE_KEYS: Dict[str, Any] = {
     "force-exclude": bool,
     "respect-gitignore": bool,
     "unsafe-fixes": bool,
+    "preview": bool,
 }
 
 
@@ -365,6 +379,7 @@ def settings_from_table(
     settings.force_exclude = bool(table.get("force-exclude", False))
     settings.respect_gitignore = bool(table.get("respect-gitignore", True))
     settings.unsafe_fixes = bool(table.get("unsafe-fixes", False))
+    settings.preview = bool(table.get("preview", False))
     for key in keys:
         if key not in _CORE_KEYS and key in table:
             settings.options[key] = table[key]

@@ -33,13 +33,14 @@ def _severity(rule) -> str:
 
 def rules_table(link_prefix: str = "docs/rules.md") -> str:
     lines = [
-        "| code | name | severity | fix | what it finds |",
-        "|---|---|---|---|---|",
+        "| code | name | severity | fix | default | what it finds |",
+        "|---|---|---|---|---|---|",
     ]
     for code, rule in all_rules().items():
+        default = "off" if not rule.default_enabled() else "preview" if rule.preview else "on"
         lines.append(
             f"| [{code}]({link_prefix}#{code.lower()}) | {rule.name} | {_severity(rule)} | "
-            f"{rule.fix_label()} | {rule.summary()} |"
+            f"{rule.fix_label()} | {default} | {rule.summary()} |"
         )
     return "\n".join(lines)
 
@@ -55,7 +56,7 @@ def rules_markdown() -> str:
         "",
     ]
     for code, rule in all_rules().items():
-        default = "on" if rule.default_enabled() else "off (select it to enable)"
+        default = rule.default_label()
         body = rule.explanation().replace("\n## ", "\n### ")
         if body.startswith("## "):
             body = "#" + body

@@ -33,7 +33,12 @@ class TrainlintChecker:
     def add_options(cls, option_manager: Any) -> None:
         from .rules import all_rules
 
-        off = [code for code, rule in all_rules().items() if not rule.default_enabled()]
+        # Off by default, as in the CLI: info-level rules and preview rules.
+        off = [
+            code
+            for code, rule in all_rules().items()
+            if not rule.default_enabled() or rule.preview
+        ]
         try:
             option_manager.extend_default_ignore(off)
         except AttributeError:  # very old flake8

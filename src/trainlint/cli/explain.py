@@ -15,7 +15,7 @@ def cmd_rule(code: str) -> int:
     if rule is None:
         print(f"error: unknown rule {code!r} (see `trainlint rules`)", file=sys.stderr)
         return EXIT_ERROR
-    default = "on" if rule.default_enabled() else "off (select it to enable)"
+    default = rule.default_label()
     print(f"# {rule.code} {rule.name}\n")
     print(f"Severity: {rule.severity.value}. Default: {default}. Fix: {rule.fix_label()}.\n")
     print(rule.explanation())
@@ -32,7 +32,7 @@ def cmd_rules() -> int:
                 code,
                 rule.name,
                 rule.severity.value,
-                "on" if rule.default_enabled() else "off",
+                "off" if not rule.default_enabled() else "preview" if rule.preview else "on",
                 rule.fix_label(),
             )
         )

@@ -51,6 +51,7 @@ class CheckOptions:
     add_noqa: bool = False
     respect_gitignore: Optional[bool] = None
     progress: bool = True
+    preview: Optional[bool] = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CheckOptions":
@@ -78,6 +79,7 @@ class CheckOptions:
             add_noqa=args.add_noqa,
             respect_gitignore=args.respect_gitignore,
             progress=args.progress,
+            preview=args.preview,
         )
 
     @property
@@ -106,6 +108,8 @@ def settings_for(options: CheckOptions, paths: Sequence[Path]) -> Settings:
         settings.ignore = settings.ignore + validate_codes(options.ignore, "--ignore", rules.codes)
     if options.unsafe_fixes is not None:
         settings.unsafe_fixes = options.unsafe_fixes
+    if options.preview is not None:
+        settings.preview = options.preview
     if options.force_exclude:
         settings.force_exclude = True
     if options.respect_gitignore is False:

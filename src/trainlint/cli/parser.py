@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--diff", action="store_true", help="print the diff --fix would apply; write nothing"
     )
+    check.add_argument(
+        "--preview",
+        action="store_true",
+        default=None,
+        help="also run the preview rules (not yet on by default: see `trainlint rules`)",
+    )
+    check.add_argument("--no-preview", dest="preview", action="store_false", help=argparse.SUPPRESS)
     check.add_argument("--select", type=_codes, action="append", help="codes or prefixes, or ALL")
     check.add_argument("--extend-select", type=_codes, action="append", help="add to the selection")
     check.add_argument("--ignore", type=_codes, action="append", help="codes or prefixes to skip")

@@ -65,7 +65,7 @@ def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
                 "helpUri": rule_url(code),
                 "defaultConfiguration": {
                     "level": LEVELS[rule.severity],
-                    "enabled": bool(rule.default_enabled()),
+                    "enabled": bool(rule.default_enabled() and not rule.preview),
                 },
                 "properties": {
                     "tags": ["pytorch", family],

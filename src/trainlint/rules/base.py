@@ -74,6 +74,10 @@ class Rule:
     options: ClassVar[Dict[str, type]] = {}
     # True for rules whose findings need other files (they implement check_project).
     project: ClassVar[bool] = False
+    # A preview rule is not in the default set until its measured precision on real code it was
+    # never tuned on reaches the bar (benchmarks/precision.py); `--preview` / `preview = true`
+    # adds it, or its exact code in `select`/`extend-select`.
+    preview: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -152,6 +156,15 @@ class Rule:
     @classmethod
     def default_enabled(cls) -> bool:
         return cls.severity is not Severity.INFO
+
+    @classmethod
+    def default_label(cls) -> str:
+        """Whether a run without any selection runs the rule, as the docs say it."""
+        if not cls.default_enabled():
+            return "off (select it to enable)"
+        if cls.preview:
+            return "preview (on with `--preview`, or select its code)"
+        return "on"
 
     @classmethod
     def fix_label(cls) -> str:
