@@ -74,6 +74,9 @@ class Diagnostic:
     text_row: Optional[int] = None
     noqa_row: Optional[int] = None
     related: Tuple[Tuple[str, int, int, str], ...] = ()  # (path, row, col, note): other sites
+    # The headline (`message`) says what is wrong in about 100 characters; `help` says what
+    # happens at run time (PyTorch's own error text) and how to fix it. Empty: nothing to add.
+    help: str = ""
 
     def sort_key(self) -> Tuple[Any, ...]:
         return (self.path, self.cell or 0, self.row, self.col, self.code, self.message)
@@ -93,6 +96,7 @@ class Diagnostic:
             "text_row": self.text_row,
             "noqa_row": self.noqa_row,
             "related": [list(item) for item in self.related],
+            "help": self.help,
             "fix": None,
         }
         if self.fix is not None:
@@ -131,6 +135,7 @@ class Diagnostic:
             text_row=data.get("text_row"),
             noqa_row=data.get("noqa_row"),
             related=tuple(tuple(item) for item in data.get("related", ())),
+            help=data.get("help", ""),
         )
 
     def with_path(self, path: str) -> "Diagnostic":
@@ -188,6 +193,7 @@ def make_diagnostic(
     span: Tuple[int, int, int, int],
     fix: Optional[Fix] = None,
     related: Tuple[Tuple[str, int, int, str], ...] = (),
+    help: str = "",
 ) -> Diagnostic:
     row, col, end_row, end_col = span
     diagnostic = Diagnostic(
@@ -204,6 +210,7 @@ def make_diagnostic(
         text_row=row,
         noqa_row=row,
         related=related,
+        help=help,
     )
     located = source.cell_of(row)
     if located is not None:

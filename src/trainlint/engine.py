@@ -238,6 +238,7 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
                 (row, col, end_row, end_col),
                 fix,
                 related,
+                report.help,
             )
         )
     return out
@@ -247,6 +248,8 @@ def _check_report(report: PendingReport) -> None:
     """A report's parts must be what the reporters can print; say which part is wrong."""
     if not isinstance(report.message, str):
         raise TypeError(f"report() message must be a str, not {type(report.message).__name__}")
+    if not isinstance(report.help, str):
+        raise TypeError(f"report() help must be a str, not {type(report.help).__name__}")
     if not isinstance(report.severity, Severity):
         raise TypeError(f"report() severity must be a Severity, not {report.severity!r}")
     for node in (report.node, report.end_node):

@@ -53,7 +53,9 @@ def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
     for code, rule in all_rules().items():
         explanation = rule.explanation()
         full = _section(explanation, "What it does") or rule.summary()
-        family = rule.__module__.split(".")[-2]
+        # rules/<family>/trlNNN_name.py; a rule defined elsewhere (a plugin, a test) has none.
+        parts = rule.__module__.split(".")
+        family = parts[-2] if len(parts) > 1 else "other"
         index[code] = len(descriptors)
         descriptors.append(
             {
@@ -118,7 +120,7 @@ def _result(
     result: Dict[str, Any] = {
         "ruleId": d.code,
         "level": LEVELS[d.severity],
-        "message": {"text": d.message},
+        "message": {"text": f"{d.message}\n\n{d.help}" if d.help else d.message},
         "locations": [
             {
                 "physicalLocation": {

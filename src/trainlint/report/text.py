@@ -87,6 +87,8 @@ def report_full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: Text
             cell, row, col = ctx.related_location(path, row, col)
             where = f"{path}:cell {cell}:{row}:{col + 1}" if cell else f"{path}:{row}:{col + 1}"
             out.write(f"   = {paint('note', 'bold', ctx)}: {where}: {note}\n")
+        if d.help:
+            out.write(f"   = {paint('help', 'bold', ctx)}: {d.help}\n")
         if d.fix is not None:
             label = "fix" if (d.fix.applicability is Applicability.SAFE) else "unsafe fix"
             out.write(f"   = {paint(label, 'cyan', ctx)}: {d.fix.message}\n")

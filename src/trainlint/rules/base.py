@@ -47,9 +47,9 @@ class PendingFix:
 
 
 class PendingReport:
-    __slots__ = ("rule", "node", "end_node", "message", "severity", "fix", "related")
+    __slots__ = ("rule", "node", "end_node", "message", "severity", "fix", "related", "help")
 
-    def __init__(self, rule, node, end_node, message, severity, fix, related):
+    def __init__(self, rule, node, end_node, message, severity, fix, related, help=""):
         self.rule = rule
         self.node = node
         self.end_node = end_node
@@ -57,6 +57,7 @@ class PendingReport:
         self.severity = severity
         self.fix = fix
         self.related = related
+        self.help = help
 
 
 class Rule:
@@ -95,10 +96,21 @@ class Rule:
         severity: Optional[Severity] = None,
         end_node: Optional[cst.CSTNode] = None,
         related: Iterable[Tuple[cst.CSTNode, str]] = (),
+        help: str = "",
     ) -> None:
+        """Report `node`. `message` is the headline: what is wrong, in about 100 characters,
+        claiming only what the analysis established; `help` says what happens at run time (the
+        PyTorch error) and how to fix it; `related` points at the other sites that prove it."""
         self.reports.append(
             PendingReport(
-                self, node, end_node, message, severity or self.severity, fix, tuple(related)
+                self,
+                node,
+                end_node,
+                message,
+                severity or self.severity,
+                fix,
+                tuple(related),
+                help,
             )
         )
 
