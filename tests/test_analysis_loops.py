@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.frameworks import Frameworks
-from trainlint.analysis.loops import Loops
+from trainlint.analysis.base.frameworks import Frameworks
+from trainlint.analysis.loop.structure import Loops
 from trainlint.config import Settings
 from trainlint.engine import FileContext
 from trainlint.source import Source

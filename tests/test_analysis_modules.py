@@ -8,9 +8,9 @@ import textwrap
 
 import libcst as cst
 
-from trainlint.analysis.hierarchy import file_facts
-from trainlint.analysis.modules import ALL, Modules
-from trainlint.analysis.wraps import Wraps
+from trainlint.analysis.parallel.wraps import Wraps
+from trainlint.analysis.project.hierarchy import file_facts
+from trainlint.analysis.project.modules import ALL, Modules
 from trainlint.config import Settings
 from trainlint.engine import FileContext
 from trainlint.source import Source

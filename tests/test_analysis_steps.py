@@ -7,14 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.steps import (
-    Repeat,
-    TrainingSteps,
-    events_of,
-    mode_free_model,
-    own_events,
-    run,
-)
+from trainlint.analysis.base.dataflow import Repeat, events_of, own_events, run
+from trainlint.analysis.loop.steps import TrainingSteps, mode_free_model
 from trainlint.config import Settings
 from trainlint.engine import FileContext
 from trainlint.source import Source

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from trainlint import engine
-from trainlint.analysis.mmconfig import (
+from trainlint.analysis.project.mmconfig import (
     checkpointed_layers,
     find_unused_setting,
     merge,

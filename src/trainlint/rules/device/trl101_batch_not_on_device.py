@@ -8,8 +8,9 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import Moves
-from ...analysis.loops import BatchFlow, Element, Flow, Unmoved
+from ...analysis.device.moves import Moves
+from ...analysis.loop.batchflow import BatchFlow
+from ...analysis.loop.batchvalues import Element, Flow, Unmoved
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
 

@@ -7,18 +7,18 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...analysis.devices import is_test_file
-from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.mmconfig import (
-    MM_CONFIG_MARKERS,
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.mmconfig import (
     MMConfig,
+    MM_CONFIG_MARKERS,
     Resolved,
     resolve,
     tolerates_unused,
     type_names,
 )
-from ...analysis.modules import ALL, Modules, escaped
-from ...analysis.wraps import Wraps, is_local, local_name
+from ...analysis.parallel.wraps import Wraps, is_local, local_name
+from ...analysis.project.modules import ALL, Modules, escaped
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 

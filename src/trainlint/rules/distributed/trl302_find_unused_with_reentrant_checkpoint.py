@@ -10,17 +10,17 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.hierarchy import Hierarchy, import_qualnames
-from ...analysis.calls import argument, has_star_args, is_true, keyword
-from ...analysis.mmconfig import (
+from ...analysis.base.calls import argument, has_star_args, is_true, keyword
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...analysis.project.mmconfig import (
     MMConfig,
     Resolved,
     checkpointed_layers,
     find_unused_setting,
     resolve,
 )
-from ...analysis.names import dotted_name
-from ...analysis.parallel import DDP_NAMES
+from ...analysis.base.names import dotted_name
+from ...analysis.parallel.parallel import DDP_NAMES
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 

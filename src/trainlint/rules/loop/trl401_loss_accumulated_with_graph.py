@@ -7,8 +7,9 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps, events_of, name_leaves
+from ...analysis.base.dataflow import events_of
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.steps import TrainingSteps, name_leaves
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -27,10 +27,14 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
-from .calls import string_value
-from .names import Names, dotted_name
-from .scopes import Binding, Scopes
+from ..base.calls import string_value
+from ..base.names import Names, dotted_name
+from ..base.nodes import is_self_attr, self_and_descendants
+from ..base.scopes import Binding, Scopes
+from .. import Analysis
+
+
+
 
 DATA_PARALLEL = "torch.nn.DataParallel"
 DISTRIBUTED_DATA_PARALLEL = "torch.nn.parallel.DistributedDataParallel"
@@ -235,9 +239,9 @@ class Parallel(Analysis):
             for node in self.ctx.tree.descendants(cls.body):
                 if type(node) is cst.Assign:
                     for target in node.targets:
-                        if _is_self_attr(target.target, attr):
+                        if is_self_attr(target.target, attr):
                             values.append(node.value)
-                elif type(node) is cst.AnnAssign and _is_self_attr(node.target, attr):
+                elif type(node) is cst.AnnAssign and is_self_attr(node.target, attr):
                     values.append(node.value)
             return values
         return None
@@ -347,7 +351,7 @@ class Parallel(Analysis):
         """Does a name in `expr` speak of distributed mode (`args.distributed`, `world_size`,
         `dist.is_initialized()`, a `ddp` flag)? Module paths (`torch.distributed.get_rank`)
         do not count: only the last name of a dotted chain does."""
-        for node in _self_and_descendants(self.ctx, expr):
+        for node in self_and_descendants(self.ctx, expr):
             if type(node) not in (cst.Name, cst.Attribute):
                 continue
             parent = self.ctx.parent(node)
@@ -373,7 +377,7 @@ class Parallel(Analysis):
         assigned from it), or None."""
         if _depth > 3:
             return None
-        for node in _self_and_descendants(self.ctx, test):
+        for node in self_and_descendants(self.ctx, test):
             if type(node) is cst.Call and self.names.is_(node.func, *DEVICE_COUNT):
                 return node
             if type(node) is cst.Name:
@@ -561,7 +565,7 @@ class Parallel(Analysis):
         value = binding.value
         if value is None:
             return False
-        for node in _self_and_descendants(self.ctx, value):
+        for node in self_and_descendants(self.ctx, value):
             if type(node) is cst.SimpleString and string_value(node) == "LOCAL_RANK":
                 return True
         return False
@@ -586,13 +590,6 @@ def _is_distributed_word(word: str) -> bool:
     )
 
 
-def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
-    return (
-        type(node) is cst.Attribute
-        and type(node.value) is cst.Name
-        and node.value.value == "self"
-        and node.attr.value == attr
-    )
 
 
 def _is_store_target(ctx, node: cst.CSTNode) -> bool:
@@ -601,7 +598,3 @@ def _is_store_target(ctx, node: cst.CSTNode) -> bool:
         type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
     )
 
-
-def _self_and_descendants(ctx, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    yield from ctx.tree.descendants(node)

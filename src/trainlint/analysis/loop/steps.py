@@ -1,7 +1,7 @@
 """What one iteration of a training or evaluation loop does: the facts the loop rules share.
 
-Built on `loops.py` (same-file helpers, `under_no_grad`) and kept in its own module so that the
-batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
+Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file call graph
+(`base/callgraph.py`) and the dataflow kernel (`base/dataflow.py`).
 
 1. Events. `event(node)` says what a call or assignment does to training state:
    - `backward`: `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward`,
@@ -16,13 +16,9 @@ batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
    Receivers are given in the analysed loop's own terms: inside a helper, a parameter is replaced
    by the argument of the call that reached it (`evaluate(net, ...)` -> `net.eval()`).
 
-2. Flows. `flow(node)` turns a loop body (or any block) into a small tree: `Seq`, `Alt`
-   (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
-   (continue/break/return/raise) and `Helper` (the body of a same-file function it calls, two
-   levels deep, where `return` only leaves the helper). `run()` pushes a set of abstract states
-   through it with a rule's transfer function, so "a `zero_grad()` between `backward()` and
-   `step()` on some path" or "an `eval()` reaching the next `backward()`" is decided on the loop
-   as a whole (statements inside if/with/try, helpers, the wrap-around to the next iteration).
+2. Flows. `flow(node)` turns a loop body (or any block) into a tree of the dataflow kernel
+   (`base/dataflow.py`), with the bodies of same-file functions it calls two levels deep, so
+   that a rule's transfer function decides on the loop as a whole.
 
 3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
    decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
@@ -39,18 +35,24 @@ batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
-from .calls import keyword, positional
-from .loops import Loops
-from .names import Names, dotted_name
-from .parallel import MODULE_RETURNING
-from .scopes import Scopes
-from ..walk import own_nodes
+from ...walk import children, own_nodes
+from ..base.calls import keyword, positional
+from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
+from ..base.frameworks import Frameworks
+from ..base.names import Names, dotted_name
+from ..base.scopes import Scopes
+from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME, MODEL_NAME, NOT_MODEL_NAME, disables_grad
+from ..parallel.parallel import MODULE_RETURNING
+from .structure import Loops
+from .. import Analysis
+
+
+
+
 
 # -- recognising things ---------------------------------------------------------------------------
 
@@ -88,36 +90,6 @@ _OPTIMIZER_NAME = re.compile(r"optim|^opt(?:$|[_\d]|[A-Z])|_opt(?:$|[_\d]|[A-Z])
 _NOT_OPTIMIZER_NAME = re.compile(r"sched|warmup|^lr|_lr|option", re.I)
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
-_LOSS_FUNCTIONS = {
-    "cross_entropy",
-    "nll_loss",
-    "mse_loss",
-    "l1_loss",
-    "smooth_l1_loss",
-    "huber_loss",
-    "binary_cross_entropy",
-    "binary_cross_entropy_with_logits",
-    "kl_div",
-    "cosine_embedding_loss",
-    "margin_ranking_loss",
-    "triplet_margin_loss",
-    "ctc_loss",
-    "poisson_nll_loss",
-    "gaussian_nll_loss",
-    "hinge_embedding_loss",
-    "multilabel_margin_loss",
-    "soft_margin_loss",
-    "multi_margin_loss",
-}
-_LOSS_NAME = re.compile(r"loss|criterion|(^|_)err(or)?($|_|[A-Z])|^err", re.I)
-_MODEL_NAME = re.compile(
-    r"^(model|net|network|module|classifier|encoder|decoder|backbone|generator|discriminator)s?$"
-    r"|model$|^net[A-Z_\d]|^net$|_net$|Net$|^model_",
-    re.I,
-)
-_NOT_MODEL_NAME = re.compile(
-    r"(_fn|_func|_cls|_class|_name|_path|_dir|_type|_config|_cfg|_args|_kwargs|_list)$", re.I
-)
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
@@ -128,155 +100,6 @@ _EVAL_FUNCTION = re.compile(
 )
 _EVAL_LOADER = re.compile(r"(^|_|\.)(val|valid|validation|test|testing|eval|evaluation|dev)", re.I)
 _TRAIN_WORD = re.compile(r"train", re.I)
-_NO_GRAD = (
-    "torch.no_grad",
-    "torch.inference_mode",
-    "torch.autograd.no_grad",
-    "torch.autograd.grad_mode.no_grad",
-)
-
-
-@dataclass(frozen=True, eq=False)
-class Event:
-    """Something a call or assignment does to the training state."""
-
-    kind: str  # backward, step, zero, eval, train
-    node: cst.CSTNode  # the call or assignment
-    receiver: Optional[str]  # optimizer / module text in the analysed block's terms
-    site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)
-    via: Tuple[cst.FunctionDef, ...] = ()
-    full: bool = True  # zero: the whole model or optimizer, not one parameter
-    closure: bool = False  # step(closure): the closure runs its own forward and backward
-
-
-# -- flows ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Ev:
-    event: Event
-
-
-@dataclass(frozen=True, eq=False)
-class Seq:
-    items: Tuple[object, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Alt:
-    branches: Tuple[object, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Repeat:
-    body: object
-    node: cst.CSTNode
-
-
-@dataclass(frozen=True, eq=False)
-class Exit:
-    kind: str  # continue, break, return, raise
-
-
-@dataclass(frozen=True, eq=False)
-class Helper:
-    body: object
-    call: cst.Call
-
-
-@dataclass
-class Outcome:
-    normal: Set = field(default_factory=set)
-    cont: Set = field(default_factory=set)
-    brk: Set = field(default_factory=set)
-    ret: Set = field(default_factory=set)
-
-
-Transfer = Callable[[Event, object], Iterable[object]]
-
-
-def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
-    """Push abstract states through a flow; `transfer(event, state)` gives the next states."""
-    current = set(states)
-    if isinstance(flow, Ev):
-        out = set()
-        for state in current:
-            out.update(transfer(flow.event, state))
-        return Outcome(normal=out)
-    if isinstance(flow, Seq):
-        result = Outcome()
-        for item in flow.items:
-            if not current:
-                break
-            step = run(item, current, transfer)
-            result.cont |= step.cont
-            result.brk |= step.brk
-            result.ret |= step.ret
-            current = step.normal
-        result.normal = current
-        return result
-    if isinstance(flow, Alt):
-        result = Outcome()
-        for branch in flow.branches:
-            step = run(branch, current, transfer)
-            result.normal |= step.normal
-            result.cont |= step.cont
-            result.brk |= step.brk
-            result.ret |= step.ret
-        return result
-    if isinstance(flow, Repeat):
-        entry = set(current)
-        brk: Set = set()
-        ret: Set = set()
-        for _ in range(8):  # states are small finite sets: a few rounds reach the fixpoint
-            step = run(flow.body, entry, transfer)
-            brk |= step.brk
-            ret |= step.ret
-            grown = entry | step.normal | step.cont
-            if grown == entry:
-                break
-            entry = grown
-        return Outcome(normal=entry | brk, ret=ret)
-    if isinstance(flow, Exit):
-        if flow.kind == "continue":
-            return Outcome(cont=current)
-        if flow.kind == "break":
-            return Outcome(brk=current)
-        if flow.kind == "return":
-            return Outcome(ret=current)
-        return Outcome()  # raise: this path ends
-    if isinstance(flow, Helper):
-        step = run(flow.body, current, transfer)
-        return Outcome(normal=step.normal | step.ret)
-    return Outcome(normal=current)
-
-
-def events_of(flow) -> Iterator[Event]:
-    """The flow's events in document order."""
-    if isinstance(flow, Ev):
-        yield flow.event
-    elif isinstance(flow, Seq):
-        for item in flow.items:
-            yield from events_of(item)
-    elif isinstance(flow, Alt):
-        for branch in flow.branches:
-            yield from events_of(branch)
-    elif isinstance(flow, (Repeat, Helper)):
-        yield from events_of(flow.body)
-
-
-def own_events(flow) -> Iterator[Event]:
-    """Events of one iteration that do not run inside a nested loop (including helpers' loops)."""
-    if isinstance(flow, Ev):
-        yield flow.event
-    elif isinstance(flow, Seq):
-        for item in flow.items:
-            yield from own_events(item)
-    elif isinstance(flow, Alt):
-        for branch in flow.branches:
-            yield from own_events(branch)
-    elif isinstance(flow, Helper):
-        yield from own_events(flow.body)
 
 
 _EMPTY = Seq(())
@@ -738,7 +561,7 @@ class TrainingSteps(Analysis):
                     return True
             if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
                 inner = positional(call, 0)
-                if type(inner) is cst.Call and self.names.is_(inner.func, *_NO_GRAD):
+                if type(inner) is cst.Call and disables_grad(self.names, inner):
                     return True
         return False
 
@@ -778,7 +601,6 @@ class TrainingSteps(Analysis):
         (they do not detach totals, reset gradients for Accelerate/Fabric, or set eval mode), so
         their code is not owned; DeepSpeed's `engine.backward`/`engine.step` is recognised by
         the rules themselves."""
-        from .frameworks import Frameworks
 
         frameworks: Frameworks = self.ctx.analysis(Frameworks)
         reason = frameworks.managed(node)
@@ -853,7 +675,7 @@ class TrainingSteps(Analysis):
                         # `loss, logs = compute(...)`: only loss-named parts.
                         for element in target.elements:
                             text = dotted_name(element.value)
-                            if text and _LOSS_NAME.search(text.split(".")[-1]):
+                            if text and LOSS_NAME.search(text.split(".")[-1]):
                                 if text not in names:
                                     names.add(text)
                                     grown = True
@@ -942,7 +764,7 @@ class TrainingSteps(Analysis):
                 if self._tensor_function(node):
                     stack.extend(a.value for a in node.args)
                 continue
-            stack.extend(_expression_children(node))
+            stack.extend(children(node))
 
     def _detaching(self, node: cst.CSTNode) -> bool:
         if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
@@ -961,7 +783,7 @@ class TrainingSteps(Analysis):
     def _is_loss_call(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""
         leaf = dotted.split(".")[-1]
-        if leaf in _LOSS_FUNCTIONS:
+        if leaf in LOSS_FUNCTIONS:
             return True
         return bool(re.search(r"loss|criterion", leaf, re.I)) and not leaf.startswith(
             ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
@@ -1002,11 +824,11 @@ class TrainingSteps(Analysis):
         if text is None:
             return False
         leaf = text.split(".")[-1]
-        if _NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
+        if NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
             return False
         if text in self.module_like():
             return True
-        return bool(_MODEL_NAME.search(leaf))
+        return bool(MODEL_NAME.search(leaf))
 
     def trained_models(self) -> Set[str]:
         """Modules trained in this file: `.train()` is called on them, or their parameters go
@@ -1092,10 +914,6 @@ class TrainingSteps(Analysis):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _expression_children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    from ..walk import children
-
-    return children(node)
 
 
 def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
@@ -1250,15 +1068,3 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
 
     node.visit(Scan())
     return found_ok
-
-
-def is_test_file(path: str) -> bool:
-    """`tests/...`, `test_*.py`, `*_test.py`."""
-    parts = path.replace("\\", "/").split("/")
-    name = parts[-1]
-    return (
-        "tests" in parts[:-1]
-        or name.startswith("test_")
-        or name.endswith("_test.py")
-        or name == "conftest.py"
-    )

@@ -24,9 +24,12 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ..base.names import LOCAL_PREFIX
+from ..parallel.wraps import DDP_KIND, Wraps
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
-from .names import LOCAL_PREFIX
-from .wraps import DDP_KIND, Wraps
+
+
+
 
 # Bases that are plain Python: known, and they read nothing.
 PLAIN_BASES = {

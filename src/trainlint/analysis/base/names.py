@@ -16,8 +16,11 @@ from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
 from .scopes import Scopes
+from .. import Analysis
+
+
+
 
 # Public re-exports and defining modules -> the name users see in the docs.
 CANONICAL = {

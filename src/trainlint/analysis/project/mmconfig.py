@@ -49,7 +49,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from . import Analysis
+from .. import Analysis
+
+
+
 
 # Substrings that every MM config contains (for rule markers: MM configs often lack "torch").
 MM_CONFIG_MARKERS = (

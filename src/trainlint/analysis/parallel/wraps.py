@@ -28,11 +28,14 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
-from .calls import has_star_args, is_false, keyword, positional
-from .modules import ALL, _freezes, frozen_by_loop
-from .names import LOCAL_PREFIX, Names, dotted_name
+from ..base.calls import has_star_args, is_false, keyword, positional
+from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..project.modules import ALL, _freezes, frozen_by_loop
 from .parallel import INIT_PROCESS_GROUP, Parallel
+from .. import Analysis
+
+
+
 
 DDP_KIND = "DistributedDataParallel"
 DP_KIND = "DataParallel"

@@ -23,8 +23,11 @@ from typing import Dict, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
 from .names import Names, dotted_name
+from .. import Analysis
+
+
+
 
 # Base classes (canonical qualified names, or suffixes after the last dot) whose methods a
 # framework calls with data it has already placed.

@@ -29,14 +29,18 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
-from .calls import is_false, keyword, positional
-from ..walk import children
-from .names import Names, dotted_name
+from ...walk import children
+from ..base.calls import is_false, keyword, positional, string_literal
+from ..base.names import Names, dotted_name
+from ..base.nodes import descendants, self_and_descendants
+from .. import Analysis
+
+
+
 
 ALL = "*"  # an escape or freeze that reaches every attribute
 
@@ -332,11 +336,11 @@ class Modules(Analysis):
             attr = func.attr.value
             if _is_name(receiver, self_name) and registering:
                 if attr == "register_parameter" and len(call.args) >= 2:
-                    name = _literal(call.args[0].value)
+                    name = string_literal(call.args[0].value)
                     if name is not None:
                         self._register(cls, name, call.args[1].value, call)
                 elif attr in ("add_module", "register_module") and len(call.args) >= 2:
-                    name = _literal(call.args[0].value)
+                    name = string_literal(call.args[0].value)
                     if name is not None:
                         self._register(cls, name, call.args[1].value, call)
             if attr == "requires_grad_" and _freezes(call):
@@ -354,7 +358,7 @@ class Modules(Analysis):
                     cls.escapes.add("")
                 return
             name_node = call.args[1].value
-            literal = _literal(name_node)
+            literal = string_literal(name_node)
             if leaf == "getattr":
                 if literal is not None:
                     if not initialising or self._hands_on(call):
@@ -444,7 +448,7 @@ class Modules(Analysis):
         return False
 
     def _test_depends_on_data(self, test: cst.CSTNode) -> bool:
-        for node in _self_and_descendants(self.ctx, test):
+        for node in self_and_descendants(self.ctx, test):
             if type(node) is not cst.Call:
                 continue
             for qualified in self.names.qualified(node.func):
@@ -469,7 +473,7 @@ def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
     func = loop.iter.func
     if type(func) is not cst.Attribute or func.attr.value not in _PARAMETER_WALKS:
         return None
-    names = {n.value for n in _descendants(loop.target) if type(n) is cst.Name}
+    names = {n.value for n in descendants(loop.target) if type(n) is cst.Name}
     if type(loop.target) is cst.Name:
         names.add(loop.target.value)
     for sub in ctx.tree.descendants(loop.body):
@@ -519,17 +523,8 @@ def _init_reach(
     return reach
 
 
-def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = list(reversed(children(node)))
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(children(current)))
 
 
-def _self_and_descendants(ctx, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    yield from ctx.tree.descendants(node)
 
 
 def _self_param(function: cst.FunctionDef) -> Optional[str]:
@@ -585,11 +580,6 @@ def _freezes(call: cst.Call) -> bool:
     return is_false(value)
 
 
-def _literal(node: cst.CSTNode) -> Optional[str]:
-    if type(node) is cst.SimpleString:
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _prefix(node: cst.CSTNode) -> str:
@@ -599,7 +589,7 @@ def _prefix(node: cst.CSTNode) -> str:
         if type(first) is cst.FormattedStringText:
             return first.value
     if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
-        literal = _literal(node.left)
+        literal = string_literal(node.left)
         if literal is not None:
             return literal
     return ""
