@@ -9,6 +9,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...walk import children
+from ..base.callgraph import CallGraph
 from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
 from ..base.nodes import is_self_attr, names_in, subtree, target_names
@@ -16,6 +17,7 @@ from ..base.scopes import Scopes
 from ..base.vocabulary import DTYPE_WORDS
 from .expressions import Devices
 from .. import Analysis
+
 
 
 
@@ -92,8 +94,7 @@ class Moves(Analysis):
         self._summaries: Dict[cst.FunctionDef, FrozenSet[int]] = {}
         self._in_progress: Set[cst.FunctionDef] = set()
         self._placements: Dict[Tuple[cst.CSTNode, int], FrozenSet[str]] = {}
-        self._call_sites: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
-        self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        self.callgraph: CallGraph = ctx.analysis(CallGraph)
         # id(call) -> (call, its move or None): every analysis asks for the moves of the same
         # calls (the dataflow, the summaries, the placements). The entry keeps the call alive,
         # so its id is not reused while it is remembered.
@@ -282,7 +283,7 @@ class Moves(Analysis):
             return False
         if self._mover_name(dotted):
             return True
-        function = self._function_for(expr)
+        function = self.callgraph.function_for(expr)
         return function is not None and 0 in self.moved_params(function)
 
     # -- helpers that move their arguments ----------------------------------------------------
@@ -294,7 +295,7 @@ class Moves(Analysis):
         dotted = dotted_name(call.func)
         if dotted is not None and self._mover_name(dotted):
             return True
-        function = self._function_for(call.func)
+        function = self.callgraph.function_for(call.func)
         if function is None:
             return False
         moved = self.moved_params(function)
@@ -434,39 +435,6 @@ class Moves(Analysis):
 
     # -- same-file functions ------------------------------------------------------------------
 
-    def _function_for(self, func: cst.BaseExpression) -> Optional[cst.FunctionDef]:
-        """The function of this file a callee expression names (`helper`, `self.helper`)."""
-        if type(func) is cst.Name:
-            for binding in self.scopes.lookup(func.value, func):
-                if type(binding.node) is cst.FunctionDef:
-                    return binding.node
-            return None
-        if type(func) is cst.Attribute and type(func.value) is cst.Name:
-            if func.value.value in ("self", "cls"):
-                candidates = self._functions_named(func.attr.value)
-                if len(candidates) == 1:
-                    return candidates[0]
-        return None
-
-    def _functions_named(self, name: str) -> List[cst.FunctionDef]:
-        if self._functions is None:
-            table: Dict[str, List[cst.FunctionDef]] = {}
-            for function in self.ctx.nodes(cst.FunctionDef):
-                table.setdefault(function.name.value, []).append(function)
-            self._functions = table
-        return self._functions.get(name, [])
-
-    def call_sites(self, function: cst.FunctionDef) -> List[cst.Call]:
-        """Calls in this file that run `function` (by name, or `self.name(...)` for methods)."""
-        if self._call_sites is None:
-            sites: Dict[cst.FunctionDef, List[cst.Call]] = {}
-            for call in self.ctx.nodes(cst.Call):
-                target = self._function_for(call.func)
-                if target is not None:
-                    sites.setdefault(target, []).append(call)
-            self._call_sites = sites
-        return self._call_sites.get(function, [])
-
     # -- modules ------------------------------------------------------------------------------
 
     def placement(self, expr: cst.BaseExpression, _depth: int = 0) -> FrozenSet[str]:
@@ -561,7 +529,7 @@ class Moves(Analysis):
             return {UNKNOWN_PLACEMENT}
         index = names.index(binding.name)
         found: Set[str] = set()
-        sites = self.call_sites(function)
+        sites = self.callgraph.callers(function)
         for call in sites:
             offset = 1 if _is_method_call(call, function) else 0
             arg = keyword(call, binding.name)

@@ -25,6 +25,7 @@ from .. import Analysis
 
 
 
+
 class BatchFlow(Analysis):
     """Batch elements through the loop body (see the section comment above)."""
 
@@ -185,7 +186,7 @@ class BatchFlow(Analysis):
                 if type(binding.node) in (cst.FunctionDef, cst.ClassDef):
                     return binding.node
         if type(func) is cst.Attribute and _is_self(func.value):
-            found = self.loops.functions_named(func.attr.value)
+            found = self.loops.callgraph.functions_named(func.attr.value)
             if len(found) == 1:
                 return found[0]
         return None
@@ -253,7 +254,7 @@ class BatchFlow(Analysis):
             return False
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if type(target) is cst.Attribute and self.loops.functions_named(target.attr.value):
+            if type(target) is cst.Attribute and self.loops.callgraph.functions_named(target.attr.value):
                 return False  # a method of the class, not a submodule
             return True
         head = target
@@ -277,7 +278,7 @@ class BatchFlow(Analysis):
             return self._bound_to_loss_class(func)
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if type(func) is cst.Attribute and self.loops.functions_named(func.attr.value):
+            if type(func) is cst.Attribute and self.loops.callgraph.functions_named(func.attr.value):
                 return False
             return True
         head = func

@@ -15,6 +15,7 @@ from .structure import BatchSource
 
 
 
+
 # == Batch-element dataflow (TRL101) ===========================================================
 #
 # `BatchFlow.flow(source)` follows the names a batch source binds through the statements that see

@@ -5,7 +5,7 @@ elements (moved, derived, on the device), branches joined conservatively.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
 
 import libcst as cst
 
@@ -30,6 +30,7 @@ from .batchvalues import (
     _words,
 )
 from .structure import BatchSource, _block
+
 
 if TYPE_CHECKING:
     from .batchflow import BatchFlow
@@ -447,7 +448,7 @@ class _Walker:
         """An element handed to a function of this file: follow it into the function's body."""
         if len(self.stack) >= 2:
             return
-        function = self.moves._function_for(call.func)
+        function = self.moves.callgraph.function_for(call.func)
         if function is None or function in self.stack:
             return
         if not any(isinstance(v, Element) and not v.root for _, v in values):

@@ -17,6 +17,7 @@ from .. import Analysis
 
 
 
+
 # -- where a DataLoader goes (the distributed rules: TRL303, TRL308) ---------------------------
 
 
@@ -102,7 +103,7 @@ class LoaderFlow(Analysis):
         elif type(parent) is cst.Return:
             function = self.scopes.enclosing_function(parent)
             if function is not None:
-                for call in self.callers(function):
+                for call in self.loops.callgraph.callers(function):
                     out.append(call)
         elif type(parent) is cst.Element:
             # An element of a returned / assigned tuple: follow that position.
@@ -113,7 +114,7 @@ class LoaderFlow(Analysis):
                 if type(holder) is cst.Return:
                     function = self.scopes.enclosing_function(holder)
                     if function is not None:
-                        for call in self.callers(function):
+                        for call in self.loops.callgraph.callers(function):
                             out.extend(self._unpacked(call, position))
                 elif type(holder) is cst.Assign and holder.value is tuple_node:
                     for target in holder.targets:
@@ -241,7 +242,7 @@ class LoaderFlow(Analysis):
                     init = _method(binding.node, "__init__")
                     return init, True
             return None, False
-        callee = self.loops.callee(call)
+        callee = self.loops.callgraph.callee(call)
         if callee is not None:
             return callee, True
         return None, False
@@ -334,33 +335,6 @@ class LoaderFlow(Analysis):
 
     # -- loops around, through callers --------------------------------------------------------
 
-    def callers(self, function: cst.FunctionDef) -> List[cst.Call]:
-        """Same-file calls of `function`: `name(...)`, or `self.name(...)` in its class."""
-        out = []
-        cls = None
-        parent = self.ctx.parent(function)
-        holder = self.ctx.parent(parent) if parent is not None else None
-        if type(holder) is cst.ClassDef:
-            cls = holder
-        name = function.name.value
-        for node in self._names_called(name):
-            call = self.ctx.parent(node)
-            if type(call) is cst.Call and call.func is node:
-                if any(b.node is function for b in self.scopes.lookup(name, node)):
-                    out.append(call)
-            elif (
-                cls is not None
-                and type(call) is cst.Attribute
-                and call.attr is node
-                and type(call.value) is cst.Name
-                and call.value.value == "self"
-            ):
-                outer = self.ctx.parent(call)
-                if type(outer) is cst.Call and outer.func is call:
-                    if any(a is cls for a in self.ctx.ancestors(outer)):
-                        out.append(outer)
-        return out
-
     def loops_around(self, node: cst.CSTNode, depth: int = 2) -> List[cst.CSTNode]:
         """Loops enclosing `node` in its function, then (up to `depth` levels) the loops
         enclosing the same-file calls of that function. Innermost first."""
@@ -376,7 +350,7 @@ class LoaderFlow(Analysis):
                 function = self.scopes.enclosing_function(current)
                 if function is not None and function not in seen:
                     seen.add(function)
-                    next_frontier.extend(self.callers(function))
+                    next_frontier.extend(self.loops.callgraph.callers(function))
             frontier = next_frontier
         return out
 

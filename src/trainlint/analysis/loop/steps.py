@@ -54,6 +54,7 @@ from .. import Analysis
 
 
 
+
 # -- recognising things ---------------------------------------------------------------------------
 
 _OPTIMIZER_CLASSES = {
@@ -115,7 +116,6 @@ class TrainingSteps(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.loops: Loops = ctx.analysis(Loops)
         self._flows: Dict[cst.CSTNode, object] = {}
-        self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
@@ -465,7 +465,7 @@ class TrainingSteps(Analysis):
             if event is not None:
                 items.append(Ev(event))
             if follow > 0:
-                target = self.loops.callee(child)
+                target = self.loops.callgraph.callee(child)
                 if target is not None and target not in via:
                     inner_map = self._parameter_map(child, target, mapping)
                     body = self._block(
@@ -566,31 +566,8 @@ class TrainingSteps(Analysis):
         return False
 
     def callers(self, function: cst.FunctionDef) -> List[cst.Call]:
-        """Same-file call sites that run `function`."""
-        if self._callers is None:
-            table: Dict[cst.FunctionDef, List[cst.Call]] = {}
-            for call in self.ctx.nodes(cst.Call):
-                target = self.loops.callee(call)
-                if target is not None:
-                    table.setdefault(target, []).append(call)
-            self._callers = table
-        return self._callers.get(function, [])
-
-    def is_called_elsewhere(self, function: cst.FunctionDef) -> bool:
-        """Is the function's name used other than by calls (passed as a callback, exported)?"""
-        name = function.name.value
-        for node in self.ctx.nodes(cst.Name):
-            if node.value != name or node is function.name:
-                continue
-            parent = self.ctx.parent(node)
-            if type(parent) is cst.Call and parent.func is node:
-                continue
-            if type(parent) is cst.Attribute and parent.attr is node:
-                grand = self.ctx.parent(parent)
-                if type(grand) is cst.Call and grand.func is parent:
-                    continue
-            return True
-        return False
+        """Same-file call sites that run `function` (see `CallGraph`)."""
+        return self.loops.callgraph.callers(function)
 
     # -- loops --------------------------------------------------------------------------------
 

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from ...walk import children
+from ..base.callgraph import CallGraph
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from ..base.vocabulary import disables_grad
 from .. import Analysis
+
 
 
 
@@ -90,7 +91,7 @@ class Loops(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self._sources: Optional[List[BatchSource]] = None
         self._loader_functions: Optional[Set[str]] = None
-        self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
+        self.callgraph: CallGraph = ctx.analysis(CallGraph)
 
     # -- loaders ------------------------------------------------------------------------------
 
@@ -318,62 +319,15 @@ class Loops(Analysis):
 
     # -- what a loop does ---------------------------------------------------------------------
 
-    def functions_named(self, name: str) -> List[cst.FunctionDef]:
-        if self._functions is None:
-            table: Dict[str, List[cst.FunctionDef]] = {}
-            for function in self.ctx.nodes(cst.FunctionDef):
-                table.setdefault(function.name.value, []).append(function)
-            self._functions = table
-        return self._functions.get(name, [])
-
     def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
-        """The function of this file a call runs (`helper(...)`, `self.helper(...)`), if unique."""
-        func = call.func
-        if type(func) is cst.Name:
-            for binding in self.scopes.lookup(func.value, func):
-                if type(binding.node) is cst.FunctionDef:
-                    return binding.node
-            return None
-        if type(func) is cst.Attribute and type(func.value) is cst.Name:
-            if func.value.value == "self":
-                candidates = self.functions_named(func.attr.value)
-                if len(candidates) == 1:
-                    return candidates[0]
-        return None
+        """The function of this file a call runs (see `CallGraph`)."""
+        return self.callgraph.callee(call)
 
     def calls_in(
         self, node: cst.CSTNode, follow: int = 2
     ) -> List[Tuple[cst.Call, Tuple[cst.FunctionDef, ...]]]:
-        """Every call under `node`, plus those in same-file functions it calls (`follow` levels).
-
-        Each call comes with the chain of helper functions it was reached through (empty when it
-        is directly under `node`). Nested function and class definitions under `node` are not
-        entered (their code does not run here).
-        """
-        out: List[Tuple[cst.Call, Tuple[cst.FunctionDef, ...]]] = []
-        self._collect_calls(node, (), follow, out, set())
-        return out
-
-    def _collect_calls(self, node, via, follow, out, seen) -> None:
-        for child in self._own_descendants(node):
-            if type(child) is cst.Call:
-                out.append((child, via))
-                if follow > 0:
-                    target = self.callee(child)
-                    if target is not None and target not in seen and target not in via:
-                        seen.add(target)
-                        self._collect_calls(target.body, via + (target,), follow - 1, out, seen)
-
-    def _own_descendants(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        """Descendants, not entering nested def/class/lambda bodies."""
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if current is not node:
-                yield current
-                if type(current) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-                    continue
-            stack.extend(reversed(children(current)))
+        """Every call under `node`, through the same-file functions it calls (see `CallGraph`)."""
+        return self.callgraph.calls_in(node, follow)
 
     def training_loops(self) -> List[cst.CSTNode]:
         """For/While loops from which a `.backward()` call is reachable."""
