@@ -1,4 +1,4 @@
-"""analysis/loops.py and analysis/frameworks.py on the shapes real training code takes."""
+"""analysis/loop/structure.py, loop/loaders.py and base/frameworks.py on real training code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""analysis/steps.py: events, flows through if/try/helpers/loops, grad mode, owned code."""
+"""analysis/loop/steps.py: events, flows through if/try/helpers/loops, grad mode, owned code."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import libcst as cst
 import pytest
 
 from trainlint.analysis.base.dataflow import Repeat, events_of, own_events, run
-from trainlint.analysis.loop.steps import TrainingSteps, mode_free_model
+from trainlint.analysis.loop.modes import mode_free_model
+from trainlint.analysis.loop.steps import TrainingSteps
 from trainlint.config import Settings
 from trainlint.engine import FileContext
 from trainlint.source import Source

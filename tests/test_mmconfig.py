@@ -1,4 +1,4 @@
-"""analysis/mmconfig.py: MM-style configs read without executing them, and their `_base_` chains
+"""analysis/project/mmconfig.py: MM-style configs read without executing them, and their `_base_` chains
 merged with MMEngine's semantics."""
 
 from __future__ import annotations

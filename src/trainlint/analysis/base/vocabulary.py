@@ -13,6 +13,7 @@ from .calls import argument, is_false
 from .names import Names
 
 
+
 # `torch.<word>` names a dtype (or a memory format): `.to(torch.float16)` casts, it does not move.
 DTYPE_WORDS = frozenset(
     {
@@ -84,6 +85,48 @@ MODEL_NAME = re.compile(
 NOT_MODEL_NAME = re.compile(
     r"(_fn|_func|_cls|_class|_name|_path|_dir|_type|_config|_cfg|_args|_kwargs|_list)$", re.I
 )
+# Optimizers: the classes and factories that build one, and how a name holding one is spelled
+# (`optimizer`, `opt_g`, `optimD`), not a scheduler's or an option's.
+OPTIMIZER_CLASSES = {
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Adagrad",
+    "Adadelta",
+    "RMSprop",
+    "Rprop",
+    "ASGD",
+    "LBFGS",
+    "NAdam",
+    "RAdam",
+    "SparseAdam",
+    "Lamb",
+    "LAMB",
+    "Lion",
+    "Adafactor",
+    "FusedAdam",
+    "FusedLAMB",
+    "FusedSGD",
+    "DeepSpeedCPUAdam",
+    "ZeroRedundancyOptimizer",
+    "LARS",
+    "build_optimizer",
+    "create_optimizer",
+    "create_optimizer_v2",
+    "get_optimizer",
+    "make_optimizer",
+}
+OPTIMIZER_NAME = re.compile(r"optim|^opt(?:$|[_\d]|[A-Z])|_opt(?:$|[_\d]|[A-Z])", re.I)
+NOT_OPTIMIZER_NAME = re.compile(r"sched|warmup|^lr|_lr|option", re.I)
+# Functions and loaders named for evaluation (`evaluate`, `val_loader`, `test_dl`).
+EVAL_FUNCTION = re.compile(
+    r"(^|_)(eval|evaluate|evaluation|evaluator|valid|validate|validation|val|test|testing|"
+    r"infer|inference|predict|prediction|predictions)(_|$|\d)",
+    re.I,
+)
+EVAL_LOADER = re.compile(r"(^|_|\.)(val|valid|validation|test|testing|eval|evaluation|dev)", re.I)
+
 # Words of a name (`teacher_model`, `netG`, `ema`) that say it holds a model.
 MODEL_WORDS = frozenset(
     {

@@ -35,7 +35,7 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -45,8 +45,27 @@ from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of
 from ..base.frameworks import Frameworks
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
-from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME, MODEL_NAME, NOT_MODEL_NAME, disables_grad
-from ..parallel.parallel import MODULE_RETURNING
+from ..base.vocabulary import (
+    EVAL_FUNCTION,
+    EVAL_LOADER,
+    LOSS_FUNCTIONS,
+    LOSS_NAME,
+    MODEL_NAME,
+    NOT_MODEL_NAME,
+    NOT_OPTIMIZER_NAME,
+    OPTIMIZER_CLASSES,
+    OPTIMIZER_NAME,
+    disables_grad,
+)
+from .stepexprs import (
+    grad_owner,
+    is_grad,
+    is_loss_key,
+    module_root,
+    name_leaves,
+    peel_iterable,
+    strip_wrapper,
+)
 from .structure import Loops
 from .. import Analysis
 
@@ -55,51 +74,15 @@ from .. import Analysis
 
 
 
+
+
 # -- recognising things ---------------------------------------------------------------------------
 
-_OPTIMIZER_CLASSES = {
-    "SGD",
-    "Adam",
-    "AdamW",
-    "Adamax",
-    "Adagrad",
-    "Adadelta",
-    "RMSprop",
-    "Rprop",
-    "ASGD",
-    "LBFGS",
-    "NAdam",
-    "RAdam",
-    "SparseAdam",
-    "Lamb",
-    "LAMB",
-    "Lion",
-    "Adafactor",
-    "FusedAdam",
-    "FusedLAMB",
-    "FusedSGD",
-    "DeepSpeedCPUAdam",
-    "ZeroRedundancyOptimizer",
-    "LARS",
-    "build_optimizer",
-    "create_optimizer",
-    "create_optimizer_v2",
-    "get_optimizer",
-    "make_optimizer",
-}
-_OPTIMIZER_NAME = re.compile(r"optim|^opt(?:$|[_\d]|[A-Z])|_opt(?:$|[_\d]|[A-Z])", re.I)
-_NOT_OPTIMIZER_NAME = re.compile(r"sched|warmup|^lr|_lr|option", re.I)
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
-_EVAL_FUNCTION = re.compile(
-    r"(^|_)(eval|evaluate|evaluation|evaluator|valid|validate|validation|val|test|testing|"
-    r"infer|inference|predict|prediction|predictions)(_|$|\d)",
-    re.I,
-)
-_EVAL_LOADER = re.compile(r"(^|_|\.)(val|valid|validation|test|testing|eval|evaluation|dev)", re.I)
 _TRAIN_WORD = re.compile(r"train", re.I)
 
 
@@ -179,9 +162,9 @@ class TrainingSteps(Analysis):
                         return True
                     if self._scheduler_constructor(value):
                         return False
-        if _NOT_OPTIMIZER_NAME.search(leaf):
+        if NOT_OPTIMIZER_NAME.search(leaf):
             return False
-        return bool(_OPTIMIZER_NAME.search(leaf))
+        return bool(OPTIMIZER_NAME.search(leaf))
 
     def _optimizer_constructor(self, call: cst.Call) -> bool:
         for qualname in self.names.qualified(call.func):
@@ -189,7 +172,7 @@ class TrainingSteps(Analysis):
                 if "swa_utils" not in qualname:
                     return True
         leaf = (dotted_name(call.func) or "").split(".")[-1]
-        return leaf in _OPTIMIZER_CLASSES
+        return leaf in OPTIMIZER_CLASSES
 
     def _scheduler_constructor(self, call: cst.Call) -> bool:
         for qualname in self.names.qualified(call.func):
@@ -216,7 +199,7 @@ class TrainingSteps(Analysis):
                     if node.func.attr.value in ("parameters", "named_parameters"):
                         owner = dotted_name(node.func.value)
                         if owner:
-                            found.add(_strip_wrapper(owner))
+                            found.add(strip_wrapper(owner))
                             found.update(self._attribute_aliases(owner, assign))
         return found
 
@@ -313,8 +296,8 @@ class TrainingSteps(Analysis):
                 return None
             if attr == "zero_grad":
                 return Event("zero", call, self._map(owner, mapping), site, via)
-            if attr in ("zero_", "fill_") and _is_grad(owner):
-                return self._grad_reset(call, _grad_owner(owner), mapping, site, via)
+            if attr in ("zero_", "fill_") and is_grad(owner):
+                return self._grad_reset(call, grad_owner(owner), mapping, site, via)
             if attr == "eval" and not call.args:
                 return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
             if attr == "train":
@@ -727,7 +710,7 @@ class TrainingSteps(Analysis):
             if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
                 yield node
                 continue
-            if type(node) is cst.Subscript and _loss_key(node):
+            if type(node) is cst.Subscript and is_loss_key(node):
                 yield node
                 continue
             if type(node) in (cst.Lambda, cst.FunctionDef):
@@ -821,7 +804,7 @@ class TrainingSteps(Analysis):
                     if mode is None or (type(mode) is cst.Name and mode.value == "True"):
                         text = dotted_name(func.value)
                         if text:
-                            found.add(_strip_wrapper(text))
+                            found.add(strip_wrapper(text))
                 elif self._optimizer_constructor(call):
                     params = positional(call, 0) or keyword(call, "params")
                     if params is None:
@@ -831,7 +814,7 @@ class TrainingSteps(Analysis):
                             if node.func.attr.value in ("parameters", "named_parameters"):
                                 owner = dotted_name(node.func.value)
                                 if owner:
-                                    found.add(_strip_wrapper(owner))
+                                    found.add(strip_wrapper(owner))
             # Modules called in a loop that backpropagates in its own iteration.
             for loop in self.all_loops():
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
@@ -840,7 +823,7 @@ class TrainingSteps(Analysis):
                     if type(node) is cst.Call and self.is_model(node.func):
                         text = dotted_name(node.func)
                         if text:
-                            found.add(_strip_wrapper(text))
+                            found.add(strip_wrapper(text))
             self._trained = found
         return self._trained
 
@@ -861,11 +844,11 @@ class TrainingSteps(Analysis):
         function_name = function.name.value if function is not None else ""
         if _TRAIN_WORD.search(function_name):
             return None
-        iterable = _peel(loop.iter)
+        iterable = peel_iterable(loop.iter)
         loader_text = dotted_name(iterable) or self.ctx.code(iterable)
         over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
-        eval_named = bool(_EVAL_FUNCTION.search(function_name))
-        eval_loader = over_loader and bool(_EVAL_LOADER.search(loader_text))
+        eval_named = bool(EVAL_FUNCTION.search(function_name))
+        eval_loader = over_loader and bool(EVAL_LOADER.search(loader_text))
         if not (eval_loader or (eval_named and over_loader)):
             return None
         if _TRAIN_WORD.search(loader_text):
@@ -886,162 +869,3 @@ class TrainingSteps(Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-
-
-def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
-    """Dotted names inside an expression (`(loss / k)` -> "loss"; `scaler.scale(loss)` -> ...)."""
-    if expr is None:
-        return
-    text = dotted_name(expr)
-    if text is not None:
-        yield text
-        return
-    if type(expr) is cst.BinaryOperation:
-        yield from name_leaves(expr.left)
-        yield from name_leaves(expr.right)
-    elif type(expr) is cst.UnaryOperation:
-        yield from name_leaves(expr.expression)
-    elif type(expr) is cst.Call and type(expr.func) is cst.Attribute:
-        if expr.func.attr.value in ("mean", "sum", "float", "to", "squeeze"):
-            yield from name_leaves(expr.func.value)
-        elif dotted_name(expr.func) in ("torch.stack", "torch.cat", "torch.sum", "torch.mean"):
-            for arg in expr.args:
-                yield from name_leaves(arg.value)
-    elif type(expr) is cst.Call and dotted_name(expr.func) == "sum":
-        for arg in expr.args:
-            yield from name_leaves(arg.value)
-
-
-def module_root(expr: cst.CSTNode) -> cst.CSTNode:
-    """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
-    for _ in range(6):
-        if (
-            type(expr) is cst.Call
-            and type(expr.func) is cst.Attribute
-            and expr.func.attr.value in MODULE_RETURNING
-        ):
-            expr = expr.func.value
-            continue
-        break
-    return expr
-
-
-def _is_grad(expr: cst.CSTNode) -> bool:
-    """`p.grad` or `p.grad.data`."""
-    if type(expr) is cst.Attribute and expr.attr.value == "data":
-        expr = expr.value
-    return type(expr) is cst.Attribute and expr.attr.value == "grad"
-
-
-def _grad_owner(expr: cst.Attribute) -> cst.CSTNode:
-    if expr.attr.value == "data":
-        expr = expr.value  # type: ignore[assignment]
-    return expr.value
-
-
-def _loss_key(node: cst.Subscript) -> bool:
-    """`out["loss"]`, `outputs['loss']`."""
-    if len(node.slice) != 1:
-        return False
-    index = node.slice[0].slice
-    if type(index) is not cst.Index:
-        return False
-    value = index.value
-    return type(value) is cst.SimpleString and value.evaluated_value == "loss"
-
-
-def _strip_wrapper(text: str) -> str:
-    return text[: -len(".module")] if text.endswith(".module") else text
-
-
-def _peel(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`enumerate(tqdm(loader))` -> `loader`."""
-    for _ in range(4):
-        if type(expr) is cst.Call and expr.args:
-            leaf = (dotted_name(expr.func) or "").split(".")[-1]
-            if leaf in ("enumerate", "tqdm", "iter", "track", "zip", "islice", "log_every"):
-                expr = expr.args[0].value
-                continue
-        break
-    return expr
-
-
-def frozen(items: Iterable[object]) -> FrozenSet[object]:
-    return frozenset(items)
-
-
-# -- models whose train/eval mode changes nothing -------------------------------------------------
-
-_MODE_DEPENDENT = re.compile(
-    r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|^training$|rnn|lstm|gru|"
-    r"transformer|attention|^train$|^eval$|^apply$",
-    re.IGNORECASE,
-)
-
-
-def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
-    """Is `name` an instance of a same-file `nn.Module` class that behaves the same in train and
-    eval mode (no dropout, normalisation with running statistics, recurrent or attention layers,
-    no `self.training` read, and only `torch.nn` layers as submodules)? Then a missing
-    `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
-    if not name or "." in name:
-        return False
-    bindings = steps.scopes.lookup(name, at)
-    if not bindings:
-        return False
-    for binding in bindings:
-        value = binding.value
-        if binding.kind != "assign" or value is None:
-            return False
-        for _ in range(4):  # Net().to(device), Net().cuda()
-            if (
-                type(value) is cst.Call
-                and type(value.func) is cst.Attribute
-                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
-            ):
-                value = value.func.value
-                continue
-            break
-        if not (type(value) is cst.Call and type(value.func) is cst.Name):
-            return False
-        if not _mode_free_class(steps, value.func.value, value):
-            return False
-    return True
-
-
-def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
-    classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
-    if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
-        return False
-    node: cst.ClassDef = classes[0].node
-    if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
-        return False
-    found_ok = True
-
-    class Scan(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal found_ok
-            if _MODE_DEPENDENT.search(n.value):
-                found_ok = False
-
-        def visit_Call(self, call: cst.Call) -> None:
-            nonlocal found_ok
-            # Submodules must be torch layers: a user class may hide a Dropout.
-            func = call.func
-            qualified = steps.names.qualified(func)
-            if type(func) is cst.Name and func.value in ("super", "range", "len", "int"):
-                return
-            torch_layer = any(q.startswith("torch.") for q in qualified)
-            local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
-            if type(func) is not cst.Name and local:
-                return
-            if not torch_layer:
-                found_ok = False
-
-    node.visit(Scan())
-    return found_ok

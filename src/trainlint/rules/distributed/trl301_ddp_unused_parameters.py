@@ -203,7 +203,7 @@ _MM_TOLERANT = re.compile(
 
 class MMConfigs:
     """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
-    its `_base_` chain once (analysis/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
+    its `_base_` chain once (analysis/project/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
     so a config that builds a class (`type='DETRHead'`, in it or in a base) makes the finding
     an error, and one whose merged DDP wrap tolerates unused parameters drops it. Configs are
     found by their text, so a run given only some files answers like a whole-tree run; their

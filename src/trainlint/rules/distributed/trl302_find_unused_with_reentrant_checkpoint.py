@@ -500,7 +500,7 @@ def _origin(leaf: Dict[str, Any], display: str) -> str:
 def _check_code(code: str, project) -> Iterable[Diagnostic]:
     """Reentrant checkpoint calls of a file of the run that a script with
     `find_unused_parameters=True` imports (directly, or through other project modules such as a
-    package `__init__.py`), the script in the run or not (analysis/hierarchy.py resolves the
+    package `__init__.py`), the script in the run or not (analysis/project/hierarchy.py resolves the
     imports and reads files outside the run). A file that sets both is reported by itself."""
     hierarchy = Hierarchy(project, code)
     for display, data in sorted(project.facts(code).items()):

@@ -9,7 +9,8 @@ import libcst as cst
 
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.names import dotted_name
-from ...analysis.loop.steps import TrainingSteps, name_leaves
+from ...analysis.loop.stepexprs import name_leaves
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

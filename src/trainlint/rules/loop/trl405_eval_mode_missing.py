@@ -8,7 +8,8 @@ import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import dotted_name
-from ...analysis.loop.steps import TrainingSteps, mode_free_model
+from ...analysis.loop.modes import mode_free_model
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
