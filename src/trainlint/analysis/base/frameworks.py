@@ -1,6 +1,7 @@
 """Framework-managed code: where a library, not the user's code, moves data and runs the loop.
 
-Device and loop rules stay quiet in such code (DESIGN §3 preamble):
+Device and loop rules stay quiet in such code (docs/architecture.md, "Frameworks that run the
+loop"):
 - Lightning: every method of a `LightningModule` subclass (the Trainer moves batches and runs
   the loops), and `LightningDataModule`s.
 - Accelerate: a function (or the module's top level) that calls `accelerator.prepare(...)` or

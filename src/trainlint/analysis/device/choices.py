@@ -12,15 +12,9 @@ from ..base.calls import argument, is_none, keyword, string_literal
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from ..base.vocabulary import is_test_file
-from .expressions import (
-    Device,
-    Devices,
-    _USER_ROOTS,
-    _looks_rank,
-    index_origin,
-    parse_device_string,
-)
+from .expressions import Device, Devices, USER_ROOTS, index_origin, looks_rank, parse_device_string
 from .. import Analysis
+
 
 
 
@@ -596,7 +590,7 @@ class DeviceChoices(Analysis):
         if leaf in ("get", "getenv") and call.args and as_index:
             key = string_literal(call.args[0].value)
             if key is not None and ("environ" in self.ctx.code(call.func) or leaf == "getenv"):
-                origin = "rank" if _looks_rank(key) else "user"
+                origin = "rank" if looks_rank(key) else "user"
                 return DeviceChoice(Device("cuda", None, origin, key), call, is_index=True)
             return None
         if leaf in ("str", "int") and len(call.args) == 1:
@@ -658,7 +652,7 @@ class DeviceChoices(Analysis):
             origin = index_origin(name)
             lowered = name.value.lower()
             if origin in ("user", "rank") and (
-                as_index or lowered in INDEX_NAMES or _looks_rank(lowered)
+                as_index or lowered in INDEX_NAMES or looks_rank(lowered)
             ):
                 device = Device("cuda", None, origin, name.value)
                 return DeviceChoice(
@@ -673,7 +667,7 @@ class DeviceChoices(Analysis):
         parts = dotted.split(".")
         if parts[0] == "self" and len(parts) == 2:
             return self._trace_self_attribute(expr, parts[1], as_index, seen)
-        if parts[0] not in _USER_ROOTS or len(parts) != 2:
+        if parts[0] not in USER_ROOTS or len(parts) != 2:
             return None
         leaf = parts[1]
         default = self.option_default(leaf)
@@ -685,8 +679,8 @@ class DeviceChoices(Analysis):
                         inner.device, expr, fallback=True, source=default, is_index=inner.is_index
                     )
         lowered = leaf.lower()
-        if as_index or lowered in INDEX_NAMES or _looks_rank(lowered):
-            origin = "rank" if _looks_rank(lowered) else "user"
+        if as_index or lowered in INDEX_NAMES or looks_rank(lowered):
+            origin = "rank" if looks_rank(lowered) else "user"
             device = Device("cuda", None, origin, dotted)
             fallback = default is None or is_none(default)
             return DeviceChoice(device, expr, fallback=fallback, source=default, is_index=True)

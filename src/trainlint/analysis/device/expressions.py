@@ -30,9 +30,10 @@ from .. import Analysis
 
 
 
+
 _DEVICE_STR = re.compile(r"^\s*(cuda|cpu|mps|meta|xla|xpu|hpu|npu|privateuseone)(?::(\d+))?\s*$")
 # Objects that hold command-line or config values.
-_USER_ROOTS = {
+USER_ROOTS = {
     "args",
     "opt",
     "opts",
@@ -287,7 +288,7 @@ class Devices(Analysis):
     def _attribute(self, expr: cst.Attribute) -> Optional[Device]:
         dotted = dotted_name(expr) or ""
         root = dotted.split(".")[0]
-        if root in _USER_ROOTS:
+        if root in USER_ROOTS:
             return Device("unknown", None, "user")
         if expr.attr.value == "device":
             return Device("unknown", None, "unknown")
@@ -304,7 +305,7 @@ class Devices(Analysis):
                     if inner != "unknown":
                         return inner
                 if binding.kind == "param":
-                    return "rank" if _looks_rank(expr.value) else "user"
+                    return "rank" if looks_rank(expr.value) else "user"
         return "unknown"
 
 
@@ -326,25 +327,25 @@ def index_origin(expr: cst.CSTNode) -> str:
     if type(expr) is cst.Subscript:
         text = _flatten_text(expr)
         if "environ" in text:
-            return "rank" if _looks_rank(text) else "user"
+            return "rank" if looks_rank(text) else "user"
         return index_origin(expr.value)
     if type(expr) is cst.Attribute:
         dotted = dotted_name(expr) or ""
         leaf = expr.attr.value
-        if _looks_rank(leaf):
+        if looks_rank(leaf):
             return "rank"
-        if dotted.split(".")[0] in _USER_ROOTS or _looks_user(leaf):
+        if dotted.split(".")[0] in USER_ROOTS or _looks_user(leaf):
             return "user"
         return "unknown"
     if type(expr) is cst.Name:
-        if _looks_rank(expr.value):
+        if looks_rank(expr.value):
             return "rank"
         if _looks_user(expr.value):
             return "user"
     return "unknown"
 
 
-def _looks_rank(text: str) -> bool:
+def looks_rank(text: str) -> bool:
     lowered = text.lower()
     return any(word in lowered for word in _RANK_WORDS)
 

@@ -22,6 +22,7 @@ from .. import Analysis
 
 
 
+
 # == Moves (TRL101): what puts a value, or a module, on the device ===============================
 #
 # Kept apart from `Devices` (what a device expression *is*): this part answers where a value ends

@@ -22,6 +22,7 @@ from .. import Analysis
 
 
 
+
 # -- tensors on the device (TRL105 new-tensor-off-device)
 #
 # Which names of a function hold tensors on the model's device, and which tensor factories

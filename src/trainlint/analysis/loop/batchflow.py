@@ -16,10 +16,11 @@ from ..base.nodes import target_names
 from ..base.scopes import Scopes
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
-from .batchvalues import Flow, _MODULE_NOT_FORWARD, _MOVING_LOADER, _TORCH_JOIN, _words
-from .batchwalk import _Walker
-from .structure import BatchSource, Loops, _following
+from .batchvalues import Flow, MODULE_NOT_FORWARD, MOVING_LOADER, TORCH_JOIN, name_words
+from .batchwalk import BatchWalker
+from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
+
 
 
 
@@ -66,7 +67,7 @@ class BatchFlow(Analysis):
             flow.quiet = reason
             return flow
         body = self._body(source)
-        walker = _Walker(self, source, flow, body)
+        walker = BatchWalker(self, source, flow, body)
         walker.start()
         walker.block(body)
         flow.bound_names = _bound_names(walker.body_nodes())
@@ -89,7 +90,7 @@ class BatchFlow(Analysis):
                 owner = self.ctx.parent(owner)
             if type(owner) is cst.If and type(self.ctx.parent(owner)) is cst.If:
                 break
-            body.extend(_following(self.ctx, owner))
+            body.extend(following_statements(self.ctx, owner))
             current = owner
         return body
 
@@ -100,7 +101,7 @@ class BatchFlow(Analysis):
         for call in self._loader_chain(start):
             dotted = dotted_name(call.func) or ""
             leaf = dotted.split(".")[-1]
-            if _MOVING_LOADER.search(leaf):
+            if MOVING_LOADER.search(leaf):
                 return f"`{leaf}` delivers batches on the device"
             if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
@@ -219,8 +220,9 @@ class BatchFlow(Analysis):
 
         A model is on the device when it was moved (or wrapped), or, for a callee named like a
         model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
-        moves other items of the same batch (DESIGN: "while the model or siblings were
-        moved"). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper are moved by it."""
+        moves other items of the same batch (docs/architecture.md, "Evidence model": the model
+        or the siblings were moved). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper
+        are moved by it."""
         target = call.func
         if type(target) is cst.Attribute and target.attr.value == "forward":
             target = target.value
@@ -250,7 +252,7 @@ class BatchFlow(Analysis):
         dotted = dotted_name(target)
         if dotted is None:
             return False
-        if type(target) is cst.Attribute and target.attr.value in _MODULE_NOT_FORWARD:
+        if type(target) is cst.Attribute and target.attr.value in MODULE_NOT_FORWARD:
             return False
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
@@ -322,7 +324,7 @@ class BatchFlow(Analysis):
         return True
 
     def is_join(self, call: cst.Call) -> bool:
-        return self.names.is_(call.func, *_TORCH_JOIN)
+        return self.names.is_(call.func, *TORCH_JOIN)
 
     def is_torch_function(self, call: cst.Call) -> bool:
         return any(q.startswith("torch.") for q in self.names.qualified(call.func))
@@ -424,7 +426,7 @@ def _model_like(target: cst.BaseExpression) -> bool:
     for part in dotted.split("."):
         if part in ("self", "cls"):
             continue
-        for word in _words(part):
+        for word in name_words(part):
             if word in MODEL_WORDS or word.endswith("net") or word.startswith("model"):
                 return True
         if re.match(r"^net[A-Z]", part):

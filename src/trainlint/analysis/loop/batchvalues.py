@@ -16,6 +16,7 @@ from .structure import BatchSource
 
 
 
+
 # == Batch-element dataflow (TRL101) ===========================================================
 #
 # `BatchFlow.flow(source)` follows the names a batch source binds through the statements that see
@@ -29,7 +30,7 @@ from .structure import BatchSource
 # arithmetic or a comparison with one, `torch.cat`/`stack` with one. Branches are followed
 # separately and joined conservatively: an element moved on one path counts as moved.
 
-_TENSOR_PRESERVING = frozenset(
+TENSOR_PRESERVING = frozenset(
     {
         "float",
         "double",
@@ -67,7 +68,7 @@ _TENSOR_PRESERVING = frozenset(
         "to",  # only when it is not a move (a dtype cast)
     }
 )
-_NOT_TENSOR_RESULTS = frozenset(
+NOT_TENSOR_RESULTS = frozenset(
     {
         "item",
         "tolist",
@@ -88,10 +89,10 @@ _NOT_TENSOR_RESULTS = frozenset(
         "get",
     }
 )
-_NOT_TENSOR_ATTRS = frozenset(
+NOT_TENSOR_ATTRS = frozenset(
     {"shape", "device", "dtype", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"}
 )
-_BINARY_METHODS = frozenset(
+BINARY_METHODS = frozenset(
     {
         "eq",
         "ne",
@@ -114,7 +115,7 @@ _BINARY_METHODS = frozenset(
         "masked_fill_",
     }
 )
-_COMPARISON_OPS = (
+COMPARISON_OPS = (
     cst.Equal,
     cst.NotEqual,
     cst.LessThan,
@@ -122,7 +123,7 @@ _COMPARISON_OPS = (
     cst.GreaterThan,
     cst.GreaterThanEqual,
 )
-_TORCH_JOIN = (
+TORCH_JOIN = (
     "torch.cat",
     "torch.concat",
     "torch.concatenate",
@@ -132,7 +133,7 @@ _TORCH_JOIN = (
     "torch.dstack",
 )
 # Module methods that take no batch (calling them is not running the model).
-_MODULE_NOT_FORWARD = frozenset(
+MODULE_NOT_FORWARD = frozenset(
     {
         "state_dict",
         "load_state_dict",
@@ -164,7 +165,7 @@ _MODULE_NOT_FORWARD = frozenset(
     }
 )
 # Batch items that are not tensors, or stay on the CPU by design (pack_padded_sequence lengths).
-_NON_TENSOR_WORDS = frozenset(
+NON_TENSOR_WORDS = frozenset(
     {
         "path",
         "paths",
@@ -223,20 +224,20 @@ _NON_TENSOR_WORDS = frozenset(
         "counts",
     }
 )
-_TENSOR_ID_WORDS = frozenset(
+TENSOR_ID_WORDS = frozenset(
     {"input", "token", "position", "type", "label", "labels", "target", "targets", "class"}
 )
-_TEXT_CALLEE = re.compile(r"(token|tokenize|imread|open|path\.|join$|split$|format$)", re.I)
-_TEXT_METHODS = frozenset(
+TEXT_CALLEE = re.compile(r"(token|tokenize|imread|open|path\.|join$|split$|format$)", re.I)
+TEXT_METHODS = frozenset(
     {"split", "lower", "upper", "strip", "startswith", "endswith", "encode", "format", "replace"}
 )
-_MOVING_LOADER = re.compile(
+MOVING_LOADER = re.compile(
     r"prefetch|(device|cuda|gpu).*(loader|iter|batch)|(loader|iter).*(device|cuda|gpu)", re.I
 )
 
 DEVICE = "<on the device>"  # the abstract value of anything on the device
 _MOVING_NODES = (cst.Call, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-_MOVING_TYPES = frozenset(_MOVING_NODES)  # exact types: the parser builds exactly these
+MOVING_TYPES = frozenset(_MOVING_NODES)  # exact types: the parser builds exactly these
 
 
 @dataclass(eq=False)
@@ -299,7 +300,7 @@ class Flow:
     bound_names: Set[str] = field(default_factory=set)  # names (re)bound in the body
 
 
-def _words(name: str) -> List[str]:
+def name_words(name: str) -> List[str]:
     name = re.sub(r"\[.*?\]|\W", "_", name)
     name = re.sub(r"([a-z])([A-Z])", r"\1_\2", name)
     return [w for w in re.split(r"[_\d]+", name.lower()) if w]

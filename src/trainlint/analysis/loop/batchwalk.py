@@ -13,23 +13,24 @@ from ...walk import own_nodes
 from ..base.names import dotted_name
 from ..base.nodes import target_names
 from .batchvalues import (
+    BINARY_METHODS,
+    COMPARISON_OPS,
     DEVICE,
     Element,
     Flow,
+    MOVING_TYPES,
+    NON_TENSOR_WORDS,
+    NOT_TENSOR_ATTRS,
+    NOT_TENSOR_RESULTS,
+    TENSOR_ID_WORDS,
+    TENSOR_PRESERVING,
+    TEXT_CALLEE,
+    TEXT_METHODS,
     Unmoved,
-    _BINARY_METHODS,
-    _COMPARISON_OPS,
-    _MOVING_TYPES,
-    _NON_TENSOR_WORDS,
-    _NOT_TENSOR_ATTRS,
-    _NOT_TENSOR_RESULTS,
-    _TENSOR_ID_WORDS,
-    _TENSOR_PRESERVING,
-    _TEXT_CALLEE,
-    _TEXT_METHODS,
-    _words,
+    name_words,
 )
-from .structure import BatchSource, _block
+from .structure import BatchSource, statements_of
+
 
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 
 
-class _Walker:
+class BatchWalker:
     """Abstract interpretation of one batch source's statements (names -> Element | DEVICE)."""
 
     def __init__(
@@ -102,11 +103,11 @@ class _Walker:
         elif type(stmt) is cst.If:
             self.sinks_in(stmt.test)
             before = dict(self.state)
-            self.block(_block(stmt.body))
+            self.block(statements_of(stmt.body))
             after_body = self.state
             self.state = dict(before)
             if type(stmt.orelse) is cst.Else:
-                self.block(_block(stmt.orelse.body))
+                self.block(statements_of(stmt.orelse.body))
             elif type(stmt.orelse) is cst.If:
                 self.statement(stmt.orelse)
             self.state = _join(after_body, self.state)
@@ -114,32 +115,32 @@ class _Walker:
             self.sinks_in(stmt.iter)
             for name in target_names(stmt.target):
                 self.state.pop(name, None)
-            self.block(_block(stmt.body))
+            self.block(statements_of(stmt.body))
             if stmt.orelse is not None:
-                self.block(_block(stmt.orelse.body))
+                self.block(statements_of(stmt.orelse.body))
         elif type(stmt) is cst.While:
             self.sinks_in(stmt.test)
-            self.block(_block(stmt.body))
+            self.block(statements_of(stmt.body))
         elif type(stmt) is cst.With:
             for item in stmt.items:
                 self.sinks_in(item.item)
                 if item.asname is not None:
                     for name in target_names(item.asname.name):
                         self.state.pop(name, None)
-            self.block(_block(stmt.body))
+            self.block(statements_of(stmt.body))
         elif type(stmt) is cst.Try:
             before = dict(self.state)
-            self.block(_block(stmt.body))
+            self.block(statements_of(stmt.body))
             after_body = self.state
             for handler in stmt.handlers:
                 self.state = dict(before)
-                self.block(_block(handler.body))
+                self.block(statements_of(handler.body))
                 after_body = _join(after_body, self.state)
             self.state = after_body
             if stmt.orelse is not None:
-                self.block(_block(stmt.orelse.body))
+                self.block(statements_of(stmt.orelse.body))
             if stmt.finalbody is not None:
-                self.block(_block(stmt.finalbody.body))
+                self.block(statements_of(stmt.finalbody.body))
 
     def small(self, node: cst.CSTNode, line: cst.CSTNode) -> None:
         self.sinks_in(node)
@@ -298,7 +299,7 @@ class _Walker:
                 return self._child(base, f"{base.name}.{attr}", attr, None)
             return base if attr in ("T", "mT", "H", "data") else None
         if base is DEVICE:
-            return None if attr in _NOT_TENSOR_ATTRS else DEVICE
+            return None if attr in NOT_TENSOR_ATTRS else DEVICE
         return None
 
     def _subscript(self, expr: cst.Subscript, d: int) -> object:
@@ -353,9 +354,9 @@ class _Walker:
             if isinstance(receiver, Element):
                 if receiver.root:
                     return self._dict_item(receiver, method, call)
-                return receiver if method in _TENSOR_PRESERVING else None
+                return receiver if method in TENSOR_PRESERVING else None
             if receiver is DEVICE:
-                return None if method in _NOT_TENSOR_RESULTS else DEVICE
+                return None if method in NOT_TENSOR_RESULTS else DEVICE
         args = [self.value(a.value, d) for a in call.args]
         if self.a.is_torch_function(call):
             if DEVICE in args:
@@ -376,7 +377,7 @@ class _Walker:
             elif type(child) is cst.Comparison:
                 left_expr = child.left
                 for target in child.comparisons:
-                    if isinstance(target.operator, _COMPARISON_OPS):
+                    if isinstance(target.operator, COMPARISON_OPS):
                         left, right = self.value(left_expr), self.value(target.comparator)
                         self._pair(left, right, left_expr, target.comparator, child, "comparison")
                     left_expr = target.comparator
@@ -405,7 +406,7 @@ class _Walker:
                         if isinstance(v, Element):
                             self.report(v, expr, call, "cat")
             return
-        if type(func) is cst.Attribute and func.attr.value in _BINARY_METHODS and call.args:
+        if type(func) is cst.Attribute and func.attr.value in BINARY_METHODS and call.args:
             receiver = self.value(func.value)
             first = values[0][1]
             self._pair(receiver, first, func.value, call.args[0].value, call, "comparison")
@@ -479,8 +480,8 @@ class _Walker:
                 state[name] = param
         if not any(isinstance(v, Element) for v in state.values()):
             return
-        body = _block(function.body)
-        inner = _Walker(
+        body = statements_of(function.body)
+        inner = BatchWalker(
             self.a, self.source, self.flow, body, self.reported, self.stack + (function,)
         )
         inner.siblings_moved = self.siblings_moved
@@ -508,11 +509,11 @@ class _Walker:
             if type(node) is not cst.Call:
                 continue
             func = node.func
-            if type(func) is cst.Attribute and func.attr.value in _TEXT_METHODS:
+            if type(func) is cst.Attribute and func.attr.value in TEXT_METHODS:
                 if type(func.value) is cst.Name and func.value.value in tracked:
                     found.add(func.value.value)
             dotted = dotted_name(func) or ""
-            if dotted and _TEXT_CALLEE.search(dotted):
+            if dotted and TEXT_CALLEE.search(dotted):
                 for arg in node.args:
                     if type(arg.value) is cst.Name and arg.value.value in tracked:
                         found.add(arg.value.value)
@@ -530,7 +531,7 @@ class _Walker:
                     for target in node.targets:
                         names |= target_names(target.target)
         for node in nodes:
-            if type(node) in _MOVING_TYPES and self.moves.is_moved(node):
+            if type(node) in MOVING_TYPES and self.moves.is_moved(node):
                 if self.moves._data_names(node) & names and not _follows_a_tensor(
                     self.moves, node
                 ):
@@ -633,14 +634,14 @@ def _looks_tensor(name: str) -> bool:
         name = inner[-1] if inner else name
     elif "." in name:
         name = name.rsplit(".", 1)[-1]
-    words = _words(name)
+    words = name_words(name)
     if not words:
         return True
-    if name.lower() in _NON_TENSOR_WORDS:
+    if name.lower() in NON_TENSOR_WORDS:
         return False
     last = words[-1]
     if words[0] in ("num", "n") and len(words) > 1:
         return False  # num_answers, n_boxes: counts
     if last in ("id", "ids"):
-        return any(w in _TENSOR_ID_WORDS for w in words[:-1])
-    return last not in _NON_TENSOR_WORDS
+        return any(w in TENSOR_ID_WORDS for w in words[:-1])
+    return last not in NON_TENSOR_WORDS

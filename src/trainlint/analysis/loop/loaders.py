@@ -11,8 +11,9 @@ import libcst as cst
 
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
-from .structure import Loops, _is_method
+from .structure import Loops, is_method_call
 from .. import Analysis
+
 
 
 
@@ -331,7 +332,7 @@ class LoaderFlow(Analysis):
             if not loops:
                 return False
             body = loops[0].body
-        return any(_is_method(call, "backward") for call, _ in self.loops.calls_in(body, 3))
+        return any(is_method_call(call, "backward") for call, _ in self.loops.calls_in(body, 3))
 
     # -- loops around, through callers --------------------------------------------------------
 

@@ -12,6 +12,7 @@ import libcst as cst
 
 from .steps import TrainingSteps
 
+
 _MODE_DEPENDENT = re.compile(
     r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|^training$|rnn|lstm|gru|"
     r"transformer|attention|^train$|^eval$|^apply$",

@@ -76,6 +76,7 @@ from .. import Analysis
 
 
 
+
 # -- recognising things ---------------------------------------------------------------------------
 
 _SCALER_NAME = re.compile(r"scaler", re.I)

@@ -42,6 +42,7 @@ from .. import Analysis
 
 
 
+
 Path = Tuple[Union[int, str], ...]  # position inside a batch: (1,), (1, 0), ("labels",)
 
 _LOADER_NAME = re.compile(r"(loader|dataloader|(^|_)dls?$|(^|_)dl_|_iter$|^batches$)", re.I)
@@ -268,7 +269,7 @@ class Loops(Analysis):
             node=loop,
             loader=iterable,
             loader_text=self.ctx.code(iterable),
-            body=_block(loop.body),
+            body=statements_of(loop.body),
             index_names=index_names,
             binding_statement=loop,
             function=self.scopes.enclosing_function(loop),
@@ -309,7 +310,7 @@ class Loops(Analysis):
             node=assign,
             loader=loader,
             loader_text=self.ctx.code(loader),
-            body=_following(self.ctx, statement),
+            body=following_statements(self.ctx, statement),
             binding_statement=assign,
             function=self.scopes.enclosing_function(assign),
         )
@@ -333,7 +334,7 @@ class Loops(Analysis):
         """For/While loops from which a `.backward()` call is reachable."""
         loops = []
         for loop in list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While)):
-            if any(_is_method(call, "backward") for call, _ in self.calls_in(loop.body)):
+            if any(is_method_call(call, "backward") for call, _ in self.calls_in(loop.body)):
                 loops.append(loop)
         return loops
 
@@ -366,17 +367,17 @@ class Loops(Analysis):
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _is_method(call: cst.Call, name: str) -> bool:
+def is_method_call(call: cst.Call, name: str) -> bool:
     return type(call.func) is cst.Attribute and call.func.attr.value == name
 
 
-def _block(body: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+def statements_of(body: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
     if type(body) is cst.IndentedBlock:
         return list(body.body)
     return [body]  # type: ignore[list-item]
 
 
-def _following(ctx, statement: Optional[cst.CSTNode]) -> Sequence[cst.BaseStatement]:
+def following_statements(ctx, statement: Optional[cst.CSTNode]) -> Sequence[cst.BaseStatement]:
     """The statements after `statement` in its block (the batch is used there)."""
     if statement is None:
         return []

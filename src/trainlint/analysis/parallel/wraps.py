@@ -30,9 +30,10 @@ import libcst as cst
 
 from ..base.calls import has_star_args, is_false, keyword, positional
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..project.modules import ALL, _freezes, frozen_by_loop
+from ..project.modules import ALL, freezes, frozen_by_loop
 from .parallel import INIT_PROCESS_GROUP, Parallel
 from .. import Analysis
+
 
 
 
@@ -193,7 +194,7 @@ class Wraps(Analysis):
         for call in self.ctx.nodes(cst.Call):
             func = call.func
             if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
-                if _freezes(call):
+                if freezes(call):
                     _add_frozen(found, func.value)
         for loop in self.ctx.nodes(cst.For):
             receiver = frozen_by_loop(self.ctx, loop)

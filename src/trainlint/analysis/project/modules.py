@@ -42,6 +42,7 @@ from .. import Analysis
 
 
 
+
 ALL = "*"  # an escape or freeze that reaches every attribute
 
 MODULE = "torch.nn.Module"
@@ -271,7 +272,7 @@ class Modules(Analysis):
             and type(value.func) is cst.Attribute
             and value.func.attr.value in _RETURNS_RECEIVER
         ):
-            if value.func.attr.value == "requires_grad_" and _freezes(value):
+            if value.func.attr.value == "requires_grad_" and freezes(value):
                 peeled_freeze = True
             value = value.func.value
         if type(value) is not cst.Call:
@@ -343,7 +344,7 @@ class Modules(Analysis):
                     name = string_literal(call.args[0].value)
                     if name is not None:
                         self._register(cls, name, call.args[1].value, call)
-            if attr == "requires_grad_" and _freezes(call):
+            if attr == "requires_grad_" and freezes(call):
                 self._freeze(cls, receiver, self_name)
             if (
                 type(receiver) is cst.Call
@@ -483,7 +484,7 @@ def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
                 if _sets_requires_grad_false(t, sub.value) and dotted_name(t.value) in names:
                     return func.value
         elif type(sub) is cst.Call and type(sub.func) is cst.Attribute:
-            if sub.func.attr.value == "requires_grad_" and _freezes(sub):
+            if sub.func.attr.value == "requires_grad_" and freezes(sub):
                 if dotted_name(sub.func.value) in names:
                     return func.value
     return None
@@ -573,7 +574,7 @@ def _sets_requires_grad_false(target: cst.CSTNode, value: cst.CSTNode) -> bool:
     )
 
 
-def _freezes(call: cst.Call) -> bool:
+def freezes(call: cst.Call) -> bool:
     value = positional(call, 0)
     if value is None:
         value = keyword(call, "requires_grad")
