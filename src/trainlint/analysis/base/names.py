@@ -111,9 +111,6 @@ class Names(Analysis):
         """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""
         return any(q == s or q.endswith("." + s) for q in self.qualified(node) for s in suffixes)
 
-    def call_is(self, call: cst.CSTNode, *qualnames: str) -> bool:
-        return type(call) is cst.Call and self.is_(call.func, *qualnames)
-
     def imports(self, prefix: str) -> bool:
         """Does the file import `prefix` or something under it (anywhere)?"""
         for scope in self.scopes.iter_scopes():

@@ -164,10 +164,6 @@ class Scopes(Analysis):
                 return True
         return False
 
-    def bindings_in_function(self, func: cst.CSTNode) -> Dict[str, List[Binding]]:
-        scope = self.by_node.get(func)
-        return scope.bindings if scope else {}
-
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
         scope = self.scope_of(node)
         while scope is not None and scope.kind not in ("function", "module"):

@@ -82,19 +82,6 @@ class Device:
         return self.kind == "cuda"
 
     @property
-    def is_default_cuda(self) -> bool:
-        """`"cuda"`, `"cuda:0"`, `torch.device("cuda")`: device 0 / the current device."""
-        return (
-            self.kind == "cuda"
-            and self.origin in ("literal", "current")
-            and (self.index is None or self.index == 0)
-        )
-
-    @property
-    def nonzero_literal(self) -> bool:
-        return self.kind == "cuda" and self.index is not None and self.index != 0
-
-    @property
     def user_chosen(self) -> bool:
         return self.origin in ("user", "rank")
 

@@ -121,9 +121,6 @@ class Parallel(Analysis):
             self._wrap_calls = found
         return self._wrap_calls
 
-    def wraps_in_ddp(self) -> bool:
-        return any(kind == "DistributedDataParallel" for _, kind in self.wrap_calls())
-
     def wrapper_state(self, expr: cst.CSTNode, at: Optional[cst.CSTNode] = None) -> WrapState:
         """Whether `expr` (a name or `self.attr`) holds a DP/DDP wrapper where it is evaluated."""
         state = WrapState()
@@ -322,14 +319,6 @@ class Parallel(Analysis):
         for branch, in_body in self.branches(node):
             polarity = self.if_polarity(branch)
             if (in_body and polarity == -1) or (not in_body and polarity == 1):
-                return branch
-        return None
-
-    def distributed_branch(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        """The `if` that puts `node` on the distributed path."""
-        for branch, in_body in self.branches(node):
-            polarity = self.if_polarity(branch)
-            if (in_body and polarity == 1) or (not in_body and polarity == -1):
                 return branch
         return None
 
