@@ -1,5 +1,5 @@
-"""nn.Module classes as plain data (analysis/project/modules.py) and DP/DDP wrap sites (analysis/parallel/wraps.py):
-the facts TRL301 and TRL203 join across files."""
+"""nn.Module classes as plain data (analysis/project/modules.py) and DP/DDP wrap sites
+(analysis/parallel/wraps.py): the facts TRL301 and TRL203 join across files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""analysis/project/mmconfig.py: MM-style configs read without executing them, and their `_base_` chains
-merged with MMEngine's semantics."""
+"""analysis/project/mmconfig.py: MM-style configs read without executing them, and their
+`_base_` chains merged with MMEngine's semantics."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def is_none(node: Optional[cst.CSTNode]) -> bool:
 
 def int_list(node: Optional[cst.CSTNode]) -> Optional[List[int]]:
     """[1, 2] / (1, 2) of integer literals -> [1, 2]; anything else -> None."""
-    if type(node) not in (cst.List, cst.Tuple):
+    if not isinstance(node, (cst.List, cst.Tuple)):
         return None
     out = []
     for element in node.elements:

@@ -81,7 +81,7 @@ def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
     """Push abstract states through a flow; `transfer(event, state)` gives the next states."""
     current = set(states)
     if isinstance(flow, Ev):
-        out = set()
+        out: Set[object] = set()
         for state in current:
             out.update(transfer(flow.event, state))
         return Outcome(normal=out)

@@ -28,8 +28,6 @@ from .names import Names, dotted_name
 from .. import Analysis
 
 
-
-
 # Base classes (canonical qualified names, or suffixes after the last dot) whose methods a
 # framework calls with data it has already placed.
 MANAGED_BASES: Dict[str, str] = {

@@ -16,10 +16,8 @@ from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
 import libcst as cst
 
-from .scopes import Scopes
+from .scopes import Scope, Scopes
 from .. import Analysis
-
-
 
 
 # Public re-exports and defining modules -> the name users see in the docs.
@@ -171,7 +169,7 @@ class Names(Analysis):
         return out
 
     def _star_imports_for(self, node: cst.CSTNode):
-        scope = self.scopes.scope_of(node)
+        scope: Optional[Scope] = self.scopes.scope_of(node)
         while scope is not None:
             yield from scope.star_imports
             scope = scope.parent

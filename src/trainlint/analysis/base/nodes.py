@@ -10,8 +10,6 @@ import libcst as cst
 from ...walk import children
 
 
-
-
 def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node under `node` (not `node` itself), in document order."""
     stack = list(reversed(children(node)))

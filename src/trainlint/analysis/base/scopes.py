@@ -17,8 +17,6 @@ from ...walk import SCOPE_NODE_TYPES
 from .. import Analysis
 
 
-
-
 ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
 
 
@@ -165,7 +163,7 @@ class Scopes(Analysis):
         return False
 
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        scope = self.scope_of(node)
+        scope: Optional[Scope] = self.scope_of(node)
         while scope is not None and scope.kind not in ("function", "module"):
             scope = scope.parent
         if scope is not None and scope.kind == "function":
@@ -220,7 +218,7 @@ class Scopes(Analysis):
     def _bind_target(self, target: cst.BaseExpression, kind: str, stmt, value=None) -> None:
         if type(target) is cst.Name:
             self.scope_of(target).add(Binding(target.value, kind, target, stmt, value))
-        elif type(target) in (cst.Tuple, cst.List):
+        elif type(target) is cst.Tuple or type(target) is cst.List:
             for element in target.elements:
                 inner = element.value
                 self._bind_target(inner, "unpack" if kind == "assign" else kind, stmt)

@@ -13,7 +13,6 @@ from .calls import argument, is_false
 from .names import Names
 
 
-
 # `torch.<word>` names a dtype (or a memory format): `.to(torch.float16)` casts, it does not move.
 DTYPE_WORDS = frozenset(
     {

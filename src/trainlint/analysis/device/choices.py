@@ -16,9 +16,6 @@ from .expressions import Device, Devices, USER_ROOTS, index_origin, looks_rank, 
 from .. import Analysis
 
 
-
-
-
 # -- chosen device indices (TRL102 hardcoded-device-index, TRL103 device-index-without-set-device)
 #
 # Kept apart from `Devices` on purpose: `Devices.device_of` says what an expression denotes;
@@ -343,7 +340,9 @@ class DeviceChoices(Analysis):
             if arg.keyword is None:
                 continue
             keyword = arg.keyword.value
-            if keyword == "device_ids" and type(arg.value) in (cst.List, cst.Tuple):
+            if keyword == "device_ids" and (
+                type(arg.value) is cst.List or type(arg.value) is cst.Tuple
+            ):
                 values = [e.value for e in arg.value.elements]
                 literal = [int(v.value, 0) for v in values if type(v) is cst.Integer]
                 nonzero = [v for v in literal if v != 0]
@@ -473,7 +472,9 @@ class DeviceChoices(Analysis):
             if keyword in ("device", "map_location"):
                 out.append(Placement(call, arg.value, False, True))
                 used.add(arg.value)
-            elif keyword == "device_ids" and type(arg.value) in (cst.List, cst.Tuple):
+            elif keyword == "device_ids" and (
+                type(arg.value) is cst.List or type(arg.value) is cst.Tuple
+            ):
                 for element in arg.value.elements:
                     out.append(Placement(call, element.value, True, True))
                     used.add(element.value)

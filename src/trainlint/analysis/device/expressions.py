@@ -28,9 +28,6 @@ from ..base.scopes import Scopes
 from .. import Analysis
 
 
-
-
-
 _DEVICE_STR = re.compile(r"^\s*(cuda|cpu|mps|meta|xla|xpu|hpu|npu|privateuseone)(?::(\d+))?\s*$")
 # Objects that hold command-line or config values.
 USER_ROOTS = {
@@ -294,8 +291,6 @@ class Devices(Analysis):
                 if binding.kind == "param":
                     return "rank" if looks_rank(expr.value) else "user"
         return "unknown"
-
-
 
 
 def parse_device_string(value: str) -> Optional[Device]:

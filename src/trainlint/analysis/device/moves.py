@@ -19,10 +19,6 @@ from .expressions import Devices
 from .. import Analysis
 
 
-
-
-
-
 # == Moves (TRL101): what puts a value, or a module, on the device ===============================
 #
 # Kept apart from `Devices` (what a device expression *is*): this part answers where a value ends
@@ -235,11 +231,15 @@ class Moves(Analysis):
             ) and expr.args:
                 return self.is_moved(expr.args[0].value, depth)
             return False
-        if type(expr) in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
+        if (
+            type(expr) is cst.ListComp
+            or type(expr) is cst.SetComp
+            or type(expr) is cst.GeneratorExp
+        ):
             return self.is_moved(expr.elt, depth)
         if type(expr) is cst.DictComp:
             return self.is_moved(expr.value, depth)
-        if type(expr) in (cst.List, cst.Tuple, cst.Set):
+        if type(expr) is cst.List or type(expr) is cst.Tuple or type(expr) is cst.Set:
             items = [e.value for e in expr.elements]
             return bool(items) and all(self.is_moved(item, depth) for item in items)
         if type(expr) is cst.Dict:
@@ -407,7 +407,7 @@ class Moves(Analysis):
         d = _depth + 1
         if type(expr) is cst.Name:
             return {expr.value}
-        if type(expr) in (cst.Attribute, cst.Subscript):
+        if type(expr) is cst.Attribute or type(expr) is cst.Subscript:
             return self._data_names(expr.value, d)
         if type(expr) is cst.Call:
             move = self.move(expr)
@@ -420,7 +420,12 @@ class Moves(Analysis):
             if type(func) is cst.Attribute and self.is_moved(func.value):
                 return self._data_names(func.value, d)
             return self._data_names(positional[0], d) if positional else set()
-        if type(expr) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+        if (
+            type(expr) is cst.ListComp
+            or type(expr) is cst.SetComp
+            or type(expr) is cst.GeneratorExp
+            or type(expr) is cst.DictComp
+        ):
             names: Set[str] = set()
             comp = expr.for_in
             while comp is not None:
@@ -428,7 +433,7 @@ class Moves(Analysis):
                 comp = comp.inner_for_in
             inner = expr.value if type(expr) is cst.DictComp else expr.elt
             return names | self._data_names(inner, d)
-        if type(expr) in (cst.List, cst.Tuple, cst.Set):
+        if type(expr) is cst.List or type(expr) is cst.Tuple or type(expr) is cst.Set:
             return set().union(*(self._data_names(e.value, d) for e in expr.elements))
         if type(expr) is cst.IfExp:
             return self._data_names(expr.body, d) | self._data_names(expr.orelse, d)
@@ -682,10 +687,6 @@ def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> Li
     return out
 
 
-
-
-
-
 def _positional_params(function: cst.FunctionDef) -> List[cst.Param]:
     return list(function.params.posonly_params) + list(function.params.params)
 
@@ -699,14 +700,6 @@ def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:
     )
 
 
-
-
-
-
-
-
-
-
 def _binding_pairs(node: cst.CSTNode):
     """(names bound, expression they come from) for assignments and loops."""
     if type(node) is cst.Assign:
@@ -714,6 +707,6 @@ def _binding_pairs(node: cst.CSTNode):
         for t in node.targets:
             names |= target_names(t.target)
         return [(names, node.value)]
-    if type(node) in (cst.For, cst.CompFor):
+    if type(node) is cst.For or type(node) is cst.CompFor:
         return [(target_names(node.target), node.iter)]
     return []

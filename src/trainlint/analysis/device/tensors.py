@@ -19,10 +19,6 @@ from .expressions import Devices
 from .. import Analysis
 
 
-
-
-
-
 # -- tensors on the device (TRL105 new-tensor-off-device)
 #
 # Which names of a function hold tensors on the model's device, and which tensor factories
@@ -211,7 +207,7 @@ class DeviceTensors(Analysis):
             while type(first) is cst.BinaryOperation:  # [0.1] + [1.0] * (n - 1)
                 first = first.left
             return type(first) in (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)
-        if type(first) in (cst.Tuple, cst.List) and not first.elements:
+        if (type(first) is cst.Tuple or type(first) is cst.List) and not first.elements:
             return False  # torch.zeros(()) is 0-dim
         return first is not None or leaf in ("randperm",)
 
@@ -572,4 +568,3 @@ class DeviceTensors(Analysis):
                 return False
             current = ancestor
         return False
-

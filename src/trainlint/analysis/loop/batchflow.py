@@ -22,11 +22,6 @@ from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
 
 
-
-
-
-
-
 class BatchFlow(Analysis):
     """Batch elements through the loop body (see the section comment above)."""
 
@@ -256,7 +251,8 @@ class BatchFlow(Analysis):
             return False
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if type(target) is cst.Attribute and self.loops.callgraph.functions_named(target.attr.value):
+            functions_named = self.loops.callgraph.functions_named
+            if type(target) is cst.Attribute and functions_named(target.attr.value):
                 return False  # a method of the class, not a submodule
             return True
         head = target
@@ -280,7 +276,8 @@ class BatchFlow(Analysis):
             return self._bound_to_loss_class(func)
         root = dotted.split(".")[0]
         if root in ("self", "cls"):
-            if type(func) is cst.Attribute and self.loops.callgraph.functions_named(func.attr.value):
+            functions_named = self.loops.callgraph.functions_named
+            if type(func) is cst.Attribute and functions_named(func.attr.value):
                 return False
             return True
         head = func

@@ -13,10 +13,6 @@ import libcst as cst
 from .structure import BatchSource
 
 
-
-
-
-
 # == Batch-element dataflow (TRL101) ===========================================================
 #
 # `BatchFlow.flow(source)` follows the names a batch source binds through the statements that see

@@ -32,11 +32,8 @@ from .batchvalues import (
 from .structure import BatchSource, statements_of
 
 
-
 if TYPE_CHECKING:
     from .batchflow import BatchFlow
-
-
 
 
 class BatchWalker:
@@ -97,7 +94,7 @@ class BatchWalker:
             self.statement(statement)
 
     def statement(self, stmt: cst.CSTNode) -> None:
-        if type(stmt) in (cst.SimpleStatementLine, cst.SimpleStatementSuite):
+        if type(stmt) is cst.SimpleStatementLine or type(stmt) is cst.SimpleStatementSuite:
             for small in stmt.body:
                 self.small(small, stmt)
         elif type(stmt) is cst.If:
@@ -209,7 +206,9 @@ class BatchWalker:
         if type(target) in (cst.Tuple, cst.List):
             self._bind_many(target, value, line)
             return
-        if type(target) in (cst.Subscript, cst.Attribute) and type(target.value) is cst.Name:
+        if (
+            type(target) is cst.Subscript or type(target) is cst.Attribute
+        ) and type(target.value) is cst.Name:
             base = self.state.get(target.value.value)
             if not isinstance(base, Element) or self.value(value) is not DEVICE:
                 return
@@ -399,7 +398,7 @@ class BatchWalker:
         on_device_args = any(v is DEVICE for _, v in values)
         if self.a.is_join(call) and call.args:
             items = call.args[0].value
-            if type(items) in (cst.List, cst.Tuple):
+            if type(items) is cst.List or type(items) is cst.Tuple:
                 found = [(e.value, self.value(e.value)) for e in items.elements]
                 if any(v is DEVICE for _, v in found):
                     for expr, v in found:
@@ -573,8 +572,6 @@ def _names_of(node: cst.CSTNode) -> Set[str]:
 
 def _walk_names(node: cst.CSTNode):
     return (n for n in own_nodes(node) if type(n) is cst.Name)
-
-
 
 
 def _copy(element: Element) -> Element:

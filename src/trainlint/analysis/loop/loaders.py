@@ -15,10 +15,6 @@ from .structure import Loops, is_method_call
 from .. import Analysis
 
 
-
-
-
-
 # -- where a DataLoader goes (the distributed rules: TRL303, TRL308) ---------------------------
 
 
@@ -119,7 +115,7 @@ class LoaderFlow(Analysis):
                             out.extend(self._unpacked(call, position))
                 elif type(holder) is cst.Assign and holder.value is tuple_node:
                     for target in holder.targets:
-                        if type(target.target) in (cst.Tuple, cst.List):
+                        if type(target.target) is cst.Tuple or type(target.target) is cst.List:
                             elements = target.target.elements
                             if position < len(elements):
                                 out.extend(self._target_references(elements[position].value))
@@ -143,7 +139,7 @@ class LoaderFlow(Analysis):
         if type(parent) is cst.Assign and parent.value is call:
             out = []
             for target in parent.targets:
-                if type(target.target) in (cst.Tuple, cst.List):
+                if type(target.target) is cst.Tuple or type(target.target) is cst.List:
                     elements = target.target.elements
                     if position < len(elements):
                         out.extend(self._target_references(elements[position].value))
@@ -266,7 +262,7 @@ class LoaderFlow(Analysis):
             return False
         if type(parent) in (cst.AssignTarget, cst.AsName):
             return False
-        if type(parent) in (cst.For, cst.CompFor) and parent.target is name:
+        if (type(parent) is cst.For or type(parent) is cst.CompFor) and parent.target is name:
             return False
         return True
 
@@ -298,7 +294,7 @@ class LoaderFlow(Analysis):
                     continue
             break
         parent = self.ctx.parent(node)
-        if type(parent) in (cst.For, cst.CompFor) and parent.iter is node:
+        if (type(parent) is cst.For or type(parent) is cst.CompFor) and parent.iter is node:
             return LoaderUse(parent, "loop", reference)
         if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)

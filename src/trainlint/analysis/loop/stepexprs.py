@@ -13,7 +13,6 @@ from ..base.names import dotted_name
 from ..parallel.parallel import MODULE_RETURNING
 
 
-
 def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
     """Dotted names inside an expression (`(loss / k)` -> "loss"; `scaler.scale(loss)` -> ...)."""
     if expr is None:

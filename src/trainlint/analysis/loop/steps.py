@@ -70,13 +70,6 @@ from .structure import Loops
 from .. import Analysis
 
 
-
-
-
-
-
-
-
 # -- recognising things ---------------------------------------------------------------------------
 
 _SCALER_NAME = re.compile(r"scaler", re.I)
@@ -231,7 +224,7 @@ class TrainingSteps(Analysis):
         site = site or node
         if type(node) is cst.Call:
             return self._call_event(node, mapping, site, via)
-        if type(node) in (cst.Assign, cst.AnnAssign):
+        if type(node) is cst.Assign or type(node) is cst.AnnAssign:
             targets = (
                 [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             )
@@ -632,7 +625,7 @@ class TrainingSteps(Analysis):
                     else [assign.target]
                 )
                 for target in targets:
-                    if type(target) in (cst.Tuple, cst.List):
+                    if type(target) is cst.Tuple or type(target) is cst.List:
                         # `loss, logs = compute(...)`: only loss-named parts.
                         for element in target.elements:
                             text = dotted_name(element.value)
@@ -654,7 +647,7 @@ class TrainingSteps(Analysis):
         or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
         `loss = outputs.loss` outside the block holds no graph.)"""
         root = leaf
-        while type(root) in (cst.Attribute, cst.Subscript):
+        while (type(root) is cst.Attribute or type(root) is cst.Subscript):
             root = root.value
         if type(root) is not cst.Name or _depth <= 0:
             return False

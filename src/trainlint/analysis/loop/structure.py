@@ -39,10 +39,6 @@ from ..base.vocabulary import disables_grad
 from .. import Analysis
 
 
-
-
-
-
 Path = Tuple[Union[int, str], ...]  # position inside a batch: (1,), (1, 0), ("labels",)
 
 _LOADER_NAME = re.compile(r"(loader|dataloader|(^|_)dls?$|(^|_)dl_|_iter$|^batches$)", re.I)
@@ -246,7 +242,9 @@ class Loops(Analysis):
                 break
             leaf = (dotted_name(iterable.func) or "").split(".")[-1]
             if leaf in _ENUMERATE and iterable.args:
-                if type(target) in (cst.Tuple, cst.List) and len(target.elements) == 2:
+                if (
+                    type(target) is cst.Tuple or type(target) is cst.List
+                ) and len(target.elements) == 2:
                     first = target.elements[0].value
                     if type(first) is cst.Name:
                         index_names.add(first.value)
@@ -397,7 +395,7 @@ def _bind(target: cst.BaseExpression, path: Path, source: BatchSource) -> None:
             source.elements[target.value] = path
         else:
             source.roots.add(target.value)
-    elif type(target) in (cst.Tuple, cst.List):
+    elif type(target) is cst.Tuple or type(target) is cst.List:
         seen_star = False
         for index, element in enumerate(target.elements):
             if type(element) is cst.StarredElement:

@@ -34,8 +34,6 @@ from ..base.scopes import Binding, Scopes
 from .. import Analysis
 
 
-
-
 DATA_PARALLEL = "torch.nn.DataParallel"
 DISTRIBUTED_DATA_PARALLEL = "torch.nn.parallel.DistributedDataParallel"
 DDP_NAMES = (DISTRIBUTED_DATA_PARALLEL, "apex.parallel.DistributedDataParallel")
@@ -579,11 +577,8 @@ def _is_distributed_word(word: str) -> bool:
     )
 
 
-
-
 def _is_store_target(ctx, node: cst.CSTNode) -> bool:
     parent = ctx.parent(node)
     return type(parent) is cst.AssignTarget or (
         type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
     )
-

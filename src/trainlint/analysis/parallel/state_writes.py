@@ -46,8 +46,6 @@ from .parallel import MODULE_RETURNING
 from .. import Analysis
 
 
-
-
 # Methods that change a Python container in place, whatever else holds them.
 MUTATING_METHODS = {
     "append",
@@ -572,7 +570,7 @@ _PLAIN_CALLS = ("str", "repr", "int", "float", "bool", "len", "format")
 
 def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The value stored by a write statement or mutating call (the last positional argument)."""
-    if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
+    if type(node) is cst.Assign or type(node) is cst.AugAssign or type(node) is cst.AnnAssign:
         return node.value
     if type(node) is cst.Call:
         values = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
@@ -595,8 +593,6 @@ def _plain(value: Optional[cst.BaseExpression]) -> bool:
         and type(value.func) is cst.Name
         and value.func.value in _PLAIN_CALLS
     )
-
-
 
 
 def _is_self_attr_any(node: cst.CSTNode) -> bool:
@@ -625,7 +621,7 @@ def _own_nodes(func: Function) -> Iterator[cst.CSTNode]:
 
 
 def _unpack(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if type(target) in (cst.Tuple, cst.List):
+    if type(target) is cst.Tuple or type(target) is cst.List:
         for element in target.elements:
             yield from _unpack(element.value)
     elif type(target) is cst.StarredElement:

@@ -35,9 +35,6 @@ from .parallel import INIT_PROCESS_GROUP, Parallel
 from .. import Analysis
 
 
-
-
-
 DDP_KIND = "DistributedDataParallel"
 DP_KIND = "DataParallel"
 # Keywords that make DDP tolerate parameters without gradients.

@@ -29,8 +29,6 @@ from ..parallel.wraps import DDP_KIND, Wraps
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
 
-
-
 # Bases that are plain Python: known, and they read nothing.
 PLAIN_BASES = {
     "object",

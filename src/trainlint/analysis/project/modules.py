@@ -40,9 +40,6 @@ from ..base.nodes import descendants, self_and_descendants
 from .. import Analysis
 
 
-
-
-
 ALL = "*"  # an escape or freeze that reaches every attribute
 
 MODULE = "torch.nn.Module"
@@ -524,10 +521,6 @@ def _init_reach(
     return reach
 
 
-
-
-
-
 def _self_param(function: cst.FunctionDef) -> Optional[str]:
     for decorator in function.decorators:
         if dotted_name(decorator.decorator) in ("staticmethod", "classmethod"):
@@ -579,8 +572,6 @@ def freezes(call: cst.Call) -> bool:
     if value is None:
         value = keyword(call, "requires_grad")
     return is_false(value)
-
-
 
 
 def _prefix(node: cst.CSTNode) -> str:
