@@ -427,7 +427,7 @@ class Moves(Analysis):
             or type(expr) is cst.DictComp
         ):
             names: Set[str] = set()
-            comp = expr.for_in
+            comp: Optional[cst.CompFor] = expr.for_in
             while comp is not None:
                 names |= names_in(comp.iter)
                 comp = comp.inner_for_in

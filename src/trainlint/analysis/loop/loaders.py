@@ -339,7 +339,7 @@ class LoaderFlow(Analysis):
         frontier = [node]
         seen: Set[cst.CSTNode] = set()
         for _ in range(depth + 1):
-            next_frontier = []
+            next_frontier: List[cst.CSTNode] = []
             for current in frontier:
                 for loop in self.loops.enclosing_loops(current):
                     if loop not in out:
