@@ -1,6 +1,5 @@
-"""Reading the expressions of a training step: the names a loss is built from, the module under
-a `.to(...)`/`.cuda()` chain, gradient attributes, the loss entry of an output dict, the loader
-under `enumerate(tqdm(...))`.
+"""Reading the expressions of a training step: the names a loss is built from, gradient
+attributes, the loss entry of an output dict, the loader under `enumerate(tqdm(...))`.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from ..base.names import dotted_name
-from ..parallel.parallel import MODULE_RETURNING
 
 
 def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
@@ -35,20 +33,6 @@ def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
     elif type(expr) is cst.Call and dotted_name(expr.func) == "sum":
         for arg in expr.args:
             yield from name_leaves(arg.value)
-
-
-def module_root(expr: cst.CSTNode) -> cst.CSTNode:
-    """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
-    for _ in range(6):
-        if (
-            type(expr) is cst.Call
-            and type(expr.func) is cst.Attribute
-            and expr.func.attr.value in MODULE_RETURNING
-        ):
-            expr = expr.func.value
-            continue
-        break
-    return expr
 
 
 def is_grad(expr: cst.CSTNode) -> bool:

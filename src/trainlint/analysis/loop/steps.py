@@ -57,15 +57,8 @@ from ..base.vocabulary import (
     OPTIMIZER_NAME,
     disables_grad,
 )
-from .stepexprs import (
-    grad_owner,
-    is_grad,
-    is_loss_key,
-    module_root,
-    name_leaves,
-    peel_iterable,
-    strip_wrapper,
-)
+from ..parallel.parallel import module_root
+from .stepexprs import grad_owner, is_grad, is_loss_key, name_leaves, peel_iterable, strip_wrapper
 from .structure import Loops
 from .. import Analysis
 

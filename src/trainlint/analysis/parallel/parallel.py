@@ -128,7 +128,7 @@ class Parallel(Analysis):
         wrappers = 0
         for value in values:
             kind = None
-            peeled = self.peel(value) if value is not None else None
+            peeled = module_root(value) if value is not None else None
             if type(peeled) is cst.Call:
                 kind = self.wrap_kind(peeled)
                 if kind is not None:
@@ -147,19 +147,6 @@ class Parallel(Analysis):
         state.some = state.some or wrappers > 0
         state.every = wrappers == len(values) and wrappers > 0
         return state
-
-    def peel(self, expr: cst.CSTNode) -> cst.CSTNode:
-        """`m.cuda().float()` -> `m`: strip calls that return the module they are called on."""
-        for _ in range(6):
-            if (
-                type(expr) is cst.Call
-                and type(expr.func) is cst.Attribute
-                and expr.func.attr.value in MODULE_RETURNING
-            ):
-                expr = expr.func.value
-                continue
-            break
-        return expr
 
     def _wrapper_state_inner(self, value: cst.CSTNode) -> WrapState:
         depth = getattr(self, "_depth", 0)
@@ -582,3 +569,18 @@ def _is_store_target(ctx, node: cst.CSTNode) -> bool:
     return type(parent) is cst.AssignTarget or (
         type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
     )
+
+
+def module_root(expr: cst.CSTNode) -> cst.CSTNode:
+    """`model.to(device).cuda()` -> `model`: strip the nn.Module methods that return the module
+    they are called on."""
+    for _ in range(6):
+        if (
+            type(expr) is cst.Call
+            and type(expr.func) is cst.Attribute
+            and expr.func.attr.value in MODULE_RETURNING
+        ):
+            expr = expr.func.value
+            continue
+        break
+    return expr

@@ -31,7 +31,7 @@ import libcst as cst
 from ..base.calls import has_star_args, is_false, keyword, positional
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..project.modules import ALL, freezes, frozen_by_loop
-from .parallel import INIT_PROCESS_GROUP, Parallel
+from .parallel import INIT_PROCESS_GROUP, Parallel, module_root
 from .. import Analysis
 
 
@@ -100,7 +100,7 @@ class Wraps(Analysis):
         """Qualified names of the classes `expr` may be an instance of (empty: unknown)."""
         if depth > 4:
             return set()
-        expr = self.parallel.peel(expr)
+        expr = module_root(expr)
         if type(expr) is cst.Call:
             if self.parallel.wrap_kind(expr) is not None and expr.args:
                 return self.classes_of(expr.args[0].value, depth + 1)
