@@ -38,9 +38,11 @@ DTYPE_WORDS = frozenset(
     }
 )
 
-# `torch.nn.functional` losses (the leaf of the call), also under other spellings (`F.mse_loss`).
+# `torch.nn.functional` losses (the leaf of the call), also under other spellings (`F.mse_loss`),
+# and `cosine_similarity`, trained on as a loss (`1 - F.cosine_similarity(emb, target)`).
 LOSS_FUNCTIONS = frozenset(
     {
+        "cosine_similarity",
         "cross_entropy",
         "nll_loss",
         "mse_loss",
