@@ -125,7 +125,7 @@ class Devices(Analysis):
         if expr in seen:
             return None
         seen.add(expr)
-        if type(expr) in (cst.SimpleString, cst.ConcatenatedString):
+        if type(expr) is cst.SimpleString or type(expr) is cst.ConcatenatedString:
             value = string_value(expr)
             if isinstance(value, bytes):
                 value = None
