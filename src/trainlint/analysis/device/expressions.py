@@ -75,10 +75,6 @@ class Device:
     index_text: Optional[str] = field(default=None, compare=False)
 
     @property
-    def is_cuda(self) -> bool:
-        return self.kind == "cuda"
-
-    @property
     def user_chosen(self) -> bool:
         return self.origin in ("user", "rank")
 
