@@ -324,7 +324,7 @@ class BatchNotOnDevice(Rule):
                 movers[statement.name.value] = sorted(moves.moved_params(statement))
         deferred = []
         if self._deferred:
-            from ...engine import resolve_reports
+            from ...pending import resolve_reports
 
             diagnostics = resolve_reports(self.ctx, [p for _, p in self._deferred])
             for ((helper, arg), _), diagnostic in zip(self._deferred, diagnostics):
