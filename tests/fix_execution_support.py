@@ -451,6 +451,13 @@ def fixable_codes() -> List[str]:
     return sorted(code for code, rule in all_rules().items() if (rule.fix or "none") != "none")
 
 
+# Rules with a fix that no fixture can show running, and why.
+NO_EXECUTION = {
+    "TRL002": "its fix only deletes codes from a `# noqa` comment (nothing that runs changes); "
+    "tests/test_input_habits.py checks it",
+}
+
+
 def table(results: Sequence[CaseResult]) -> str:
     """Per rule with a fix: the cases where its fix was applied and reached at run time, and why
     the others are not executable."""
@@ -491,7 +498,9 @@ def table(results: Sequence[CaseResult]) -> str:
     ]
     rules = all_rules()
     for code, groups in per_rule.items():
-        if not any(groups.values()):
+        if code in NO_EXECUTION:
+            groups["not executable"].append(NO_EXECUTION[code])
+        elif not any(groups.values()):
             groups["not executable"].append("no fixture has this fix")
         cells = [
             "<br>".join(groups[k]) or "-" for k in ("executed", "not reached", "not executable")
