@@ -46,6 +46,8 @@ CONFIGS = {"cpu": (0, {}), "cuda2": (2, {})}
 VARIANTS = ("safe", "unsafe")
 # `# fix-execution: gpus=2 LOCAL_RANK=3` in a fixture adds a configuration: that many stand-in
 # GPUs and those environment variables (a process the launcher started beyond the GPU count).
+# Any such line (`# fix-execution: run` adds no configuration) also makes the fixture a case when
+# it has no golden: a script whose fix is withheld still runs, to show it runs.
 DIRECTIVE = re.compile(r"^#\s*fix-execution:\s*(?P<settings>.+?)\s*$", re.MULTILINE)
 
 
@@ -53,6 +55,8 @@ def configurations(text: str) -> Dict[str, Tuple[int, Dict[str, str]]]:
     found = dict(CONFIGS)
     for match in DIRECTIVE.finditer(text):
         gpus, env = 0, {}
+        if match.group("settings") == "run":
+            continue
         for item in match.group("settings").split():
             key, _, value = item.partition("=")
             if key == "gpus":
@@ -75,6 +79,13 @@ class FixCase:
     def id(self) -> str:
         kind = "oracle" if ORACLE in self.path.parents else "rules"
         return f"{kind}/{self.code}/{self.path.name}"
+
+    @property
+    def opted_in(self) -> bool:
+        """Marked to run even when no fix changes it (`# fix-execution:`)."""
+        if self.path.is_dir() or self.path.suffix != ".py":
+            return False
+        return bool(DIRECTIVE.search(self.path.read_text(encoding="utf-8")))
 
     def files(self) -> Dict[str, Path]:
         """What is copied to run it: relative name -> file."""
@@ -107,8 +118,11 @@ def fix_cases() -> List[FixCase]:
                     continue
                 if path.name.endswith((".fixed.py", ".unsafe.py", ".fixed.ipynb", ".unsafe.ipynb")):
                     continue
+                case = FixCase(code_dir.name, path)
                 if golden_for(path, False).exists() or golden_for(path, True).exists():
-                    cases.append(FixCase(code_dir.name, path))
+                    cases.append(case)
+                elif case.opted_in:
+                    cases.append(case)
     if ORACLE.is_dir():
         for case_dir in sorted(p for p in ORACLE.iterdir() if p.is_dir()):
             for name in ("bad.py", "good.py"):
@@ -370,6 +384,14 @@ class CaseResult:
     def new_failures(self) -> List[str]:
         return [f for c in self.configs for f in c.new_failures()]
 
+    def original_failures(self) -> List[str]:
+        """Configurations where the original does not run to its end."""
+        return [
+            f"[{c.config}] the original {c.original.describe()}\n{c.original.log[-1500:]}"
+            for c in self.configs
+            if c.original.failed
+        ]
+
 
 _results: Dict[FixCase, CaseResult] = {}
 _results_lock = threading.Lock()
@@ -395,7 +417,7 @@ def execute(case: FixCase, workdir: Path) -> CaseResult:
             return _results[case]
     fixed = {v: apply_all_fixes(case, unsafe=(v == "unsafe")) for v in VARIANTS}
     result = CaseResult(case, fixed, [])
-    if result.has_fix:
+    if result.has_fix or case.opted_in:
         originals = {
             runnable_name(name): script_text(path, path.read_bytes())
             for name, path in case.files().items()
