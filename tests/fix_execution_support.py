@@ -223,8 +223,9 @@ class Run:
     @property
     def failure_class(self) -> Tuple[str, str]:
         """(type, message class). On CPU PyTorch every CUDA call fails, with an AssertionError
-        ("Torch not compiled with CUDA enabled") or an AttributeError (a missing `torch._C._cuda_*`
-        hook) depending on the call: one class, "this torch has no CUDA"."""
+        ("Torch not compiled with CUDA enabled"), an AttributeError (a missing `torch._C._cuda_*`
+        hook) or, for the NCCL backend, a RuntimeError, depending on the call: one class, "this
+        torch has no CUDA"."""
         if any(p.search(f"{self.type}: {self.message}") for p in _NO_CUDA):
             return ("no CUDA", "")
         return (self.type, self.message)
@@ -323,6 +324,7 @@ _NO_CUDA = (
     re.compile(r"^AssertionError: Torch not compiled with CUDA enabled"),
     re.compile(r"^AttributeError: module 'torch._C' has no attribute '_cuda_"),
     re.compile(r"^RuntimeError: Found no NVIDIA driver"),
+    re.compile(r"^RuntimeError: Distributed package doesn't have NCCL built in"),
 )
 _NETWORK_MESSAGES = ("network access refused", "no internet connection", "urlopen error")
 _MISSING_MODULE = re.compile(r"No module named '([^']+)'")
