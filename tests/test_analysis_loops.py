@@ -10,7 +10,7 @@ import pytest
 from trainlint.analysis.frameworks import Frameworks
 from trainlint.analysis.loops import Loops
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

@@ -12,7 +12,7 @@ from trainlint.analysis.hierarchy import file_facts
 from trainlint.analysis.modules import ALL, Modules
 from trainlint.analysis.wraps import Wraps
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

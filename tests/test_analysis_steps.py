@@ -16,7 +16,7 @@ from trainlint.analysis.steps import (
     run,
 )
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

@@ -15,13 +15,16 @@ from trainlint.analysis.mmconfig import (
 )
 from trainlint.config import Settings
 from trainlint.rules import all_rules
+from trainlint.selection import Selection
 from trainlint.source import Source
 
 
 def config_facts(text: str, path: str = "configs/x.py"):
     settings = Settings(root=Path("."))
     result = engine.check(
-        Source(path=path, text=textwrap.dedent(text)), settings, rules=[all_rules()["TRL302"]]
+        Source(path=path, text=textwrap.dedent(text)),
+        Selection.of(settings),
+        rules=[all_rules()["TRL302"]],
     )
     facts = result.facts.get("TRL302") or {}
     return facts.get("config")

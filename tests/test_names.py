@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

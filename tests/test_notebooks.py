@@ -341,11 +341,11 @@ def _edge_rule():
     return Edges
 
 
-def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(project, monkeypatch, capsys):
-    from trainlint import rules as registry
+def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(
+    project, monkeypatch, capsys, register_rule
+):
 
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL998": _edge_rule()})
+    register_rule(_edge_rule())
     nb = notebook(
         code_cell("import torch\nimport torch.nn as nn"),
         code_cell("model = nn.DataParallel(nn.Linear(2, 2))"),  # one line: both edges

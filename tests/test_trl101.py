@@ -14,7 +14,7 @@ from fixture_support import RULE_FIXTURES, lint
 from trainlint.analysis.devices import MOVED, UNPLACED, WRAPPED, Moves
 from trainlint.analysis.loops import BatchFlow
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.flake8_plugin import TrainlintChecker
 from trainlint.source import Source
 from trainlint.walk import Tree

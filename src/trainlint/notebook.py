@@ -17,21 +17,33 @@ is not Python is masked line by line so the text parses, keeping the number of l
 Cells are numbered as they appear in the notebook, markdown cells included (cell N is
 `cells[N-1]` in the file, and "Cell N" in VS Code); rows are counted inside the cell.
 
-Writing a fixed notebook back (`fixes.render_notebook`) replaces only the `source` values of
-the cells whose code changed; every other byte of the file is kept. This module also provides
-the small JSON parser that finds where each value sits in the file (`parse_spans`), which both
-the writer and the position of nbformat errors need.
+Writing a fixed notebook back (`render_notebook`) replaces only the `source` values of the
+cells whose code changed: indentation, key order, escaping, outputs, metadata and the final
+newline stay byte for byte; a cell keeps its `source` shape (a list of lines or one string) and
+every unchanged line keeps its exact JSON spelling. This module also provides the small JSON
+parser that finds where each value sits in the file (`parse_spans`), which both the writer and
+the position of nbformat errors need.
 """
 
 from __future__ import annotations
 
 import ast
+import codecs
+import difflib
 import json
 import re
 import warnings
 from dataclasses import dataclass, field
-from json.decoder import scanstring
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .lines import split_lines
+
+# The json module's own string scanner: (string value, index after the closing quote) for the
+# string whose opening quote is just before `index` (typeshed does not declare it).
+scanstring: Callable[[str, int, bool], Tuple[str, int]] = getattr(json.decoder, "scanstring")
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .source import Source
 
 # -- a JSON parser that remembers where values are -------------------------------------------
 
@@ -56,7 +68,9 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
     keep = keep or (lambda path: True)
 
     def skip(pos: int) -> int:
-        return _WS.match(text, pos).end()  # type: ignore[union-attr]
+        match = _WS.match(text, pos)
+        assert match is not None  # `*`: it matches, if only the empty string
+        return match.end()
 
     def value(pos: int, path: Path_) -> Tuple[Any, int]:
         pos = skip(pos)
@@ -64,6 +78,7 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
         if pos >= len(text):
             raise JsonSpanError("unexpected end of the file", pos)
         ch = text[pos]
+        result: Any  # the JSON value: str, dict, list, number, bool or None
         if ch == '"':
             result, pos = scanstring(text, pos + 1, True)
         elif ch == "{":
@@ -257,8 +272,6 @@ class _Scanner:
 def mask_cell(code: str) -> Optional[str]:
     """The cell's text with IPython syntax masked (same number of lines), or None when the cell
     is not Python (a cell magic such as `%%bash`)."""
-    from .source import split_lines
-
     lines = split_lines(code)
     out: List[str] = []
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
@@ -365,9 +378,9 @@ class Notebook:
     def unmasked(self, cell: CodeCell, text: str) -> str:
         """The cell's current code (from the joined `text`) with its masked lines put back."""
         out = text[cell.start : cell.end]
-        spans = [m for m in cell.masks if m[0] is not None]
+        spans = [(span, masked, line) for span, masked, line in cell.masks if span is not None]
         for span, masked, line in sorted(spans, key=lambda m: m[0], reverse=True):
-            a, b = span[0] - cell.start, span[1] - cell.start  # type: ignore[index]
+            a, b = span[0] - cell.start, span[1] - cell.start
             if 0 <= a <= b <= len(out) and out[a:b] == masked:
                 out = out[:a] + line + out[b:]
         return out
@@ -494,8 +507,6 @@ SEPARATOR = "\n"  # the empty line between two cells in the joined text
 
 def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Notebook]:
     """(joined text, [(cell number, first row)], Notebook) for a notebook's JSON text."""
-    from .source import split_lines
-
     data, code_cells = load(raw)
     notebook = Notebook(raw=raw, bom=bom, language=_language(data))
     if notebook.language not in ("python", "python3", "ipython", "ipython3"):
@@ -522,7 +533,7 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
             length += len(SEPARATOR)
             row += 1
         rows.append((number, row))
-        masks = []
+        masks: List[Tuple[Optional[Tuple[int, int]], str, str]] = []
         offset = length
         for masked_line, line in zip(split_lines(masked), split_lines(original)):
             if masked_line != line:
@@ -539,8 +550,6 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
 
 
 def _count_rows(text: str) -> int:
-    from .source import split_lines
-
     return len(split_lines(text))
 
 
@@ -566,8 +575,6 @@ class FilePositions:
 
     def locate(self, cell: int, row: int, col: int) -> Tuple[int, int]:
         """(1-based line, 0-based column) in the file; (1, 0) when the cell is not found."""
-        from .source import split_lines
-
         if not self._load():
             return 1, 0
         assert self._spans is not None
@@ -604,3 +611,98 @@ class FilePositions:
 
 def _source_paths(path: Path_) -> bool:
     return len(path) in (3, 4) and path[0] == "cells" and path[2] == "source"
+
+
+# -- writing a fixed notebook back ----------------------------------------------------------
+
+# A \uXXXX escape of a non-ASCII character (not preceded by an escaped backslash).
+_NON_ASCII_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
+
+
+def render_notebook(source: "Source") -> bytes:
+    """The notebook file for `source`: its original bytes with the changed cells' code."""
+    notebook = source.notebook
+    assert notebook is not None
+    changed: Dict[int, str] = {}
+    for cell in notebook.cells:
+        region = source.text[cell.start : cell.end]
+        if region == cell.masked:
+            continue
+        code = notebook.unmasked(cell, source.text)
+        original = cell.original
+        if cell.added_newline:
+            original = original[:-1]
+            if code.endswith("\n"):
+                code = code[:-1]
+        if code != original:
+            changed[cell.number] = code
+    raw = notebook.raw
+    if changed:
+        wanted = {("cells", number - 1, "source") for number in changed}
+        data, spans = parse_spans(
+            raw, keep=lambda path: path in wanted or path[:3] in wanted or path == ("cells",)
+        )
+        ascii_only = not any(ord(ch) > 127 for ch in raw) and bool(_NON_ASCII_ESCAPE.search(raw))
+        replacements = []
+        for number, code in changed.items():
+            path = ("cells", number - 1, "source")
+            old = data["cells"][number - 1]["source"]
+            new = _encode_source(raw, spans, path, old, code, ascii_only)
+            replacements.append((spans[path], new))
+        for (start, end), new in sorted(replacements, reverse=True):
+            raw = raw[:start] + new + raw[end:]
+    return (codecs.BOM_UTF8 if notebook.bom else b"") + raw.encode("utf-8")
+
+
+def _encode_source(
+    raw: str, spans: Dict[Tuple[Any, ...], Tuple[int, int]], path, old: Any, code: str, ascii_only
+) -> str:
+    """New JSON for a cell's `source`, in the shape and layout of the old one."""
+
+    def dump(value: str) -> str:
+        return json.dumps(value, ensure_ascii=ascii_only)
+
+    if isinstance(old, str):
+        return dump(code)
+    # nbformat splits a cell's source with str.splitlines(True); some tools split at "\n" only.
+    # Split the new code the way this file's old lines were split.
+    if "".join(old).splitlines(True) == old:
+        lines = code.splitlines(True)
+    else:
+        lines = re.findall(r"[^\n]*\n|[^\n]+$", code)
+    if not lines:
+        return "[]"
+    items = [spans[path + (j,)] for j in range(len(old))]
+    tokens: List[str] = []
+    matcher = difflib.SequenceMatcher(None, old, lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            tokens.extend(raw[s:e] for s, e in items[i1:i2])
+        else:
+            tokens.extend(dump(line) for line in lines[j1:j2])
+    start, end = spans[path]
+    if items:
+        before = raw[start + 1 : items[0][0]]
+        after = raw[items[-1][1] : end - 1]
+        sep = raw[items[0][1] : items[1][0]] if len(items) > 1 else "," + before
+        if len(items) == 1 and "\n" not in before:
+            sep = ", "
+    elif "\n" not in raw.strip():
+        before, after, sep = "", "", ", "
+    else:
+        line_start = raw.rfind("\n", 0, start) + 1
+        line = raw[line_start:start]
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        unit = _indent_unit(raw)
+        before, after = "\n" + indent + unit, "\n" + indent
+        sep = "," + before
+    return "[" + before + sep.join(tokens) + after + "]"
+
+
+def _indent_unit(raw: str) -> str:
+    """The notebook's indentation step (nbformat writes 1 space; some tools write 2 or 4)."""
+    for line in raw.splitlines()[1:]:
+        stripped = line.lstrip(" \t")
+        if stripped:
+            return line[: len(line) - len(stripped)] or " "
+    return " "

@@ -159,7 +159,7 @@ class DataParallelWrapThenMove(Rule):
         args[index] = args[index].with_changes(value=moved)
         new_wrap = wrap.with_changes(args=args, lpar=move.lpar, rpar=move.rpar)
         code = self.ctx.module.code_for_node(new_wrap)
-        module_text = self.ctx.module.code_for_node(args[index].value.func.value)
+        module_text = self.ctx.module.code_for_node(module_expr)  # what `moved` moves
         if "\n" in module_text or len(module_text) > 40:
             module_text = "module"
         wrapper = self.ctx.code(wrap.func)
@@ -259,7 +259,7 @@ class DataParallelWrapThenMove(Rule):
         literal = int_list(ids)
         if literal:
             return literal[0], None
-        if type(ids) in (cst.List, cst.Tuple) and ids.elements:
+        if (type(ids) is cst.List or type(ids) is cst.Tuple) and ids.elements:
             return None, self.ctx.code(ids.elements[0].value)
         return None, self.ctx.code(ids)
 

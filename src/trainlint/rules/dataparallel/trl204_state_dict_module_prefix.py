@@ -47,6 +47,8 @@ class StateDictModulePrefix(Rule):
 
     ## Use instead
     ```python
+    model = DDP(model, device_ids=[local_rank])
+    ...
     torch.save({"model": model.module.state_dict(), "epoch": epoch}, "last.pt")
     ```
 

@@ -74,6 +74,9 @@ class BatchNotOnDevice(Rule):
 
     ## Example
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
         images = images.to(device, non_blocking=True)
         logits = model(images)
@@ -82,9 +85,12 @@ class BatchNotOnDevice(Rule):
 
     ## Use instead
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
-        labels = labels.to(device, non_blocking=True)
         images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
         logits = model(images)
         loss = criterion(logits, labels)
     ```
@@ -127,9 +133,11 @@ class BatchNotOnDevice(Rule):
         element = finding.element
         message = self._message(flow, finding)
         fix = self._fix(flow, element)
-        related = [(flow.source.binding_statement, "the batch is unpacked here")]
+        bound_at = flow.source.binding_statement
+        assert bound_at is not None  # every BatchSource records its loop or `next()` assignment
+        related: List[Tuple[cst.CSTNode, str]] = [(bound_at, "the batch is unpacked here")]
         carrier = next((e for e in element.lineage() if e.via is not None), None)
-        if carrier is not None:
+        if carrier is not None and carrier.via is not None:
             related.append((carrier.via, f"passed to this function as `{carrier.name}`"))
         first_move = next((m.call for m in flow.moves), None)
         if first_move is not None:
@@ -146,6 +154,7 @@ class BatchNotOnDevice(Rule):
     def _message(self, flow: Flow, finding: Unmoved) -> str:
         element = finding.element
         source = flow.source
+        assert source.binding_statement is not None  # set for every BatchSource
         loader = _short(source.loader_text, 40)
         sink = self._describe(finding.sink, finding.use)
         named = element
@@ -285,7 +294,7 @@ class BatchNotOnDevice(Rule):
 
     def _insertion(self, bound_at: cst.CSTNode, line: str):
         moves = self.ctx.analysis(Moves)
-        if type(bound_at) in (cst.For, cst.While):
+        if type(bound_at) is cst.For or type(bound_at) is cst.While:
             body = bound_at.body
             if type(body) is not cst.IndentedBlock or not body.body:
                 return None
@@ -370,7 +379,7 @@ def _names(node: cst.CSTNode):
 
 def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
     """The statements at the start of `statements` that only move things to the device."""
-    run = []
+    run: List[cst.CSTNode] = []
     for statement in statements:
         if type(statement) is not cst.SimpleStatementLine:
             break

@@ -95,18 +95,34 @@ class NewTensorOffDevice(Rule):
 
     ## Example
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1))[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1))[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Use instead
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1), device=x.device)[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape, device=x.device)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1), device=x.device)[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape, device=x.device)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Fix safety
@@ -218,7 +234,7 @@ class NewTensorOffDevice(Rule):
                 continue
             if type(parent) in (cst.Element, cst.StarredElement):
                 container = self.ctx.parent(parent)
-                if type(container) in (cst.List, cst.Tuple):
+                if type(container) is cst.List or type(container) is cst.Tuple:
                     current = container
                     continue
                 return None
@@ -235,22 +251,21 @@ class NewTensorOffDevice(Rule):
                     partners = tensors.device_partners(parent.target, scope)
                     return parent, partners, "operand"
                 return None
-            if type(parent) in (cst.Assign, cst.AnnAssign) and parent.value is current:
-                targets = (
-                    [t.target for t in parent.targets]
-                    if type(parent) is cst.Assign
-                    else [parent.target]
-                )
-                for target in targets:
-                    if type(target) is not cst.Name:
-                        continue
-                    for use in reads_of_binding(self.ctx, target, parent):
-                        if self.tensors.scope_node(use) is not scope:
-                            continue
-                        found = self._use_sink(use, scope, depth + 1, seen)
-                        if found is not None:
-                            return found
+            if type(parent) is cst.Assign and parent.value is current:
+                targets = [t.target for t in parent.targets]
+            elif type(parent) is cst.AnnAssign and parent.value is current:
+                targets = [parent.target]
+            else:
                 return None
+            for target in targets:
+                if type(target) is not cst.Name:
+                    continue
+                for use in reads_of_binding(self.ctx, target, parent):
+                    if self.tensors.scope_node(use) is not scope:
+                        continue
+                    found = self._use_sink(use, scope, depth + 1, seen)
+                    if found is not None:
+                        return found
             return None
 
     def _use_sink(self, use: cst.Name, scope, depth, seen):

@@ -79,11 +79,20 @@ class DdpUnusedParameters(Rule):
     ```
 
     ## Use instead
-    Use the parameter in `forward`, or delete it. If parameters are unused on purpose (a branch
-    taken on some iterations only), tell DDP:
+    Use the parameter in `forward`, or delete it:
     ```python
-    model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    class DETRHead(nn.Module):
+        def __init__(self, embed_dims, num_classes):
+            super().__init__()
+            self.cls_branch = nn.Linear(embed_dims, num_classes)
+
+        def forward(self, query):
+            return self.cls_branch(query)
+
+    model = DDP(DETRHead(256, 80).to(device), device_ids=[local_rank])
     ```
+    If parameters are unused on purpose (a branch taken on some iterations only), tell DDP:
+    `DDP(model, device_ids=[local_rank], find_unused_parameters=True)`.
 
     ## Fix safety
     The fix adds `find_unused_parameters=True` to the DDP call when that call is in the file of

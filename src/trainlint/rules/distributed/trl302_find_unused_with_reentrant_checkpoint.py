@@ -319,7 +319,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         """In `["--ddp_find_unused_parameters", "True"]`, the element after the flag."""
         element = self.ctx.parent(string)
         sequence = self.ctx.parent(element) if element is not None else None
-        if type(sequence) not in (cst.List, cst.Tuple):
+        if not (type(sequence) is cst.List or type(sequence) is cst.Tuple):
             return None
         elements = list(sequence.elements)
         index = next((i for i, e in enumerate(elements) if e is element), None)
@@ -515,7 +515,9 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
         if script is None:
             continue
         script_display = hierarchy.display(script)
-        first = hierarchy.facts_at(script)["find_unused"][0]
+        script_facts = hierarchy.facts_at(script)
+        assert script_facts is not None  # memoised: the facts that chose `script` above
+        first = script_facts["find_unused"][0]
         for site in data["checkpoints"]:
             diagnostic = project.candidate(
                 display,

@@ -37,6 +37,7 @@ class SamplerWithShuffle(Rule):
 
     ## Use instead
     ```python
+    train_sampler = DistributedSampler(train_set) if args.distributed else None
     train_loader = DataLoader(
         train_set, batch_size=64, sampler=train_sampler, shuffle=(train_sampler is None)
     )

@@ -43,14 +43,18 @@ class SyncBatchNormAfterDdp(Rule):
 
     ## Example
     ```python
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = build_segmentor(cfg).cuda(local_rank)
+    model = DDP(model, device_ids=[local_rank])
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     ```
 
     ## Use instead
     ```python
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    model = build_segmentor(cfg).cuda(local_rank)
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model, device_ids=[local_rank])
     ```
 
     ## Fix safety
@@ -93,6 +97,7 @@ class SyncBatchNormAfterDdp(Rule):
             inner = True
         direct = parallel.wrap_kind(target)
         if direct is not None:  # convert_sync_batchnorm(DataParallel(m)) / (DDP(m))
+            assert type(target) is cst.Call  # wrap_kind names only wrap calls
             state = WrapState(every=True, some=True, kinds={direct}, sites=[target])
         else:
             state = parallel.wrapper_state(target, call)

@@ -39,8 +39,9 @@ class RetainGraphInLoop(Rule):
 
     ## Use instead
     ```python
+    hidden = model.init_hidden(batch_size)
     for data, targets in batches:
-        hidden = repackage_hidden(hidden)  # detach from the previous batch
+        hidden = tuple(h.detach() for h in hidden)  # cut the graph of the previous batch
         output, hidden = model(data, hidden)
         loss = criterion(output, targets)
         optimizer.zero_grad()

@@ -34,12 +34,12 @@ class EvalModeMissing(Rule):
     def validate(model, val_loader):
         correct = 0
         for images, labels in val_loader:
-            correct += (model(images).argmax(1) == labels).sum().item()
+            correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
         return correct
 
     for epoch in range(epochs):
-        train_one_epoch(model, train_loader)   # never calls model.train()
-        evaluate(model, val_loader)            # calls model.eval()
+        train_one_epoch(model, train_loader, optimizer)
+        print(f"epoch {epoch}: {validate(model, val_loader)} correct")
     ```
 
     ## Use instead
@@ -47,8 +47,15 @@ class EvalModeMissing(Rule):
     @torch.no_grad()
     def validate(model, val_loader):
         model.eval()
-        ...
+        correct = 0
+        for images, labels in val_loader:
+            correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
         model.train()
+        return correct
+
+    for epoch in range(epochs):
+        train_one_epoch(model, train_loader, optimizer)
+        print(f"epoch {epoch}: {validate(model, val_loader)} correct")
     ```
 
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the

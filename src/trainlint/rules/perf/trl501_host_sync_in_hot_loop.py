@@ -56,6 +56,11 @@ class HostSyncInHotLoop(Rule):
 
     ## Use instead
     ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
         running_loss += loss.detach()          # stays on the GPU, no sync
         if step % log_interval == 0:
             pbar.set_postfix(loss=loss.item())  # one sync every log_interval steps
@@ -173,15 +178,16 @@ class HostSyncInHotLoop(Rule):
         return True
 
     def _inner_sync(self, expr: cst.CSTNode) -> bool:
-        while type(expr) in (cst.Call, cst.Attribute, cst.Subscript):
+        while True:
             if type(expr) is cst.Call:
                 func = expr.func
                 if type(func) is cst.Attribute and func.attr.value in _SYNC_METHODS:
                     return True
                 expr = func.value if type(func) is cst.Attribute else func
-            else:
+            elif type(expr) is cst.Attribute or type(expr) is cst.Subscript:
                 expr = expr.value
-        return False
+            else:
+                return False
 
     def _graph_names(self, loop) -> Set[str]:
         found = self._graph.get(loop)
