@@ -1,5 +1,5 @@
-"""analysis/mmconfig.py: MM-style configs read without executing them, and their `_base_` chains
-merged with MMEngine's semantics."""
+"""analysis/project/mmconfig.py: MM-style configs read without executing them, and their
+`_base_` chains merged with MMEngine's semantics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from trainlint import engine
-from trainlint.analysis.mmconfig import (
+from trainlint.analysis.project.mmconfig import (
     checkpointed_layers,
     find_unused_setting,
     merge,

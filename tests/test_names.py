@@ -1,4 +1,5 @@
-"""Qualified names through imports and aliases (analysis/names.py) and the scopes under them."""
+"""Qualified names through imports and aliases (analysis/base/names.py), and the scopes under
+them."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import libcst as cst
 import pytest
 
 from fixture_support import RULE_FIXTURES, lint
-from trainlint.analysis.devices import MOVED, UNPLACED, WRAPPED, Moves
-from trainlint.analysis.loops import BatchFlow
+from trainlint.analysis.device.moves import MOVED, Moves, UNPLACED, WRAPPED
+from trainlint.analysis.loop.batchflow import BatchFlow
 from trainlint.config import Settings
 from trainlint.context import FileContext
 from trainlint.flake8_plugin import TrainlintChecker

@@ -73,7 +73,7 @@ class FileContext:
     def names(self):
         found = self._names
         if found is None:
-            from .analysis.names import Names
+            from .analysis.base.names import Names
 
             found = self._names = self.analysis(Names)
         return found
@@ -82,7 +82,7 @@ class FileContext:
     def scopes(self):
         found = self._scopes
         if found is None:
-            from .analysis.scopes import Scopes
+            from .analysis.base.scopes import Scopes
 
             found = self._scopes = self.analysis(Scopes)
         return found

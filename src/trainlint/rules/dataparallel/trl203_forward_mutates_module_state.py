@@ -7,10 +7,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.modules import Modules, forward_reach
-from ...analysis.state_writes import HookWrite, StateWrite, StateWrites
-from ...analysis.wraps import DP_KIND, Wraps
+from ...analysis.parallel.state_writes import HookWrite, StateWrite, StateWrites
+from ...analysis.parallel.wraps import DP_KIND, Wraps
+from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
 

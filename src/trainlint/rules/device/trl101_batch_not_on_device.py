@@ -8,8 +8,10 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import Moves
-from ...analysis.loops import BatchFlow, Element, Flow, Unmoved
+from ...analysis.device.moves import Moves
+from ...analysis.loop.batchflow import BatchFlow
+from ...analysis.loop.batchvalues import Element, Flow, Unmoved
+from ...analysis.project.hierarchy import module_file
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
 
@@ -339,7 +341,7 @@ class BatchNotOnDevice(Rule):
         for display, data in facts.items():
             importer = project.paths.get(display)
             for entry in data.get("deferred", []):
-                target = _resolve(entry["helper"], importer, project.root, modules)
+                target = _helper_file(entry["helper"], importer, project, modules)
                 if target is None or target not in facts:
                     continue  # cannot know what the helper does: stay quiet
                 module, function = target, entry["helper"].rsplit(".", 1)[-1]
@@ -403,42 +405,15 @@ def _module_index(project) -> Dict[Path, str]:
     return index
 
 
-def _resolve(helper: str, importer: Optional[Path], root: Path, modules: Dict[Path, str]):
+def _helper_file(helper: str, importer: Optional[Path], project, modules: Dict[Path, str]):
     """The display path of the project file that defines `helper` (a qualified name such as
     `utils.to_cuda` or `.misc.to_cuda`), or None when it is not among the files of the run."""
     module = helper.rsplit(".", 1)[0] if "." in helper.lstrip(".") else ""
     if not module or importer is None:
         return None
-    here = Path(os.path.realpath(importer)).parent
-    if module.startswith("."):
-        level = len(module) - len(module.lstrip("."))
-        base = here
-        for _ in range(level - 1):
-            base = base.parent
-        bases = [base]
-        module = module.lstrip(".")
-    else:
-        bases = [here, *[p for p in here.parents if _within(p, root)]]
-        if Path(os.path.realpath(root)) not in bases:
-            bases.append(Path(os.path.realpath(root)))
-    parts = module.split(".")
-    for base in bases:
-        for candidate in (
-            base.joinpath(*parts).with_suffix(".py"),
-            base.joinpath(*parts, "__init__.py"),
-        ):
-            found = modules.get(candidate)
-            if found is not None:
-                return found
-    return None
-
-
-def _within(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(os.path.realpath(root))
-        return True
-    except ValueError:
-        return False
+    root = Path(os.path.abspath(project.root))
+    found = module_file(module, Path(os.path.abspath(importer)), root, project.is_file)
+    return modules.get(Path(os.path.realpath(found))) if found is not None else None
 
 
 __all__ = ["BatchNotOnDevice"]

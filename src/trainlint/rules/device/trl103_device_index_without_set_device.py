@@ -6,8 +6,8 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import DeviceChoice, DeviceChoices, Placement
-from ...analysis.frameworks import Frameworks
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.device.choices import DeviceChoice, DeviceChoices, Placement
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -7,15 +7,12 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import (
-    COMBINING_FUNCTIONS,
-    COMBINING_METHODS,
-    DeviceTensors,
-    is_test_file,
-    reads_of_binding,
-)
-from ...analysis.frameworks import Frameworks
-from ...analysis.names import dotted_name
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.base.scopes import reads_of_binding
+from ...analysis.base.vocabulary import LOSS_FUNCTIONS
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.device.tensors import COMBINING_FUNCTIONS, COMBINING_METHODS, DeviceTensors
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -39,27 +36,6 @@ _ACCELERATOR_HINTS = (
 # Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
 _SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
 _DEFAULT_DEVICE_CONTEXTS = ("torch.set_default_device", "torch.device context")
-_LOSS_FUNCTIONS = frozenset(
-    {
-        "cross_entropy",
-        "nll_loss",
-        "mse_loss",
-        "l1_loss",
-        "smooth_l1_loss",
-        "huber_loss",
-        "binary_cross_entropy",
-        "binary_cross_entropy_with_logits",
-        "kl_div",
-        "cosine_embedding_loss",
-        "margin_ranking_loss",
-        "soft_margin_loss",
-        "multilabel_soft_margin_loss",
-        "triplet_margin_loss",
-        "poisson_nll_loss",
-        "gaussian_nll_loss",
-        "cosine_similarity",
-    }
-)
 # Stops: past these the value is no longer a CPU tensor next to device tensors.
 _STOP_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "size", "dim", "numel"})
 
@@ -342,7 +318,7 @@ class NewTensorOffDevice(Rule):
     def _is_loss(self, func: cst.CSTNode) -> bool:
         dotted = dotted_name(func) or ""
         leaf = dotted.split(".")[-1].lower()
-        if leaf in _LOSS_FUNCTIONS:
+        if leaf in LOSS_FUNCTIONS:
             return True
         return "loss" in leaf or "criterion" in leaf
 

@@ -6,11 +6,11 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.calls import argument, is_false, is_none
-from ...analysis.frameworks import Frameworks
-from ...analysis.loops import LoaderFlow, LoaderUse, is_torch_dataloader
-from ...analysis.names import dotted_name
-from ...analysis.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
+from ...analysis.base.calls import argument, is_false, is_none
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
+from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,8 +6,8 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import arg_node, argument, has_star_args, is_none
-from ...analysis.loops import is_torch_dataloader
+from ...analysis.base.calls import arg_node, argument, has_star_args, is_none
+from ...analysis.loop.loaders import is_torch_dataloader
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import libcst as cst
 
-from ...analysis.calls import keyword, method_call
-from ...analysis.frameworks import Frameworks
-from ...analysis.parallel import Parallel
+from ...analysis.base.calls import keyword, method_call
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.parallel.parallel import Parallel
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,8 +6,13 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import argument
-from ...analysis.parallel import CONVERT_SYNC_BATCHNORM, MODULE_RETURNING, Parallel, WrapState
+from ...analysis.base.calls import argument
+from ...analysis.parallel.parallel import (
+    CONVERT_SYNC_BATCHNORM,
+    MODULE_RETURNING,
+    Parallel,
+    WrapState,
+)
 from ...diagnostics import Severity
 from ..base import Rule
 

@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import libcst as cst
 
-from ...analysis.calls import argument, has_star_args, is_none
-from ...analysis.frameworks import Frameworks
-from ...analysis.loops import LoaderFlow, is_torch_dataloader
-from ...analysis.names import dotted_name
-from ...analysis.parallel import Parallel
+from ...analysis.base.calls import argument, has_star_args, is_none
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.loaders import LoaderFlow, is_torch_dataloader
+from ...analysis.parallel.parallel import Parallel
 from ...diagnostics import Severity
 from ..base import Rule
 

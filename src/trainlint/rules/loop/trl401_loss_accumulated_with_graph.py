@@ -7,8 +7,10 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps, events_of, name_leaves
+from ...analysis.base.dataflow import events_of
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.stepexprs import name_leaves
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

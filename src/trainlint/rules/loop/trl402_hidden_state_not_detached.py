@@ -7,8 +7,8 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

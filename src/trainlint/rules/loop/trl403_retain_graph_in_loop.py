@@ -6,8 +6,9 @@ from typing import List, Set
 
 import libcst as cst
 
-from ...analysis.calls import keyword
-from ...analysis.steps import TrainingSteps, events_of
+from ...analysis.base.calls import keyword
+from ...analysis.base.dataflow import events_of
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import Rule
 

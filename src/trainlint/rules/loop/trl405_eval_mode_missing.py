@@ -6,8 +6,10 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, mode_free_model, run
+from ...analysis.base.dataflow import Event, Repeat, events_of, run
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.modes import mode_free_model
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

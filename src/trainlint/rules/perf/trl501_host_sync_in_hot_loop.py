@@ -7,8 +7,9 @@ from typing import Dict, Optional, Set
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps, is_test_file
+from ...analysis.base.names import dotted_name
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -87,7 +88,7 @@ class HostSyncInHotLoop(Rule):
             type(c.func) is cst.Attribute and c.func.attr.value == "backward" for c in calls
         ):
             return
-        if is_test_file(self.ctx.source.path):
+        if is_test_file(self.ctx):
             return  # tests read values to assert on them; speed is not the point
         if not self._names_an_accelerator():
             return  # a CPU-only script: nothing to wait for

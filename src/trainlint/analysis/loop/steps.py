@@ -1,7 +1,7 @@
 """What one iteration of a training or evaluation loop does: the facts the loop rules share.
 
-Built on `loops.py` (same-file helpers, `under_no_grad`) and kept in its own module so that the
-batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
+Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file call graph
+(`base/callgraph.py`) and the dataflow kernel (`base/dataflow.py`).
 
 1. Events. `event(node)` says what a call or assignment does to training state:
    - `backward`: `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward`,
@@ -16,13 +16,9 @@ batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
    Receivers are given in the analysed loop's own terms: inside a helper, a parameter is replaced
    by the argument of the call that reached it (`evaluate(net, ...)` -> `net.eval()`).
 
-2. Flows. `flow(node)` turns a loop body (or any block) into a small tree: `Seq`, `Alt`
-   (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
-   (continue/break/return/raise) and `Helper` (the body of a same-file function it calls, two
-   levels deep, where `return` only leaves the helper). `run()` pushes a set of abstract states
-   through it with a rule's transfer function, so "a `zero_grad()` between `backward()` and
-   `step()` on some path" or "an `eval()` reaching the next `backward()`" is decided on the loop
-   as a whole (statements inside if/with/try, helpers, the wrap-around to the next iteration).
+2. Flows. `flow(node)` turns a loop body (or any block) into a tree of the dataflow kernel
+   (`base/dataflow.py`), with the bodies of same-file functions it calls two levels deep, so
+   that a rule's transfer function decides on the loop as a whole.
 
 3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
    decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
@@ -39,244 +35,42 @@ batch-dataflow and epoch-loop work on `loops.py` is not disturbed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
-from .calls import keyword, positional
-from .loops import Loops
-from .names import Names, dotted_name
-from .parallel import MODULE_RETURNING
-from .scopes import Scopes
-from ..walk import own_nodes
+from ...walk import children, own_nodes
+from ..base.calls import keyword, positional
+from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
+from ..base.frameworks import Frameworks
+from ..base.names import Names, dotted_name
+from ..base.scopes import Scopes
+from ..base.vocabulary import (
+    EVAL_FUNCTION,
+    EVAL_LOADER,
+    LOSS_FUNCTIONS,
+    LOSS_NAME,
+    MODEL_NAME,
+    NOT_MODEL_NAME,
+    NOT_OPTIMIZER_NAME,
+    OPTIMIZER_CLASSES,
+    OPTIMIZER_NAME,
+    disables_grad,
+)
+from ..parallel.parallel import module_root
+from .stepexprs import grad_owner, is_grad, is_loss_key, name_leaves, peel_iterable, strip_wrapper
+from .structure import Loops
+from .. import Analysis
+
 
 # -- recognising things ---------------------------------------------------------------------------
 
-_OPTIMIZER_CLASSES = {
-    "SGD",
-    "Adam",
-    "AdamW",
-    "Adamax",
-    "Adagrad",
-    "Adadelta",
-    "RMSprop",
-    "Rprop",
-    "ASGD",
-    "LBFGS",
-    "NAdam",
-    "RAdam",
-    "SparseAdam",
-    "Lamb",
-    "LAMB",
-    "Lion",
-    "Adafactor",
-    "FusedAdam",
-    "FusedLAMB",
-    "FusedSGD",
-    "DeepSpeedCPUAdam",
-    "ZeroRedundancyOptimizer",
-    "LARS",
-    "build_optimizer",
-    "create_optimizer",
-    "create_optimizer_v2",
-    "get_optimizer",
-    "make_optimizer",
-}
-_OPTIMIZER_NAME = re.compile(r"optim|^opt(?:$|[_\d]|[A-Z])|_opt(?:$|[_\d]|[A-Z])", re.I)
-_NOT_OPTIMIZER_NAME = re.compile(r"sched|warmup|^lr|_lr|option", re.I)
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
-_LOSS_FUNCTIONS = {
-    "cross_entropy",
-    "nll_loss",
-    "mse_loss",
-    "l1_loss",
-    "smooth_l1_loss",
-    "huber_loss",
-    "binary_cross_entropy",
-    "binary_cross_entropy_with_logits",
-    "kl_div",
-    "cosine_embedding_loss",
-    "margin_ranking_loss",
-    "triplet_margin_loss",
-    "ctc_loss",
-    "poisson_nll_loss",
-    "gaussian_nll_loss",
-    "hinge_embedding_loss",
-    "multilabel_margin_loss",
-    "soft_margin_loss",
-    "multi_margin_loss",
-}
-_LOSS_NAME = re.compile(r"loss|criterion|(^|_)err(or)?($|_|[A-Z])|^err", re.I)
-_MODEL_NAME = re.compile(
-    r"^(model|net|network|module|classifier|encoder|decoder|backbone|generator|discriminator)s?$"
-    r"|model$|^net[A-Z_\d]|^net$|_net$|Net$|^model_",
-    re.I,
-)
-_NOT_MODEL_NAME = re.compile(
-    r"(_fn|_func|_cls|_class|_name|_path|_dir|_type|_config|_cfg|_args|_kwargs|_list)$", re.I
-)
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
-_EVAL_FUNCTION = re.compile(
-    r"(^|_)(eval|evaluate|evaluation|evaluator|valid|validate|validation|val|test|testing|"
-    r"infer|inference|predict|prediction|predictions)(_|$|\d)",
-    re.I,
-)
-_EVAL_LOADER = re.compile(r"(^|_|\.)(val|valid|validation|test|testing|eval|evaluation|dev)", re.I)
 _TRAIN_WORD = re.compile(r"train", re.I)
-_NO_GRAD = (
-    "torch.no_grad",
-    "torch.inference_mode",
-    "torch.autograd.no_grad",
-    "torch.autograd.grad_mode.no_grad",
-)
-
-
-@dataclass(frozen=True, eq=False)
-class Event:
-    """Something a call or assignment does to the training state."""
-
-    kind: str  # backward, step, zero, eval, train
-    node: cst.CSTNode  # the call or assignment
-    receiver: Optional[str]  # optimizer / module text in the analysed block's terms
-    site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)
-    via: Tuple[cst.FunctionDef, ...] = ()
-    full: bool = True  # zero: the whole model or optimizer, not one parameter
-    closure: bool = False  # step(closure): the closure runs its own forward and backward
-
-
-# -- flows ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Ev:
-    event: Event
-
-
-@dataclass(frozen=True, eq=False)
-class Seq:
-    items: Tuple[object, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Alt:
-    branches: Tuple[object, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Repeat:
-    body: object
-    node: cst.CSTNode
-
-
-@dataclass(frozen=True, eq=False)
-class Exit:
-    kind: str  # continue, break, return, raise
-
-
-@dataclass(frozen=True, eq=False)
-class Helper:
-    body: object
-    call: cst.Call
-
-
-@dataclass
-class Outcome:
-    normal: Set = field(default_factory=set)
-    cont: Set = field(default_factory=set)
-    brk: Set = field(default_factory=set)
-    ret: Set = field(default_factory=set)
-
-
-Transfer = Callable[[Event, object], Iterable[object]]
-
-
-def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
-    """Push abstract states through a flow; `transfer(event, state)` gives the next states."""
-    current = set(states)
-    if isinstance(flow, Ev):
-        out = set()
-        for state in current:
-            out.update(transfer(flow.event, state))
-        return Outcome(normal=out)
-    if isinstance(flow, Seq):
-        result = Outcome()
-        for item in flow.items:
-            if not current:
-                break
-            step = run(item, current, transfer)
-            result.cont |= step.cont
-            result.brk |= step.brk
-            result.ret |= step.ret
-            current = step.normal
-        result.normal = current
-        return result
-    if isinstance(flow, Alt):
-        result = Outcome()
-        for branch in flow.branches:
-            step = run(branch, current, transfer)
-            result.normal |= step.normal
-            result.cont |= step.cont
-            result.brk |= step.brk
-            result.ret |= step.ret
-        return result
-    if isinstance(flow, Repeat):
-        entry = set(current)
-        brk: Set = set()
-        ret: Set = set()
-        for _ in range(8):  # states are small finite sets: a few rounds reach the fixpoint
-            step = run(flow.body, entry, transfer)
-            brk |= step.brk
-            ret |= step.ret
-            grown = entry | step.normal | step.cont
-            if grown == entry:
-                break
-            entry = grown
-        return Outcome(normal=entry | brk, ret=ret)
-    if isinstance(flow, Exit):
-        if flow.kind == "continue":
-            return Outcome(cont=current)
-        if flow.kind == "break":
-            return Outcome(brk=current)
-        if flow.kind == "return":
-            return Outcome(ret=current)
-        return Outcome()  # raise: this path ends
-    if isinstance(flow, Helper):
-        step = run(flow.body, current, transfer)
-        return Outcome(normal=step.normal | step.ret)
-    return Outcome(normal=current)
-
-
-def events_of(flow) -> Iterator[Event]:
-    """The flow's events in document order."""
-    if isinstance(flow, Ev):
-        yield flow.event
-    elif isinstance(flow, Seq):
-        for item in flow.items:
-            yield from events_of(item)
-    elif isinstance(flow, Alt):
-        for branch in flow.branches:
-            yield from events_of(branch)
-    elif isinstance(flow, (Repeat, Helper)):
-        yield from events_of(flow.body)
-
-
-def own_events(flow) -> Iterator[Event]:
-    """Events of one iteration that do not run inside a nested loop (including helpers' loops)."""
-    if isinstance(flow, Ev):
-        yield flow.event
-    elif isinstance(flow, Seq):
-        for item in flow.items:
-            yield from own_events(item)
-    elif isinstance(flow, Alt):
-        for branch in flow.branches:
-            yield from own_events(branch)
-    elif isinstance(flow, Helper):
-        yield from own_events(flow.body)
 
 
 _EMPTY = Seq(())
@@ -292,7 +86,6 @@ class TrainingSteps(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.loops: Loops = ctx.analysis(Loops)
         self._flows: Dict[cst.CSTNode, object] = {}
-        self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
@@ -356,9 +149,9 @@ class TrainingSteps(Analysis):
                         return True
                     if self._scheduler_constructor(value):
                         return False
-        if _NOT_OPTIMIZER_NAME.search(leaf):
+        if NOT_OPTIMIZER_NAME.search(leaf):
             return False
-        return bool(_OPTIMIZER_NAME.search(leaf))
+        return bool(OPTIMIZER_NAME.search(leaf))
 
     def _optimizer_constructor(self, call: cst.Call) -> bool:
         for qualname in self.names.qualified(call.func):
@@ -366,7 +159,7 @@ class TrainingSteps(Analysis):
                 if "swa_utils" not in qualname:
                     return True
         leaf = (dotted_name(call.func) or "").split(".")[-1]
-        return leaf in _OPTIMIZER_CLASSES
+        return leaf in OPTIMIZER_CLASSES
 
     def _scheduler_constructor(self, call: cst.Call) -> bool:
         for qualname in self.names.qualified(call.func):
@@ -393,7 +186,7 @@ class TrainingSteps(Analysis):
                     if node.func.attr.value in ("parameters", "named_parameters"):
                         owner = dotted_name(node.func.value)
                         if owner:
-                            found.add(_strip_wrapper(owner))
+                            found.add(strip_wrapper(owner))
                             found.update(self._attribute_aliases(owner, assign))
         return found
 
@@ -424,7 +217,7 @@ class TrainingSteps(Analysis):
         site = site or node
         if type(node) is cst.Call:
             return self._call_event(node, mapping, site, via)
-        if type(node) in (cst.Assign, cst.AnnAssign):
+        if type(node) is cst.Assign or type(node) is cst.AnnAssign:
             targets = (
                 [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
             )
@@ -490,8 +283,8 @@ class TrainingSteps(Analysis):
                 return None
             if attr == "zero_grad":
                 return Event("zero", call, self._map(owner, mapping), site, via)
-            if attr in ("zero_", "fill_") and _is_grad(owner):
-                return self._grad_reset(call, _grad_owner(owner), mapping, site, via)
+            if attr in ("zero_", "fill_") and is_grad(owner):
+                return self._grad_reset(call, grad_owner(owner), mapping, site, via)
             if attr == "eval" and not call.args:
                 return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
             if attr == "train":
@@ -642,7 +435,7 @@ class TrainingSteps(Analysis):
             if event is not None:
                 items.append(Ev(event))
             if follow > 0:
-                target = self.loops.callee(child)
+                target = self.loops.callgraph.callee(child)
                 if target is not None and target not in via:
                     inner_map = self._parameter_map(child, target, mapping)
                     body = self._block(
@@ -738,36 +531,13 @@ class TrainingSteps(Analysis):
                     return True
             if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
                 inner = positional(call, 0)
-                if type(inner) is cst.Call and self.names.is_(inner.func, *_NO_GRAD):
+                if type(inner) is cst.Call and disables_grad(self.names, inner):
                     return True
         return False
 
     def callers(self, function: cst.FunctionDef) -> List[cst.Call]:
-        """Same-file call sites that run `function`."""
-        if self._callers is None:
-            table: Dict[cst.FunctionDef, List[cst.Call]] = {}
-            for call in self.ctx.nodes(cst.Call):
-                target = self.loops.callee(call)
-                if target is not None:
-                    table.setdefault(target, []).append(call)
-            self._callers = table
-        return self._callers.get(function, [])
-
-    def is_called_elsewhere(self, function: cst.FunctionDef) -> bool:
-        """Is the function's name used other than by calls (passed as a callback, exported)?"""
-        name = function.name.value
-        for node in self.ctx.nodes(cst.Name):
-            if node.value != name or node is function.name:
-                continue
-            parent = self.ctx.parent(node)
-            if type(parent) is cst.Call and parent.func is node:
-                continue
-            if type(parent) is cst.Attribute and parent.attr is node:
-                grand = self.ctx.parent(parent)
-                if type(grand) is cst.Call and grand.func is parent:
-                    continue
-            return True
-        return False
+        """Same-file call sites that run `function` (see `CallGraph`)."""
+        return self.loops.callgraph.callers(function)
 
     # -- loops --------------------------------------------------------------------------------
 
@@ -778,7 +548,6 @@ class TrainingSteps(Analysis):
         (they do not detach totals, reset gradients for Accelerate/Fabric, or set eval mode), so
         their code is not owned; DeepSpeed's `engine.backward`/`engine.step` is recognised by
         the rules themselves."""
-        from .frameworks import Frameworks
 
         frameworks: Frameworks = self.ctx.analysis(Frameworks)
         reason = frameworks.managed(node)
@@ -849,11 +618,11 @@ class TrainingSteps(Analysis):
                     else [assign.target]
                 )
                 for target in targets:
-                    if type(target) in (cst.Tuple, cst.List):
+                    if type(target) is cst.Tuple or type(target) is cst.List:
                         # `loss, logs = compute(...)`: only loss-named parts.
                         for element in target.elements:
                             text = dotted_name(element.value)
-                            if text and _LOSS_NAME.search(text.split(".")[-1]):
+                            if text and LOSS_NAME.search(text.split(".")[-1]):
                                 if text not in names:
                                     names.add(text)
                                     grown = True
@@ -871,7 +640,7 @@ class TrainingSteps(Analysis):
         or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
         `loss = outputs.loss` outside the block holds no graph.)"""
         root = leaf
-        while type(root) in (cst.Attribute, cst.Subscript):
+        while (type(root) is cst.Attribute or type(root) is cst.Subscript):
             root = root.value
         if type(root) is not cst.Name or _depth <= 0:
             return False
@@ -928,7 +697,7 @@ class TrainingSteps(Analysis):
             if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
                 yield node
                 continue
-            if type(node) is cst.Subscript and _loss_key(node):
+            if type(node) is cst.Subscript and is_loss_key(node):
                 yield node
                 continue
             if type(node) in (cst.Lambda, cst.FunctionDef):
@@ -942,7 +711,7 @@ class TrainingSteps(Analysis):
                 if self._tensor_function(node):
                     stack.extend(a.value for a in node.args)
                 continue
-            stack.extend(_expression_children(node))
+            stack.extend(children(node))
 
     def _detaching(self, node: cst.CSTNode) -> bool:
         if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
@@ -961,7 +730,7 @@ class TrainingSteps(Analysis):
     def _is_loss_call(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""
         leaf = dotted.split(".")[-1]
-        if leaf in _LOSS_FUNCTIONS:
+        if leaf in LOSS_FUNCTIONS:
             return True
         return bool(re.search(r"loss|criterion", leaf, re.I)) and not leaf.startswith(
             ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
@@ -1002,11 +771,11 @@ class TrainingSteps(Analysis):
         if text is None:
             return False
         leaf = text.split(".")[-1]
-        if _NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
+        if NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
             return False
         if text in self.module_like():
             return True
-        return bool(_MODEL_NAME.search(leaf))
+        return bool(MODEL_NAME.search(leaf))
 
     def trained_models(self) -> Set[str]:
         """Modules trained in this file: `.train()` is called on them, or their parameters go
@@ -1022,7 +791,7 @@ class TrainingSteps(Analysis):
                     if mode is None or (type(mode) is cst.Name and mode.value == "True"):
                         text = dotted_name(func.value)
                         if text:
-                            found.add(_strip_wrapper(text))
+                            found.add(strip_wrapper(text))
                 elif self._optimizer_constructor(call):
                     params = positional(call, 0) or keyword(call, "params")
                     if params is None:
@@ -1032,7 +801,7 @@ class TrainingSteps(Analysis):
                             if node.func.attr.value in ("parameters", "named_parameters"):
                                 owner = dotted_name(node.func.value)
                                 if owner:
-                                    found.add(_strip_wrapper(owner))
+                                    found.add(strip_wrapper(owner))
             # Modules called in a loop that backpropagates in its own iteration.
             for loop in self.all_loops():
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
@@ -1041,7 +810,7 @@ class TrainingSteps(Analysis):
                     if type(node) is cst.Call and self.is_model(node.func):
                         text = dotted_name(node.func)
                         if text:
-                            found.add(_strip_wrapper(text))
+                            found.add(strip_wrapper(text))
             self._trained = found
         return self._trained
 
@@ -1062,11 +831,11 @@ class TrainingSteps(Analysis):
         function_name = function.name.value if function is not None else ""
         if _TRAIN_WORD.search(function_name):
             return None
-        iterable = _peel(loop.iter)
+        iterable = peel_iterable(loop.iter)
         loader_text = dotted_name(iterable) or self.ctx.code(iterable)
         over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
-        eval_named = bool(_EVAL_FUNCTION.search(function_name))
-        eval_loader = over_loader and bool(_EVAL_LOADER.search(loader_text))
+        eval_named = bool(EVAL_FUNCTION.search(function_name))
+        eval_loader = over_loader and bool(EVAL_LOADER.search(loader_text))
         if not (eval_loader or (eval_named and over_loader)):
             return None
         if _TRAIN_WORD.search(loader_text):
@@ -1087,178 +856,3 @@ class TrainingSteps(Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def _expression_children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    from ..walk import children
-
-    return children(node)
-
-
-def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
-    """Dotted names inside an expression (`(loss / k)` -> "loss"; `scaler.scale(loss)` -> ...)."""
-    if expr is None:
-        return
-    text = dotted_name(expr)
-    if text is not None:
-        yield text
-        return
-    if type(expr) is cst.BinaryOperation:
-        yield from name_leaves(expr.left)
-        yield from name_leaves(expr.right)
-    elif type(expr) is cst.UnaryOperation:
-        yield from name_leaves(expr.expression)
-    elif type(expr) is cst.Call and type(expr.func) is cst.Attribute:
-        if expr.func.attr.value in ("mean", "sum", "float", "to", "squeeze"):
-            yield from name_leaves(expr.func.value)
-        elif dotted_name(expr.func) in ("torch.stack", "torch.cat", "torch.sum", "torch.mean"):
-            for arg in expr.args:
-                yield from name_leaves(arg.value)
-    elif type(expr) is cst.Call and dotted_name(expr.func) == "sum":
-        for arg in expr.args:
-            yield from name_leaves(arg.value)
-
-
-def module_root(expr: cst.CSTNode) -> cst.CSTNode:
-    """`model.to(device).cuda()` -> `model`: methods of nn.Module that return the module."""
-    for _ in range(6):
-        if (
-            type(expr) is cst.Call
-            and type(expr.func) is cst.Attribute
-            and expr.func.attr.value in MODULE_RETURNING
-        ):
-            expr = expr.func.value
-            continue
-        break
-    return expr
-
-
-def _is_grad(expr: cst.CSTNode) -> bool:
-    """`p.grad` or `p.grad.data`."""
-    if type(expr) is cst.Attribute and expr.attr.value == "data":
-        expr = expr.value
-    return type(expr) is cst.Attribute and expr.attr.value == "grad"
-
-
-def _grad_owner(expr: cst.Attribute) -> cst.CSTNode:
-    if expr.attr.value == "data":
-        expr = expr.value  # type: ignore[assignment]
-    return expr.value
-
-
-def _loss_key(node: cst.Subscript) -> bool:
-    """`out["loss"]`, `outputs['loss']`."""
-    if len(node.slice) != 1:
-        return False
-    index = node.slice[0].slice
-    if type(index) is not cst.Index:
-        return False
-    value = index.value
-    return type(value) is cst.SimpleString and value.evaluated_value == "loss"
-
-
-def _strip_wrapper(text: str) -> str:
-    return text[: -len(".module")] if text.endswith(".module") else text
-
-
-def _peel(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`enumerate(tqdm(loader))` -> `loader`."""
-    for _ in range(4):
-        if type(expr) is cst.Call and expr.args:
-            leaf = (dotted_name(expr.func) or "").split(".")[-1]
-            if leaf in ("enumerate", "tqdm", "iter", "track", "zip", "islice", "log_every"):
-                expr = expr.args[0].value
-                continue
-        break
-    return expr
-
-
-def frozen(items: Iterable[object]) -> FrozenSet[object]:
-    return frozenset(items)
-
-
-# -- models whose train/eval mode changes nothing -------------------------------------------------
-
-_MODE_DEPENDENT = re.compile(
-    r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|^training$|rnn|lstm|gru|"
-    r"transformer|attention|^train$|^eval$|^apply$",
-    re.IGNORECASE,
-)
-
-
-def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
-    """Is `name` an instance of a same-file `nn.Module` class that behaves the same in train and
-    eval mode (no dropout, normalisation with running statistics, recurrent or attention layers,
-    no `self.training` read, and only `torch.nn` layers as submodules)? Then a missing
-    `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
-    if not name or "." in name:
-        return False
-    bindings = steps.scopes.lookup(name, at)
-    if not bindings:
-        return False
-    for binding in bindings:
-        value = binding.value
-        if binding.kind != "assign" or value is None:
-            return False
-        for _ in range(4):  # Net().to(device), Net().cuda()
-            if (
-                type(value) is cst.Call
-                and type(value.func) is cst.Attribute
-                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
-            ):
-                value = value.func.value
-                continue
-            break
-        if not (type(value) is cst.Call and type(value.func) is cst.Name):
-            return False
-        if not _mode_free_class(steps, value.func.value, value):
-            return False
-    return True
-
-
-def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
-    classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
-    if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
-        return False
-    node: cst.ClassDef = classes[0].node
-    if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
-        return False
-    found_ok = True
-
-    class Scan(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal found_ok
-            if _MODE_DEPENDENT.search(n.value):
-                found_ok = False
-
-        def visit_Call(self, call: cst.Call) -> None:
-            nonlocal found_ok
-            # Submodules must be torch layers: a user class may hide a Dropout.
-            func = call.func
-            qualified = steps.names.qualified(func)
-            if type(func) is cst.Name and func.value in ("super", "range", "len", "int"):
-                return
-            torch_layer = any(q.startswith("torch.") for q in qualified)
-            local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
-            if type(func) is not cst.Name and local:
-                return
-            if not torch_layer:
-                found_ok = False
-
-    node.visit(Scan())
-    return found_ok
-
-
-def is_test_file(path: str) -> bool:
-    """`tests/...`, `test_*.py`, `*_test.py`."""
-    parts = path.replace("\\", "/").split("/")
-    name = parts[-1]
-    return (
-        "tests" in parts[:-1]
-        or name.startswith("test_")
-        or name.endswith("_test.py")
-        or name == "conftest.py"
-    )

@@ -33,6 +33,14 @@ def string_value(node: Union[cst.SimpleString, cst.ConcatenatedString]) -> objec
 
 
 @lru_cache(maxsize=4096)
+def string_literal(node: Optional[cst.CSTNode]) -> Optional[str]:
+    """The text of a string literal (`"cuda:0"`, `"a" "b"`); None for anything else, bytes too."""
+    if type(node) is cst.SimpleString or type(node) is cst.ConcatenatedString:
+        value = string_value(node)
+        return value if isinstance(value, str) else None
+    return None
+
+
 def _literal(text: str) -> Union[str, bytes]:
     return literal_eval(text)
 
@@ -93,7 +101,7 @@ def is_none(node: Optional[cst.CSTNode]) -> bool:
 
 def int_list(node: Optional[cst.CSTNode]) -> Optional[List[int]]:
     """[1, 2] / (1, 2) of integer literals -> [1, 2]; anything else -> None."""
-    if type(node) not in (cst.List, cst.Tuple):
+    if not isinstance(node, (cst.List, cst.Tuple)):
         return None
     out = []
     for element in node.elements:

@@ -20,13 +20,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ..base.names import LOCAL_PREFIX
+from ..parallel.wraps import DDP_KIND, Wraps
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
-from .names import LOCAL_PREFIX
-from .wraps import DDP_KIND, Wraps
+
 
 # Bases that are plain Python: known, and they read nothing.
 PLAIN_BASES = {
@@ -207,26 +208,10 @@ class Hierarchy:
         key = (dotted, importer.parent)
         found = self._module_files.get(key, _UNKNOWN)
         if found is _UNKNOWN:
-            found = self._module_files[key] = self._find_module_file(dotted, importer)
+            found = self._module_files[key] = module_file(
+                dotted, importer, self.root, self.project.is_file
+            )
         return found  # type: ignore[return-value]
-
-    def _find_module_file(self, dotted: str, importer: Path) -> Optional[Path]:
-        level = len(dotted) - len(dotted.lstrip("."))
-        parts = [p for p in dotted.lstrip(".").split(".") if p]
-        if level:
-            base = importer.parent
-            for _ in range(level - 1):
-                base = base.parent
-            bases = [base]
-        else:
-            bases = [importer.parent, self.root, self.root / "src"]
-        for base in bases:
-            target = base.joinpath(*parts)
-            for candidate in (target.with_suffix(".py"), target / "__init__.py"):
-                if parts or candidate.name == "__init__.py":
-                    if self.project.is_file(candidate) and _inside(candidate, self.root):
-                        return Path(os.path.abspath(candidate))
-        return None
 
     # -- classes ------------------------------------------------------------------------------
 
@@ -503,6 +488,32 @@ class Hierarchy:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+def module_file(
+    dotted: str, importer: Path, root: Path, is_file: Callable[[Path], bool]
+) -> Optional[Path]:
+    """The file of module `dotted` (`models.head`, `.head`, `..models`) imported from `importer`,
+    within the project at `root`; None when it is not a project module. A relative import is
+    looked up from the importer's package; an absolute one where Python finds it when the
+    project runs: the importer's own folder (a script's folder is on `sys.path`), the project
+    root, and `root/src`."""
+    level = len(dotted) - len(dotted.lstrip("."))
+    parts = [p for p in dotted.lstrip(".").split(".") if p]
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        bases = [base]
+    else:
+        bases = [importer.parent, root, root / "src"]
+    for base in bases:
+        target = base.joinpath(*parts)
+        for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+            if parts or candidate.name == "__init__.py":
+                if is_file(candidate) and _inside(candidate, root):
+                    return Path(os.path.abspath(candidate))
+    return None
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -27,10 +27,12 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
-from .calls import string_value
-from .names import Names, dotted_name
-from .scopes import Binding, Scopes
+from ..base.calls import string_value
+from ..base.names import Names, dotted_name
+from ..base.nodes import is_self_attr, self_and_descendants
+from ..base.scopes import Binding, Scopes
+from .. import Analysis
+
 
 DATA_PARALLEL = "torch.nn.DataParallel"
 DISTRIBUTED_DATA_PARALLEL = "torch.nn.parallel.DistributedDataParallel"
@@ -117,9 +119,6 @@ class Parallel(Analysis):
             self._wrap_calls = found
         return self._wrap_calls
 
-    def wraps_in_ddp(self) -> bool:
-        return any(kind == "DistributedDataParallel" for _, kind in self.wrap_calls())
-
     def wrapper_state(self, expr: cst.CSTNode, at: Optional[cst.CSTNode] = None) -> WrapState:
         """Whether `expr` (a name or `self.attr`) holds a DP/DDP wrapper where it is evaluated."""
         state = WrapState()
@@ -129,7 +128,7 @@ class Parallel(Analysis):
         wrappers = 0
         for value in values:
             kind = None
-            peeled = self.peel(value) if value is not None else None
+            peeled = module_root(value) if value is not None else None
             if type(peeled) is cst.Call:
                 kind = self.wrap_kind(peeled)
                 if kind is not None:
@@ -148,19 +147,6 @@ class Parallel(Analysis):
         state.some = state.some or wrappers > 0
         state.every = wrappers == len(values) and wrappers > 0
         return state
-
-    def peel(self, expr: cst.CSTNode) -> cst.CSTNode:
-        """`m.cuda().float()` -> `m`: strip calls that return the module they are called on."""
-        for _ in range(6):
-            if (
-                type(expr) is cst.Call
-                and type(expr.func) is cst.Attribute
-                and expr.func.attr.value in MODULE_RETURNING
-            ):
-                expr = expr.func.value
-                continue
-            break
-        return expr
 
     def _wrapper_state_inner(self, value: cst.CSTNode) -> WrapState:
         depth = getattr(self, "_depth", 0)
@@ -235,9 +221,9 @@ class Parallel(Analysis):
             for node in self.ctx.tree.descendants(cls.body):
                 if type(node) is cst.Assign:
                     for target in node.targets:
-                        if _is_self_attr(target.target, attr):
+                        if is_self_attr(target.target, attr):
                             values.append(node.value)
-                elif type(node) is cst.AnnAssign and _is_self_attr(node.target, attr):
+                elif type(node) is cst.AnnAssign and is_self_attr(node.target, attr):
                     values.append(node.value)
             return values
         return None
@@ -321,14 +307,6 @@ class Parallel(Analysis):
                 return branch
         return None
 
-    def distributed_branch(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        """The `if` that puts `node` on the distributed path."""
-        for branch, in_body in self.branches(node):
-            polarity = self.if_polarity(branch)
-            if (in_body and polarity == 1) or (not in_body and polarity == -1):
-                return branch
-        return None
-
     def branches(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, bool]]:
         """The `if`s and conditional expressions around `node` in its function, innermost
         first, with True when `node` is in the branch taken when the test holds."""
@@ -347,7 +325,7 @@ class Parallel(Analysis):
         """Does a name in `expr` speak of distributed mode (`args.distributed`, `world_size`,
         `dist.is_initialized()`, a `ddp` flag)? Module paths (`torch.distributed.get_rank`)
         do not count: only the last name of a dotted chain does."""
-        for node in _self_and_descendants(self.ctx, expr):
+        for node in self_and_descendants(self.ctx, expr):
             if type(node) not in (cst.Name, cst.Attribute):
                 continue
             parent = self.ctx.parent(node)
@@ -373,7 +351,7 @@ class Parallel(Analysis):
         assigned from it), or None."""
         if _depth > 3:
             return None
-        for node in _self_and_descendants(self.ctx, test):
+        for node in self_and_descendants(self.ctx, test):
             if type(node) is cst.Call and self.names.is_(node.func, *DEVICE_COUNT):
                 return node
             if type(node) is cst.Name:
@@ -561,7 +539,7 @@ class Parallel(Analysis):
         value = binding.value
         if value is None:
             return False
-        for node in _self_and_descendants(self.ctx, value):
+        for node in self_and_descendants(self.ctx, value):
             if type(node) is cst.SimpleString and string_value(node) == "LOCAL_RANK":
                 return True
         return False
@@ -586,15 +564,6 @@ def _is_distributed_word(word: str) -> bool:
     )
 
 
-def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
-    return (
-        type(node) is cst.Attribute
-        and type(node.value) is cst.Name
-        and node.value.value == "self"
-        and node.attr.value == attr
-    )
-
-
 def _is_store_target(ctx, node: cst.CSTNode) -> bool:
     parent = ctx.parent(node)
     return type(parent) is cst.AssignTarget or (
@@ -602,6 +571,16 @@ def _is_store_target(ctx, node: cst.CSTNode) -> bool:
     )
 
 
-def _self_and_descendants(ctx, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    yield from ctx.tree.descendants(node)
+def module_root(expr: cst.CSTNode) -> cst.CSTNode:
+    """`model.to(device).cuda()` -> `model`: strip the nn.Module methods that return the module
+    they are called on."""
+    for _ in range(6):
+        if (
+            type(expr) is cst.Call
+            and type(expr.func) is cst.Attribute
+            and expr.func.attr.value in MODULE_RETURNING
+        ):
+            expr = expr.func.value
+            continue
+        break
+    return expr

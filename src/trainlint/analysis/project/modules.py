@@ -29,14 +29,16 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
-from .calls import is_false, keyword, positional
-from ..walk import children
-from .names import Names, dotted_name
+from ...walk import children
+from ..base.calls import is_false, keyword, positional, string_literal
+from ..base.names import Names, dotted_name
+from ..base.nodes import descendants, self_and_descendants
+from .. import Analysis
+
 
 ALL = "*"  # an escape or freeze that reaches every attribute
 
@@ -267,7 +269,7 @@ class Modules(Analysis):
             and type(value.func) is cst.Attribute
             and value.func.attr.value in _RETURNS_RECEIVER
         ):
-            if value.func.attr.value == "requires_grad_" and _freezes(value):
+            if value.func.attr.value == "requires_grad_" and freezes(value):
                 peeled_freeze = True
             value = value.func.value
         if type(value) is not cst.Call:
@@ -332,14 +334,14 @@ class Modules(Analysis):
             attr = func.attr.value
             if _is_name(receiver, self_name) and registering:
                 if attr == "register_parameter" and len(call.args) >= 2:
-                    name = _literal(call.args[0].value)
+                    name = string_literal(call.args[0].value)
                     if name is not None:
                         self._register(cls, name, call.args[1].value, call)
                 elif attr in ("add_module", "register_module") and len(call.args) >= 2:
-                    name = _literal(call.args[0].value)
+                    name = string_literal(call.args[0].value)
                     if name is not None:
                         self._register(cls, name, call.args[1].value, call)
-            if attr == "requires_grad_" and _freezes(call):
+            if attr == "requires_grad_" and freezes(call):
                 self._freeze(cls, receiver, self_name)
             if (
                 type(receiver) is cst.Call
@@ -354,7 +356,7 @@ class Modules(Analysis):
                     cls.escapes.add("")
                 return
             name_node = call.args[1].value
-            literal = _literal(name_node)
+            literal = string_literal(name_node)
             if leaf == "getattr":
                 if literal is not None:
                     if not initialising or self._hands_on(call):
@@ -444,7 +446,7 @@ class Modules(Analysis):
         return False
 
     def _test_depends_on_data(self, test: cst.CSTNode) -> bool:
-        for node in _self_and_descendants(self.ctx, test):
+        for node in self_and_descendants(self.ctx, test):
             if type(node) is not cst.Call:
                 continue
             for qualified in self.names.qualified(node.func):
@@ -469,7 +471,7 @@ def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
     func = loop.iter.func
     if type(func) is not cst.Attribute or func.attr.value not in _PARAMETER_WALKS:
         return None
-    names = {n.value for n in _descendants(loop.target) if type(n) is cst.Name}
+    names = {n.value for n in descendants(loop.target) if type(n) is cst.Name}
     if type(loop.target) is cst.Name:
         names.add(loop.target.value)
     for sub in ctx.tree.descendants(loop.body):
@@ -479,7 +481,7 @@ def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:
                 if _sets_requires_grad_false(t, sub.value) and dotted_name(t.value) in names:
                     return func.value
         elif type(sub) is cst.Call and type(sub.func) is cst.Attribute:
-            if sub.func.attr.value == "requires_grad_" and _freezes(sub):
+            if sub.func.attr.value == "requires_grad_" and freezes(sub):
                 if dotted_name(sub.func.value) in names:
                     return func.value
     return None
@@ -517,19 +519,6 @@ def _init_reach(
         if any(name in called for caller, called in calls.items() if caller not in reach):
             reach.discard(name)
     return reach
-
-
-def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = list(reversed(children(node)))
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(children(current)))
-
-
-def _self_and_descendants(ctx, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    yield from ctx.tree.descendants(node)
 
 
 def _self_param(function: cst.FunctionDef) -> Optional[str]:
@@ -578,18 +567,11 @@ def _sets_requires_grad_false(target: cst.CSTNode, value: cst.CSTNode) -> bool:
     )
 
 
-def _freezes(call: cst.Call) -> bool:
+def freezes(call: cst.Call) -> bool:
     value = positional(call, 0)
     if value is None:
         value = keyword(call, "requires_grad")
     return is_false(value)
-
-
-def _literal(node: cst.CSTNode) -> Optional[str]:
-    if type(node) is cst.SimpleString:
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _prefix(node: cst.CSTNode) -> str:
@@ -599,7 +581,7 @@ def _prefix(node: cst.CSTNode) -> str:
         if type(first) is cst.FormattedStringText:
             return first.value
     if type(node) is cst.BinaryOperation and type(node.operator) is cst.Add:
-        literal = _literal(node.left)
+        literal = string_literal(node.left)
         if literal is not None:
             return literal
     return ""

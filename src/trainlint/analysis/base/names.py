@@ -16,8 +16,9 @@ from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
 import libcst as cst
 
-from . import Analysis
-from .scopes import Scopes
+from .scopes import Scope, Scopes
+from .. import Analysis
+
 
 # Public re-exports and defining modules -> the name users see in the docs.
 CANONICAL = {
@@ -108,9 +109,6 @@ class Names(Analysis):
         """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""
         return any(q == s or q.endswith("." + s) for q in self.qualified(node) for s in suffixes)
 
-    def call_is(self, call: cst.CSTNode, *qualnames: str) -> bool:
-        return type(call) is cst.Call and self.is_(call.func, *qualnames)
-
     def imports(self, prefix: str) -> bool:
         """Does the file import `prefix` or something under it (anywhere)?"""
         for scope in self.scopes.iter_scopes():
@@ -171,7 +169,7 @@ class Names(Analysis):
         return out
 
     def _star_imports_for(self, node: cst.CSTNode):
-        scope = self.scopes.scope_of(node)
+        scope: Optional[Scope] = self.scopes.scope_of(node)
         while scope is not None:
             yield from scope.star_imports
             scope = scope.parent

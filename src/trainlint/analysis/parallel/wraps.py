@@ -28,11 +28,12 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
-from .calls import has_star_args, is_false, keyword, positional
-from .modules import ALL, _freezes, frozen_by_loop
-from .names import LOCAL_PREFIX, Names, dotted_name
-from .parallel import INIT_PROCESS_GROUP, Parallel
+from ..base.calls import has_star_args, is_false, keyword, positional
+from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..project.modules import ALL, freezes, frozen_by_loop
+from .parallel import INIT_PROCESS_GROUP, Parallel, module_root
+from .. import Analysis
+
 
 DDP_KIND = "DistributedDataParallel"
 DP_KIND = "DataParallel"
@@ -99,7 +100,7 @@ class Wraps(Analysis):
         """Qualified names of the classes `expr` may be an instance of (empty: unknown)."""
         if depth > 4:
             return set()
-        expr = self.parallel.peel(expr)
+        expr = module_root(expr)
         if type(expr) is cst.Call:
             if self.parallel.wrap_kind(expr) is not None and expr.args:
                 return self.classes_of(expr.args[0].value, depth + 1)
@@ -190,7 +191,7 @@ class Wraps(Analysis):
         for call in self.ctx.nodes(cst.Call):
             func = call.func
             if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
-                if _freezes(call):
+                if freezes(call):
                     _add_frozen(found, func.value)
         for loop in self.ctx.nodes(cst.For):
             receiver = frozen_by_loop(self.ctx, loop)

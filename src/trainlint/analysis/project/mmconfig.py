@@ -49,7 +49,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from . import Analysis
+from .. import Analysis
+
 
 # Substrings that every MM config contains (for rule markers: MM configs often lack "torch").
 MM_CONFIG_MARKERS = (
@@ -180,7 +181,7 @@ class MMConfig(Analysis):
 
     def _read_base_paths(self, value: cst.BaseExpression) -> List[Dict[str, Any]]:
         elements: List[cst.BaseExpression]
-        if type(value) in (cst.List, cst.Tuple):
+        if type(value) is cst.List or type(value) is cst.Tuple:
             elements = [e.value for e in value.elements if type(e) is not cst.StarredElement]
         else:
             elements = [value]
@@ -275,7 +276,7 @@ class _Reader:
                 delete = delete or self._delete(name, element.value)
                 items[name] = self._item(element, name, element.value, depth)
             return _dict_node(items, delete)
-        if type(expr) in (cst.List, cst.Tuple):
+        if type(expr) is cst.List or type(expr) is cst.Tuple:
             return {
                 "list": [
                     self.read(e.value, depth + 1)

@@ -37,12 +37,14 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from . import Analysis
-from .calls import argument, positional
-from .names import Names
+from ...walk import children
+from ..base.calls import argument, positional
+from ..base.names import Names
+from ..base.scopes import Scopes
+from ..base.vocabulary import disables_grad
 from .parallel import MODULE_RETURNING
-from .scopes import Scopes
-from ..walk import children
+from .. import Analysis
+
 
 # Methods that change a Python container in place, whatever else holds them.
 MUTATING_METHODS = {
@@ -73,7 +75,6 @@ FORWARD_HOOK_REGISTRARS = ("register_forward_hook", "register_forward_pre_hook")
 _NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 # Calls that return their receiver on another device or dtype: `self.x = self.x.to(x.device)`.
 _MOVES = MODULE_RETURNING | {"type_as", "type", "detach", "contiguous"}
-_GRAD_OFF = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
 _TENSOR_MAKERS = ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.Tensor")
 
 Function = Union[cst.FunctionDef, cst.Lambda]
@@ -264,9 +265,7 @@ class StateWrites(Analysis):
                 return False
             if type(ancestor) is cst.With:
                 for item in ancestor.items:
-                    if type(item.item) is cst.Call and self.names.is_(
-                        item.item.func, *_GRAD_OFF
-                    ):
+                    if disables_grad(self.names, item.item):
                         return True
             if type(ancestor) is cst.If:
                 if child is ancestor.body and _only_in_eval(ancestor.test):
@@ -571,7 +570,7 @@ _PLAIN_CALLS = ("str", "repr", "int", "float", "bool", "len", "format")
 
 def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The value stored by a write statement or mutating call (the last positional argument)."""
-    if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
+    if type(node) is cst.Assign or type(node) is cst.AugAssign or type(node) is cst.AnnAssign:
         return node.value
     if type(node) is cst.Call:
         values = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
@@ -593,15 +592,6 @@ def _plain(value: Optional[cst.BaseExpression]) -> bool:
         type(value) is cst.Call
         and type(value.func) is cst.Name
         and value.func.value in _PLAIN_CALLS
-    )
-
-
-def _is_self_attr(node: cst.CSTNode, attr: str) -> bool:
-    return (
-        type(node) is cst.Attribute
-        and node.attr.value == attr
-        and type(node.value) is cst.Name
-        and node.value.value == "self"
     )
 
 
@@ -631,7 +621,7 @@ def _own_nodes(func: Function) -> Iterator[cst.CSTNode]:
 
 
 def _unpack(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if type(target) in (cst.Tuple, cst.List):
+    if type(target) is cst.Tuple or type(target) is cst.List:
         for element in target.elements:
             yield from _unpack(element.value)
     elif type(target) is cst.StarredElement:
@@ -681,10 +671,7 @@ def _returned_functions(writes: StateWrites, factory: cst.FunctionDef) -> Iterat
 
 def _grad_off_decorated(names: Names, func: cst.FunctionDef) -> bool:
     for decorator in func.decorators:
-        target = decorator.decorator
-        if type(target) is cst.Call:
-            target = target.func
-        if names.is_(target, *_GRAD_OFF):
+        if disables_grad(names, decorator.decorator):
             return True
     return False
 

@@ -13,8 +13,9 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import libcst as cst
 
-from . import Analysis
-from ..walk import SCOPE_NODE_TYPES
+from ...walk import SCOPE_NODE_TYPES
+from .. import Analysis
+
 
 ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
 
@@ -161,12 +162,8 @@ class Scopes(Analysis):
                 return True
         return False
 
-    def bindings_in_function(self, func: cst.CSTNode) -> Dict[str, List[Binding]]:
-        scope = self.by_node.get(func)
-        return scope.bindings if scope else {}
-
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        scope = self.scope_of(node)
+        scope: Optional[Scope] = self.scope_of(node)
         while scope is not None and scope.kind not in ("function", "module"):
             scope = scope.parent
         if scope is not None and scope.kind == "function":
@@ -221,7 +218,7 @@ class Scopes(Analysis):
     def _bind_target(self, target: cst.BaseExpression, kind: str, stmt, value=None) -> None:
         if type(target) is cst.Name:
             self.scope_of(target).add(Binding(target.value, kind, target, stmt, value))
-        elif type(target) in (cst.Tuple, cst.List):
+        elif type(target) is cst.Tuple or type(target) is cst.List:
             for element in target.elements:
                 inner = element.value
                 self._bind_target(inner, "unpack" if kind == "assign" else kind, stmt)
@@ -354,3 +351,65 @@ _BINDERS = {
 }
 if hasattr(cst, "ExceptStarHandler"):
     _BINDERS[cst.ExceptStarHandler] = Scopes._on_except
+
+
+def reads_of_binding(ctx, target: cst.Name, statement: cst.CSTNode) -> List[cst.Name]:
+    """The later reads of the name `target` bound by `statement` (an Assign) that this binding
+    reaches, in its scope and scopes nested in it. `sd = rename(sd)` reads the earlier value."""
+    scopes: Scopes = ctx.scopes
+    scope = scopes.scope_of(statement)
+    index = ctx.tree.index
+    start = index.get(statement, -1)
+    found: List[cst.Name] = []
+    for name in ctx.nodes(cst.Name):
+        if name.value != target.value or name is target or index.get(name, -1) <= start:
+            continue
+        if not _is_read_name(ctx, name):
+            continue
+        if any(ancestor is statement for ancestor in ctx.ancestors(name)):
+            continue
+        at = _read_position(ctx, name)
+        if any(b.node is target for b in scopes.lookup(name.value, at)):
+            if scopes.scope_of(name) is scope or any(
+                ancestor is scope.node for ancestor in ctx.ancestors(name)
+            ):
+                found.append(name)
+    return found
+
+
+def _read_position(ctx, name: cst.Name) -> cst.CSTNode:
+    for ancestor in ctx.ancestors(name):
+        if type(ancestor) is cst.Assign:
+            for target in ancestor.targets:
+                if type(target.target) is cst.Name and target.target.value == name.value:
+                    return ancestor
+            return name
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return name
+    return name
+
+
+def _is_read_name(ctx, name: cst.Name) -> bool:
+    parent = ctx.parent(name)
+    if parent is None or type(parent) in (cst.AssignTarget, cst.Param, cst.AsName, cst.ImportAlias):
+        return False
+    if type(parent) is cst.Attribute and parent.attr is name:
+        return False
+    if type(parent) is cst.Arg and parent.keyword is name:
+        return False
+    if type(parent) in (cst.FunctionDef, cst.ClassDef) and parent.name is name:
+        return False
+    if type(parent) in (cst.For, cst.CompFor) and parent.target is name:
+        return False
+    if type(parent) in (cst.Tuple, cst.List, cst.Element):
+        # a name inside an unpacking target
+        for ancestor in ctx.ancestors(name):
+            if type(ancestor) in (cst.AssignTarget, cst.For, cst.CompFor):
+                target = getattr(ancestor, "target", None)
+                if target is not None and any(
+                    a is target for a in [name] + list(ctx.ancestors(name))
+                ):
+                    return False
+            if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                break
+    return True

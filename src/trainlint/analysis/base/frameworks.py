@@ -1,6 +1,7 @@
 """Framework-managed code: where a library, not the user's code, moves data and runs the loop.
 
-Device and loop rules stay quiet in such code (DESIGN §3 preamble):
+Device and loop rules stay quiet in such code (docs/architecture.md, "Frameworks that run the
+loop"):
 - Lightning: every method of a `LightningModule` subclass (the Trainer moves batches and runs
   the loops), and `LightningDataModule`s.
 - Accelerate: a function (or the module's top level) that calls `accelerator.prepare(...)` or
@@ -23,8 +24,9 @@ from typing import Dict, Optional, Set
 
 import libcst as cst
 
-from . import Analysis
 from .names import Names, dotted_name
+from .. import Analysis
+
 
 # Base classes (canonical qualified names, or suffixes after the last dot) whose methods a
 # framework calls with data it has already placed.
