@@ -49,17 +49,7 @@ original too) before the changed lines. *Not executable*: why the original canno
 
 # Fixtures whose fixes are known to break the script, with the reason (the failure is the
 # proof that the harness catches it; the entry goes when the fix is corrected).
-KNOWN_BREAKAGE = {
-    "rules/TRL401/tracked_loss_dict.py": "TRL401's safe fix calls .detach() on the dict a "
-    "*_loss* helper returns (issue 17 a)",
-    "rules/TRL305/gloo_fallback_more_ranks_than_gpus.py": "TRL305 inserts an unconditional "
-    "torch.cuda.set_device(local_rank) into a script that also runs with gloo on CPU "
-    "(issue 17 b)",
-    "rules/TRL103/second_gpu_literal.py": "TRL103's set_device(device) and TRL102's 'cuda' "
-    "rewrite of the literal together give set_device a device without an index (issue 17 c)",
-    "rules/TRL102/second_gpu_guarded.py": "TRL102's 'cuda' rewrite of the literal under "
-    "the script's own `if device.type == 'cuda': set_device(device)` (issue 17 c)",
-}
+KNOWN_BREAKAGE: dict = {}
 
 
 def _need_torch():
