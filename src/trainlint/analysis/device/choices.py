@@ -406,6 +406,35 @@ class DeviceChoices(Analysis):
             self._evidence = found
         return self._evidence
 
+    def current_device_follows(self, literal: cst.CSTNode) -> bool:
+        """Is the current CUDA device set from the device this literal index makes? True when
+        the literal is in the value of `name = ...` and `name` is what a `set_device(...)` /
+        `torch.cuda.device(...)` of this file receives, or, when nothing in the file sets the
+        current device, when that value is a chosen CUDA device something is placed on (TRL103's
+        fix then inserts `set_device(name)`). Taking the index out of such a value (`"cuda:1"`
+        -> `"cuda"`) hands `set_device` a device without an index: torch raises ValueError."""
+        statement = self.ctx.statement_of(literal)
+        if type(statement) is cst.Assign:
+            targets = [t.target for t in statement.targets]
+        elif type(statement) is cst.AnnAssign and statement.value is not None:
+            targets = [statement.target]
+        else:
+            return False
+        names = {dotted_name(t) for t in targets} - {None}
+        if not names:
+            return False
+        evidence = self.current_device_evidence()
+        if evidence:
+            return any(
+                type(call) is cst.Call and any(dotted_name(a.value) in names for a in call.args)
+                for call in evidence
+            )
+        for placement in self.placements():
+            choice = self.trace(placement.expr, placement.as_index)
+            if choice is not None and choice.chosen and choice.statement is statement:
+                return True
+        return False
+
     def _sets_current_device(self, call: cst.Call) -> bool:
         func = call.func
         dotted = dotted_name(func) or ""

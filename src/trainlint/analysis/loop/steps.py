@@ -734,9 +734,35 @@ class TrainingSteps(Analysis):
         leaf = dotted.split(".")[-1]
         if leaf in LOSS_FUNCTIONS:
             return True
-        return bool(re.search(r"loss|criterion", leaf, re.I)) and not leaf.startswith(
+        if not re.search(r"loss|criterion", leaf, re.I) or leaf.startswith(
             ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
-        )
+        ):
+            return False
+        return not self._returns_without_graph(call)
+
+    def _returns_without_graph(self, call: cst.Call) -> bool:
+        """`estimate_loss(...)` where `estimate_loss` is a function of this file that returns
+        only with autograd off (decorated with `@torch.no_grad()`, or every `return` inside
+        `with torch.no_grad():`): its result holds no graph whatever its name says."""
+        if type(call.func) is not cst.Name:
+            return False
+        bindings = self.scopes.lookup(call.func.value, call)
+        functions = [b.node for b in bindings if b.kind == "def"]
+        if not functions or len(functions) != len(bindings):
+            return False
+        for function in functions:
+            if type(function) is not cst.FunctionDef:
+                return False
+            returns = [
+                n
+                for n in self.ctx.tree.descendants(function)
+                if type(n) is cst.Return and self.scopes.enclosing_function(n) is function
+            ]
+            if not returns or not all(
+                self.loops.under_no_grad(n) or self._spelled_no_grad(n) for n in returns
+            ):
+                return False
+        return True
 
     def _tensor_function(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""

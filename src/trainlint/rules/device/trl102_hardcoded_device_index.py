@@ -63,6 +63,9 @@ class HardcodedDeviceIndex(Rule):
     on the current device, GPU 0 unless `CUDA_VISIBLE_DEVICES` or `torch.cuda.set_device` says
     otherwise, so the GPU must now be chosen when launching. Device lists, `set_device(1)` and
     integer option defaults get no fix, nor do other literals of the statement they are in.
+    Nor does a device the current device is set from (`device = torch.device("cuda:1")` passed
+    to `set_device`, or to be passed by TRL103's fix): `set_device` needs the index, and
+    `set_device(torch.device("cuda"))` raises ValueError.
     """
 
     code = "TRL102"
@@ -83,7 +86,8 @@ class HardcodedDeviceIndex(Rule):
         for site in sites:
             fix = None
             if self.ctx.statement_of(site.node) not in unfixable:
-                fix = self._fix(site)
+                if not choices.current_device_follows(site.node):
+                    fix = self._fix(site)
             self.report(site.node, self._message(site), fix=fix)
 
     # -- messages -----------------------------------------------------------------------------

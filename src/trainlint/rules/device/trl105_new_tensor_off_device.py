@@ -103,8 +103,9 @@ class NewTensorOffDevice(Rule):
 
     ## Fix safety
     The fix adds `device=<t>.device`, where `<t>` is the device tensor the new tensor is
-    combined with, or else the device tensor bound last before it (a `forward` argument, a
-    moved batch), and only when that name is already bound where the tensor is created. It is unsafe: on a CPU-only run nothing changes, but code
+    combined with, or else the tensor known to be on the device that is bound last before it
+    (a batch moved with `.to(device)`, an argument of `forward`; not another result of the
+    step), and only when that name is already bound where the tensor is created. It is unsafe: on a CPU-only run nothing changes, but code
     that relied on the tensor being on the CPU (a later `.numpy()`) would now need a copy.
     """
 
@@ -332,7 +333,9 @@ class NewTensorOffDevice(Rule):
             if bindings and all(b.kind == "param" or index.get(b.node, at) < at for b in bindings):
                 return partner.value
         # Else the device tensor bound last before the new one (everything a step touches on
-        # the device is on the same device).
+        # the device is on the same device): only a tensor known to be there, one moved there
+        # (`x = x.to(device)`) or an argument of `forward`. Other names the step computed (a
+        # dict of metrics, token ids still on the CPU) say nothing about the device.
         names = self.tensors.device_names(scope)
         best, best_at = None, (-1, -1)
         for name in names:
@@ -346,8 +349,10 @@ class NewTensorOffDevice(Rule):
             param = all(b.kind == "param" for b in bindings)
             if param and any(getattr(b.node, "default", None) is not None for b in bindings):
                 continue  # `targets=None` may be None
+            if not (moved or (param and self.tensors.is_forward_like(scope))):
+                continue
             where = max(index.get(b.node, 0) for b in bindings)
-            rank = (2, where) if moved else (1, -where) if param else (0, where)
+            rank = (2, where) if moved else (1, -where)
             if best is None or rank > best_at or (rank == best_at and name < best):
                 best, best_at = name, rank
         return best

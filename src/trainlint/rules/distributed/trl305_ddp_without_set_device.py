@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import List, Optional
 
 import libcst as cst
 
@@ -61,7 +61,9 @@ class DdpWithoutSetDevice(Rule):
     variable read from `LOCAL_RANK` or called `local_rank`, the process index of an
     `mp.spawn` worker, `args.local_rank`, or `os.environ["LOCAL_RANK"]` in a torchrun script)
     and `torch` is imported. It is safe: it only changes which GPU "cuda" means in each
-    process, to the one the process was launched for.
+    process, to the one the process was launched for. A script whose backend may also be gloo
+    (`"nccl" if torch.cuda.is_available() else "gloo"`) runs without a GPU per process too
+    (on CPU, or with more processes than GPUs), where that call raises: it gets no fix.
     """
 
     code = "TRL305"
@@ -88,13 +90,14 @@ class DdpWithoutSetDevice(Rule):
             backend = argument(call, 0, "backend")
             if not self._may_be_nccl(backend):
                 continue
+            fix = None if self._may_be_gloo(backend) else self._fix(call, parallel)
             self.report(
                 call,
                 "`init_process_group` with NCCL but the current CUDA device is never set: "
                 "every process keeps cuda:0 as its default, so NCCL, `barrier()` and anything "
                 'created with "cuda" land on GPU 0 (extra memory there, hangs, "Duplicate GPU '
                 'detected"); call `torch.cuda.set_device(local_rank)` first',
-                fix=self._fix(call, parallel),
+                fix=fix,
             )
 
     def _may_be_nccl(self, backend: Optional[cst.BaseExpression]) -> bool:
@@ -110,6 +113,24 @@ class DdpWithoutSetDevice(Rule):
         if value is None:
             return True  # args.dist_backend, a config value: NCCL on GPUs by convention
         return "nccl" in value.lower()
+
+    def _may_be_gloo(self, backend: Optional[cst.BaseExpression]) -> bool:
+        """The script also runs with gloo (`"nccl" if torch.cuda.is_available() else "gloo"`,
+        a name bound to either): a configuration without a GPU per process, where an inserted
+        `set_device(local_rank)` raises."""
+        if backend is None:
+            return False
+        values: List[Optional[cst.BaseExpression]] = [backend]
+        if type(backend) is cst.Name:
+            values = [b.value for b in self.ctx.scopes.lookup(backend.value, backend)]
+        for value in values:
+            if value is None:
+                continue
+            for node in [value, *self.ctx.tree.descendants(value)]:
+                text = _literal(node)
+                if text is not None and "gloo" in text.lower():
+                    return True
+        return False
 
     def _fix(self, call: cst.Call, parallel: Parallel) -> Optional[PendingFix]:
         line = self._statement_line(call)

@@ -9,6 +9,7 @@ import libcst as cst
 
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.names import dotted_name
+from ...analysis.loop.graphtensors import GraphTensors
 from ...analysis.loop.stepexprs import name_leaves
 from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
@@ -87,9 +88,12 @@ class LossAccumulatedWithGraph(Rule):
     ## Fix safety
     For a numeric accumulator (started at `0`/`0.0`, only used as a number) the fix reads the
     value with `.item()`; otherwise (a tensor total, a list, a total that is returned) it adds
-    `.detach()`, so the total stays a tensor on the same device. Both are safe: the value is the
-    same and nothing backpropagates through the total (that case is the error, reported without
-    a safe fix). For the error, an unsafe fix backpropagates this iteration's loss instead of
+    `.detach()`, so the total stays a tensor on the same device. Both are safe when the value is
+    known to be a tensor (a backpropagated loss, a PyTorch loss function or `nn.*Loss` module,
+    arithmetic on one): the value is the same and nothing backpropagates through the total (that
+    case is the error, reported without a safe fix). On the result of a call of unknown type
+    (`total += compute_loss(batch)`) the fix is unsafe, and a value read out of a container
+    (`res["train_loss"]`) gets none. For the error, an unsafe fix backpropagates this iteration's loss instead of
     the total and accumulates its value; it changes the gradients, which is the intent.
     """
 
@@ -131,7 +135,7 @@ class LossAccumulatedWithGraph(Rule):
                 target = dotted_name(func.value) or _subscript_text(self.ctx, func.value)
                 if target:
                     candidates.append((node, target, node.args[0].value, "list"))
-        backpropagated = self._backpropagated_names()
+        backpropagated = self._backpropagated = self._backpropagated_names()
         for node, target, value, kind in candidates:
             text = self.ctx.code(value)
             if not (_LOSS_TEXT.search(text) or any(n in text for n in backpropagated)):
@@ -193,11 +197,20 @@ class LossAccumulatedWithGraph(Rule):
             node,
             f"`{target}` keeps every iteration's autograd graph alive through `{shown}`: memory "
             f"grows each step until CUDA runs out of memory; accumulate `{shown}.{read}` instead",
-            fix=self.safe_fix(
-                f"Accumulate `{shown}.{read}`",
-                *[self.ctx.replace(leaf, f"{self.ctx.code(leaf)}.{read}") for leaf in leaves],
-            ),
+            fix=self._read_fix(f"Accumulate `{shown}.{read}`", leaves, read),
         )
+
+    def _read_fix(self, message: str, leaves, read: str) -> Optional[PendingFix]:
+        """`.detach()`/`.item()` on each leaf: safe when every leaf is known to be a tensor,
+        unsafe when one is of unknown type (a helper's result), none when a leaf is only the
+        container the value is read from (`res["train_loss"]`: a dict has no `.detach()`)."""
+        tensors: GraphTensors = self.ctx.analysis(GraphTensors)
+        if any(tensors.read_through(leaf) for leaf in leaves):
+            return None
+        edits = [self.ctx.replace(leaf, f"{self.ctx.code(leaf)}.{read}") for leaf in leaves]
+        if all(tensors.known(leaf, self._backpropagated) for leaf in leaves):
+            return self.safe_fix(message, *edits)
+        return self.unsafe_fix(message, *edits)
 
     def _graph_names(self, loop) -> Set[str]:
         found = self._graph_names_cache.get(loop)
@@ -330,7 +343,7 @@ class LossAccumulatedWithGraph(Rule):
             return None
         leaf = leaves[0]
         loss = dotted_name(leaf)
-        if loss is None:
+        if loss is None or self.ctx.analysis(GraphTensors).read_through(leaf):
             return None
         tensor = self.steps.backward_tensor(backward)
         if tensor is None or dotted_name(tensor) != target:
