@@ -8,7 +8,6 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.frameworks import Frameworks
-from ...analysis.base.names import dotted_name
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import LOSS_FUNCTIONS
 from ...analysis.base.vocabulary import is_test_file
@@ -126,6 +125,10 @@ class NewTensorOffDevice(Rule):
             if frameworks.managed(call) in _DEFAULT_DEVICE_CONTEXTS:
                 continue
             scope = self.tensors.scope_node(call)
+            if type(scope) is not cst.FunctionDef and not self._in_loop(call):
+                # A script's or notebook's straight-line top level (a smoke test on a CPU
+                # sample, an example) is not a training step; a loop there is one.
+                continue
             sink = self._follow(call, scope, 0, set())
             if sink is None:
                 continue
@@ -236,13 +239,47 @@ class NewTensorOffDevice(Rule):
             for target in targets:
                 if type(target) is not cst.Name:
                     continue
-                for use in reads_of_binding(self.ctx, target, parent):
+                uses = reads_of_binding(self.ctx, target, parent)
+                if any(self._rebound_by_move(use, target.value) for use in uses):
+                    return None  # `w = w.cuda()` a few lines on (perhaps under `if use_cuda:`)
+                for use in uses:
                     if self.tensors.scope_node(use) is not scope:
                         continue
                     found = self._use_sink(use, scope, depth + 1, seen)
                     if found is not None:
                         return found
             return None
+
+    def _rebound_by_move(self, use: cst.Name, name: str) -> bool:
+        """`w = w.cuda()`, `w = w.to(dev)`, `w = helper(w, gpu)`: the name is rebound to the
+        value moved, or handed to a call that may move it (a helper the analysis does not
+        follow), so the tensor created above is not what meets the device tensors."""
+        expr: cst.CSTNode = use
+        parent = self.ctx.parent(expr)
+        if type(parent) is cst.Attribute and parent.value is expr:
+            call = self.ctx.parent(parent)
+            if not (type(call) is cst.Call and call.func is parent):
+                return False
+            if parent.attr.value not in ("to", "cuda", "type_as"):
+                return False
+            if parent.attr.value == "to" and not self.tensors._moves_to_device(call):
+                return False
+            expr = call
+        elif type(parent) is cst.Arg:
+            call = self.ctx.parent(parent)
+            if type(call) is not cst.Call:
+                return False
+            if any(q.startswith("torch.") for q in self.ctx.names.qualified(call.func)):
+                return False  # torch.cat(...) and friends do not move
+            expr = call
+        else:
+            return False
+        holder = self.ctx.parent(expr)
+        return (
+            type(holder) is cst.Assign
+            and holder.value is expr
+            and any(type(t.target) is cst.Name and t.target.value == name for t in holder.targets)
+        )
 
     def _use_sink(self, use: cst.Name, scope, depth, seen):
         parent = self.ctx.parent(use)
@@ -316,11 +353,25 @@ class NewTensorOffDevice(Rule):
         return self._any_on_device(call, others, scope, "operand")
 
     def _is_loss(self, func: cst.CSTNode) -> bool:
-        dotted = dotted_name(func) or ""
-        leaf = dotted.split(".")[-1].lower()
-        if leaf in LOSS_FUNCTIONS:
-            return True
-        return "loss" in leaf or "criterion" in leaf
+        """A loss the code shows: `F.cross_entropy`, or a name bound to an `nn.*Loss(...)`.
+        A name that only looks like a loss (`plot_losses`, `self.criterion` set where the
+        analysis cannot see) is not evidence."""
+        names = self.ctx.names
+        for qualified in names.qualified(func):
+            if qualified.startswith("torch.") and qualified.split(".")[-1] in LOSS_FUNCTIONS:
+                return True
+        if type(func) is not cst.Name:
+            return False
+        bindings = self.ctx.scopes.lookup(func.value, func)
+        return bool(bindings) and all(
+            b.kind in ("assign", "annassign")
+            and type(b.value) is cst.Call
+            and any(
+                q.startswith("torch.nn.") and q.endswith("Loss")
+                for q in names.qualified(b.value.func)
+            )
+            for b in bindings
+        )
 
     # -- report -------------------------------------------------------------------------------
 
@@ -377,6 +428,9 @@ class NewTensorOffDevice(Rule):
             f"Create it on the device: `device={partner}.device`",
             self.ctx.insert_after(last.value, f", device={partner}.device"),
         )
+
+    def _in_loop(self, node: cst.CSTNode) -> bool:
+        return any(type(a) in (cst.For, cst.While) for a in self.ctx.ancestors(node))
 
     def _cpu_only(self) -> bool:
         text = self.ctx.source.text
