@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import libcst as cst
 
+from fixture_support import REPO
 from trainlint import cli
 from trainlint.diagnostics import Diagnostic, Severity
 from trainlint.rules.base import Rule
@@ -40,7 +42,10 @@ def test_help_in_every_output_format(tmp_path, capsys, register_rule):
     assert f"   = help: {HELP}" in _run(tmp_path, capsys, "text")
     concise = _run(tmp_path, capsys, "concise")
     assert "`probe()` is called" in concise and HELP not in concise
-    (finding,) = json.loads(_run(tmp_path, capsys, "json"))
+    findings = json.loads(_run(tmp_path, capsys, "json"))
+    schema = json.loads((REPO / "tests" / "data" / "json_output.schema.json").read_text())
+    jsonschema.validate(findings, schema)
+    (finding,) = findings
     assert finding["message"] == "`probe()` is called" and finding["help"] == HELP
     sarif = json.loads(_run(tmp_path, capsys, "sarif"))
     assert sarif["runs"][0]["results"][0]["message"]["text"].endswith(HELP)

@@ -32,6 +32,7 @@ import codecs
 import difflib
 import json
 import re
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -165,7 +166,8 @@ PYTHON_CELL_MAGICS = frozenset(
     {"time", "timeit", "capture", "prun", "debug", "memit", "mprun", "px", "autopx", "scalene"}
 )
 _MASK = "..."
-_HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.]+|[\w.\[\]()]+\s*\?{1,2})\s*$")
+# `obj?`, `obj??`, `?obj`, and IPython's wildcard search `torch.*Tensor?` (`%psearch`).
+_HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.*]+|[\w.*\[\]()]+\s*\?{1,2})\s*$")
 _ASSIGN_MAGIC_RE = re.compile(
     r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=)\s*(?:%|!)"
 )
@@ -502,6 +504,15 @@ def _parses(code: str) -> Optional[Tuple[str, int, int]]:
     return None
 
 
+def _runs_dedented(code: str) -> bool:
+    """Does a cell whose lines all start with the same indentation parse once IPython has
+    removed it (its `leading_indent` input transformer)?"""
+    first = next((line for line in split_lines(code) if line.strip()), "")
+    if not first[:1].isspace():
+        return False
+    return _parses(textwrap.dedent(code)) is None
+
+
 SEPARATOR = "\n"  # the empty line between two cells in the joined text
 
 
@@ -520,6 +531,11 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
         if masked is None or not masked.strip():
             continue
         problem = _parses(masked)
+        if problem is not None and _runs_dedented(masked):
+            # IPython strips an indentation common to every line of a cell before running it;
+            # Python would not. Such a cell runs, so it is no syntax error, but its positions
+            # would not map back to the file: it is left out of the analysis (documented).
+            continue
         if problem is not None:
             message, prow, pcol = problem
             notebook.broken.append((number, message + " (this cell is not analysed)", prow, pcol))
