@@ -131,7 +131,7 @@ class Devices(Analysis):
             return False
         if type(expr) is cst.SimpleString:
             value = string_literal(expr)
-            return bool(value) and _CUDA_TENSOR_TYPE.match(value) is not None
+            return value is not None and _CUDA_TENSOR_TYPE.match(value) is not None
         if type(expr) is cst.IfExp:
             return self.is_cuda_tensor_type(
                 expr.body, _depth + 1

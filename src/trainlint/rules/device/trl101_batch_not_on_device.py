@@ -375,7 +375,7 @@ class BatchNotOnDevice(Rule):
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
         facts = project.facts(cls.code)
-        out = []
+        out: List[Diagnostic] = []
         if not any(f.get("wraps_inputs") for f in facts.values()):
             for data in facts.values():
                 out.extend(Diagnostic.from_dict(d) for d in data.get("unknown_model", []))

@@ -186,12 +186,12 @@ class LoadWithoutMapLocation(Rule):
         child: cst.CSTNode = load
         for ancestor in self.ctx.ancestors(load):
             if type(ancestor) is cst.If:
-                other = ancestor.orelse if child is ancestor.body else ancestor.body
-                if other is not None and child is not ancestor.test and self._maps_in(other):
+                branch = ancestor.orelse if child is ancestor.body else ancestor.body
+                if branch is not None and child is not ancestor.test and self._maps_in(branch):
                     return True
             elif type(ancestor) is cst.IfExp and child is not ancestor.test:
-                other = ancestor.orelse if child is ancestor.body else ancestor.body
-                if self._maps_in(other):
+                value = ancestor.orelse if child is ancestor.body else ancestor.body
+                if self._maps_in(value):
                     return True
             elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 return False
