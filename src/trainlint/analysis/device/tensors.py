@@ -366,7 +366,8 @@ class DeviceTensors(Analysis):
         """Is a binding that puts `name` on the device one that reaches this use? Flow matters:
         in `t = torch.arange(n) * freqs; freqs = freqs.to(x.device)` the use of `freqs` sees the
         CPU value. Bindings other than plain assignments (parameters, loop targets, unpacking)
-        keep the name-level answer."""
+        keep the name-level answer, except loop targets: a loop binds what it iterates over,
+        which is not what a later move made a device tensor."""
         statements = self._device_statements.get(scope)
         if statements is None:
             return True
@@ -383,6 +384,10 @@ class DeviceTensors(Analysis):
         if not bindings:
             return True
         for binding in bindings:
+            if binding.kind == "for":
+                # `for images, labels in loader:` binds the CPU batch; the name is a device
+                # tensor only after a move rebinds it (`images = images.to(device)`).
+                continue
             if binding.kind not in ("assign", "annassign", "augassign"):
                 return True
             if binding.statement in statements:
