@@ -358,7 +358,7 @@ class BatchNotOnDevice(Rule):
         deferred = []
         unknown_model = []
         if self._deferred or self._unknown_model:
-            from ...engine import resolve_reports
+            from ...pending import resolve_reports
 
             diagnostics = resolve_reports(self.ctx, [p for _, p in self._deferred])
             for ((helper, arg), _), diagnostic in zip(self._deferred, diagnostics):
