@@ -162,6 +162,7 @@ FIX_CASES = _fix_cases()
 def _check(text, path, select):
     settings = Settings(root=path.parent)
     settings.select = list(select)
+    settings.preview = True  # the fixes of preview rules (TRL104) are checked too
     selection = Selection.of(settings)
     result = engine.check(Source.from_bytes(str(path), text.encode("utf-8")), selection)
     # Project rules (TRL301) report, and offer their fixes, from the project phase: with this

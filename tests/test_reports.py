@@ -34,6 +34,7 @@ model = nn.DataParallel(model).to(device)
 KNOWN_MISMATCH = """\
 import torch
 import torch.nn as nn
+from mmcv.ops import nms
 
 model = nn.DataParallel(nn.Linear(8, 2)).to("cuda:1")
 """

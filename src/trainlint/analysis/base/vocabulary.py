@@ -184,6 +184,20 @@ def disables_grad(names: Names, expr: cst.CSTNode) -> bool:
     return False
 
 
+# A file that never mentions any of these cannot be putting anything on an accelerator.
+_ACCELERATOR_HINTS = ("cuda", "gpu", "accelerat", "device", "lightning", "deepspeed")
+# Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
+_SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
+
+
+def never_mentions_accelerator(text: str) -> bool:
+    """CPU-only code: the text names no accelerator, device or library that places tensors
+    on one (a notebook is one text: all its cells)."""
+    if any(hint in text for hint in _ACCELERATOR_HINTS):
+        return False
+    return _SHORT_ACCELERATOR_HINTS.search(text) is None
+
+
 def is_test_file(ctx) -> bool:
     """The file is test code: under a `tests/`, `test/` or `testing/` folder, or named
     `test_*.py`, `*_test.py` or `conftest.py`. The path is taken inside the project root, so a

@@ -754,19 +754,33 @@ class DeviceChoices(Analysis):
     # -- what the file imports ----------------------------------------------------------------
 
     def custom_ops(self) -> Optional[str]:
-        """A compiled extension or custom CUDA op library the file imports, if any."""
+        """A compiled extension or custom CUDA op library the file imports, if any: the ops
+        that launch on the current device instead of their inputs' (mmcv/mmdet/mmrotate ops,
+        detectron2's layers, a project's compiled `_ext`/`_C`/`*_cuda` module, a
+        `torch.utils.cpp_extension` build). torchvision's ops guard their inputs' device."""
         for qualname in self.names.imported_names():
             name = qualname.lstrip(".")
             parts = name.split(".")
-            if name.startswith(("mmcv.ops", "mmdet.ops", "mmcv._ext", "torchvision.ops")):
-                if name.startswith("torchvision"):
-                    continue  # torchvision's ops guard the device of their inputs
+            if name.startswith(_CUSTOM_OP_PACKAGES):
                 return name
             if any(p in ("_C", "_ext", "_cuda") or p.endswith(("_cuda", "_ext")) for p in parts):
                 return name
-            if name.endswith("cpp_extension.load") or name.endswith("cpp_extension.load_inline"):
+            if name.startswith("torch.utils.cpp_extension"):
                 return name
         return None
+
+
+# Libraries whose ops are compiled CUDA kernels that launch on the current device.
+_CUSTOM_OP_PACKAGES = (
+    "mmcv.ops",
+    "mmcv._ext",
+    "mmdet.ops",
+    "mmdet.models",
+    "mmrotate",
+    "mmdet3d.ops",
+    "detectron2.layers",
+    "detectron2._C",
+)
 
 
 def _option_dest(call: cst.Call) -> Optional[str]:

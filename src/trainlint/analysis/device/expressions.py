@@ -28,6 +28,8 @@ from ..base.scopes import Scopes
 from .. import Analysis
 
 
+# torch.cuda.FloatTensor, torch.cuda.LongTensor, ...: the legacy CUDA tensor types.
+_CUDA_TENSOR_TYPE = re.compile(r"^torch\.cuda\.[A-Za-z]*Tensor$")
 _DEVICE_STR = re.compile(r"^\s*(cuda|cpu|mps|meta|xla|xpu|hpu|npu|privateuseone)(?::(\d+))?\s*$")
 # Objects that hold command-line or config values.
 USER_ROOTS = {
@@ -114,6 +116,35 @@ class Devices(Analysis):
         if found is not None and found.kind == "cuda":
             return found
         return Device("cuda", None, self._index_origin(expr), self.ctx.code(expr))
+
+    def is_cuda_tensor_type(self, expr: Optional[cst.BaseExpression], _depth: int = 0) -> bool:
+        """Is `expr` a legacy CUDA tensor type (`torch.cuda.FloatTensor`, the string
+        "torch.cuda.FloatTensor", or a name bound to one, such as `Tensor =
+        torch.cuda.FloatTensor if cuda else torch.FloatTensor`)? `x.type(T)` moves `x` to the
+        current GPU and `T(n, 1)` creates there. Where the name may also be the CPU type, the
+        CUDA side is the one a run on a GPU takes, as for `"cuda" if ... else "cpu"`."""
+        if expr is None or _depth > 4:
+            return False
+        if type(expr) is cst.SimpleString:
+            value = string_literal(expr)
+            return value is not None and _CUDA_TENSOR_TYPE.match(value) is not None
+        if type(expr) is cst.IfExp:
+            return self.is_cuda_tensor_type(
+                expr.body, _depth + 1
+            ) or self.is_cuda_tensor_type(expr.orelse, _depth + 1)
+        if type(expr) is cst.Attribute:
+            return any(_CUDA_TENSOR_TYPE.match(q) for q in self.names.qualified(expr))
+        if type(expr) is cst.Name:
+            if any(_CUDA_TENSOR_TYPE.match(q) for q in self.names.qualified(expr)):
+                return True  # from torch.cuda import FloatTensor
+            bindings = self.scopes.lookup(expr.value, expr)
+            return any(
+                b.kind in ("assign", "annassign")
+                and b.value is not None
+                and self.is_cuda_tensor_type(b.value, _depth + 1)
+                for b in bindings
+            )
+        return False
 
     # -- the cases ----------------------------------------------------------------------------
 

@@ -113,6 +113,9 @@ class Moves(Analysis):
                 if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
                     found = True
                     break
+                if type(func) is cst.Attribute and func.attr.value == "type" and call.args:
+                    found = True  # perhaps .type(torch.cuda.FloatTensor)
+                    break
                 if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
                     found = True
                     break
@@ -127,8 +130,10 @@ class Moves(Analysis):
         found = self._may_move
         if found is None:
             text = self.ctx.source.text
-            found = self._may_move = self.has_move_calls() or any(
-                name.rsplit(".", 1)[-1] in text for name in self.mover_names
+            found = self._may_move = (
+                self.has_move_calls()
+                or any(name.rsplit(".", 1)[-1] in text for name in self.mover_names)
+                or "torch.cuda." in text  # torch.cuda.FloatTensor(n) creates on the GPU
             )
         return found
 
@@ -153,6 +158,11 @@ class Moves(Analysis):
                 return Move(node, func.value, "cuda", device, non_blocking)
             if attr == "type_as" and node.args:
                 return Move(node, func.value, "type_as", None, non_blocking)
+            if attr == "type" and node.args:
+                # x.type(torch.cuda.FloatTensor): the legacy move to the current GPU
+                if self.devices.is_cuda_tensor_type(argument(node, 0, "dtype")):
+                    return Move(node, func.value, "type", None, non_blocking)
+                return None
             if attr == "to":
                 device = self._to_device_arg(node)
                 if device is None:
@@ -222,6 +232,10 @@ class Moves(Analysis):
                     return True  # x.to(dev).float()
             if self.mover_call(expr):
                 return True
+            if self.devices.is_cuda_tensor_type(func):
+                return True  # torch.cuda.FloatTensor(n, 1), Tensor(n, 1) with a CUDA alias
+            if self.names.is_(func, "torch.autograd.Variable") and expr.args:
+                return self.is_moved(expr.args[0].value, depth)  # Variable(x.cuda())
             if self._is_map_of_mover(expr, depth):
                 return True
             # tuple(t.to(dev) for t in batch), list(...), type(batch)(...)

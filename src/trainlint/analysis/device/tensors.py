@@ -183,7 +183,7 @@ class DeviceTensors(Analysis):
         # Per scope, the assignment statements whose value is on the device: a name is a device
         # tensor at a use only if such an assignment (or a parameter, loop target, ...) reaches it.
         self._device_statements: Dict[cst.CSTNode, Set[cst.CSTNode]] = {}
-        self._moved_models: Optional[Set[str]] = None
+        self._moved_models: Optional[Dict[str, List[cst.CSTNode]]] = None
         self._submodules: Dict[cst.CSTNode, Dict[str, Optional[str]]] = {}
 
     # -- factories ----------------------------------------------------------------------------
@@ -271,32 +271,40 @@ class DeviceTensors(Analysis):
 
     def calls_device_model(self, call: cst.Call, scope: cst.CSTNode) -> bool:
         """A call of a model that sits on the device: a moved/wrapped model, or a submodule
-        with parameters inside `forward`."""
+        with parameters inside `forward`. At a module's top level (a script, a notebook's
+        cells in order) the move must come before the call: a model tried on a CPU sample and
+        moved further down (or in a later cell) is still on the CPU there."""
         func = call.func
-        if type(func) is cst.Name and func.value in self.moved_models():
-            return True
+        if type(func) is cst.Name:
+            moves = self.moved_models().get(func.value)
+            if moves:
+                if type(scope) is not cst.Module:
+                    return True
+                index = self.ctx.tree.index
+                at = index.get(call, 0)
+                return any(index.get(move, at) < at for move in moves)
         layer = self.submodule_layer(call)
         if layer is not None and self.is_forward_like(scope):
             return layer not in _PARAMETERLESS_LAYERS
         return False
 
-    def moved_models(self) -> Set[str]:
+    def moved_models(self) -> Dict[str, List[cst.CSTNode]]:
         """Names of models moved to a device (`model.to(device)`, `model = Net().cuda()`,
-        `model = DDP(model, ...)`)."""
+        `model = DDP(model, ...)`), each with the calls that move it."""
         if self._moved_models is None:
-            found: Set[str] = set()
+            found: Dict[str, List[cst.CSTNode]] = {}
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
                 if type(func) is cst.Attribute and func.attr.value in ("to", "cuda"):
                     if not self._moves_to_device(call):
                         continue
                     if type(func.value) is cst.Name:
-                        found.add(func.value.value)
+                        found.setdefault(func.value.value, []).append(call)
                     parent = self.ctx.parent(call)
                     if type(parent) is cst.Assign and len(parent.targets) == 1:
                         target = parent.targets[0].target
                         if type(target) is cst.Name:
-                            found.add(target.value)
+                            found.setdefault(target.value, []).append(call)
                 elif self.names.is_(
                     func,
                     "torch.nn.DataParallel",
@@ -306,7 +314,7 @@ class DeviceTensors(Analysis):
                     if type(parent) is cst.Assign and len(parent.targets) == 1:
                         target = parent.targets[0].target
                         if type(target) is cst.Name:
-                            found.add(target.value)
+                            found.setdefault(target.value, []).append(call)
             self._moved_models = found
         return self._moved_models
 
@@ -358,7 +366,8 @@ class DeviceTensors(Analysis):
         """Is a binding that puts `name` on the device one that reaches this use? Flow matters:
         in `t = torch.arange(n) * freqs; freqs = freqs.to(x.device)` the use of `freqs` sees the
         CPU value. Bindings other than plain assignments (parameters, loop targets, unpacking)
-        keep the name-level answer."""
+        keep the name-level answer, except loop targets: a loop binds what it iterates over,
+        which is not what a later move made a device tensor."""
         statements = self._device_statements.get(scope)
         if statements is None:
             return True
@@ -375,6 +384,10 @@ class DeviceTensors(Analysis):
         if not bindings:
             return True
         for binding in bindings:
+            if binding.kind == "for":
+                # `for images, labels in loader:` binds the CPU batch; the name is a device
+                # tensor only after a move rebinds it (`images = images.to(device)`).
+                continue
             if binding.kind not in ("assign", "annassign", "augassign"):
                 return True
             if binding.statement in statements:
@@ -456,6 +469,15 @@ class DeviceTensors(Analysis):
                 return False
             if self._factory_with_device(expr):
                 return True
+            if self.devices.is_cuda_tensor_type(func):
+                return True  # torch.cuda.FloatTensor(n, 1), a CUDA tensor type alias
+            if (
+                type(func) is cst.Attribute
+                and func.attr.value == "type"
+                and expr.args
+                and self.devices.is_cuda_tensor_type(expr.args[0].value)
+            ):
+                return True  # x.type(torch.cuda.FloatTensor)
             if self.calls_device_model(expr, scope):
                 return True
             if type(func) is cst.Attribute and self._on_device(
@@ -511,6 +533,8 @@ class DeviceTensors(Analysis):
     def _factory_with_device(self, call: cst.Call) -> bool:
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == "device":
+                if is_none(arg.value):
+                    return False  # device=None: the default device, the CPU
                 device = self.devices.device_of(arg.value)
                 return device is None or device.kind != "cpu"
         return False

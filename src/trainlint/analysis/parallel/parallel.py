@@ -467,6 +467,16 @@ class Parallel(Analysis):
             self._sets_device = found
         return self._sets_device
 
+    def process_group_inits(self) -> List[cst.Call]:
+        """The `init_process_group(...)` calls of the file. In a file that sets up a process
+        group, a missing `set_device` is the distributed setup's subject (TRL305), not the
+        device placement's (TRL103): one cause, one finding."""
+        return [
+            call
+            for call in self.ctx.nodes(cst.Call)
+            if self.names.is_(call.func, INIT_PROCESS_GROUP)
+        ]
+
     def spawned_functions(self) -> Set[cst.FunctionDef]:
         """Functions handed to `torch.multiprocessing.spawn(fn, ...)`: their first parameter
         is the process index, the local rank on one node."""

@@ -8,9 +8,11 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.device.moves import Moves
+from ...analysis.base.calls import keyword
+from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
 from ...analysis.loop.batchflow import BatchFlow
 from ...analysis.loop.batchvalues import Element, Flow, Unmoved
+from ...analysis.parallel.parallel import Parallel
 from ...analysis.project.hierarchy import module_file
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
@@ -116,6 +118,7 @@ class BatchNotOnDevice(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._deferred: List[Tuple[Tuple[str, int], PendingReport]] = []
+        self._unknown_model: List[PendingReport] = []
 
     # -- the per-file phase -------------------------------------------------------------------
 
@@ -133,7 +136,7 @@ class BatchNotOnDevice(Rule):
 
     def _finding(self, flow: Flow, finding: Unmoved) -> None:
         element = finding.element
-        message = self._message(flow, finding)
+        message, help_text = self._message(flow, finding)
         fix = self._fix(flow, element)
         bound_at = flow.source.binding_statement
         assert bound_at is not None  # every BatchSource records its loop or `next()` assignment
@@ -145,44 +148,74 @@ class BatchNotOnDevice(Rule):
         if first_move is not None:
             related.append((first_move, "other items of the batch are moved here"))
         helper = element.helper or flow.helper
+        if helper is None and self._model_of_unknown_placement(finding):
+            # `model(inputs)` where `model` comes from elsewhere (a parameter, another file)
+            # and only the batch's other moves say it is on the device: it may be a
+            # DataParallel / DDP(device_ids) wrapper, which moves its inputs itself. Decided
+            # by the project phase: reported when no file of the project wraps a model so.
+            pending = PendingReport(
+                self, finding.use, None, message, self.severity, fix, tuple(related), help_text
+            )
+            self._unknown_model.append(pending)
+            return
         if helper is None:
-            self.report(finding.use, message, fix=fix, related=related)
+            self.report(finding.use, message, fix=fix, related=related, help=help_text)
             return
         pending = PendingReport(
-            self, finding.use, None, message, self.severity, fix, tuple(related)
+            self, finding.use, None, message, self.severity, fix, tuple(related), help_text
         )
         self._deferred.append((helper, pending))
 
-    def _message(self, flow: Flow, finding: Unmoved) -> str:
+    def _model_of_unknown_placement(self, finding: Unmoved) -> bool:
+        if finding.kind != "model" or type(finding.sink) is not cst.Call:
+            return False
+        target = finding.sink.func
+        if type(target) is cst.Attribute and target.attr.value == "forward":
+            target = target.value
+        return self.ctx.analysis(Moves).placement(target) == frozenset({UNKNOWN_PLACEMENT})
+
+    def _wraps_inputs_here(self) -> bool:
+        """Does this file wrap a model in DataParallel or DDP(device_ids=...)?"""
+        for call, kind in self.ctx.analysis(Parallel).wrap_calls():
+            if kind == "DataParallel":
+                return True
+            if keyword(call, "device_ids") is not None or len(call.args) > 1:
+                return True
+        return False
+
+    def _message(self, flow: Flow, finding: Unmoved) -> Tuple[str, str]:
+        """The headline (what is unmoved, where it meets the device) and the help (the
+        error it raises, how it got there, the fix)."""
         element = finding.element
         source = flow.source
         assert source.binding_statement is not None  # set for every BatchSource
         loader = _short(source.loader_text, 40)
-        sink = self._describe(finding.sink, finding.use)
+        sink = _short(self._describe(finding.sink, finding.use), 40)
         named = element
-        passed = ""
+        details = []
         carrier = next((e for e in element.lineage() if e.via is not None), None)
         if carrier is not None and carrier.origin is not None and carrier.via is not None:
             named = carrier.origin
             callee = _short(self.ctx.code(carrier.via.func), 30)
-            passed = (
-                f"; it is passed to `{callee}(...)` on {self._line(carrier.via)} as "
-                f"`{carrier.name}`, where"
+            details.append(
+                f"It is passed to `{callee}(...)` on {self._line(carrier.via)} as "
+                f"`{carrier.name}`."
             )
-        text = (
-            f"`{named.name}` comes from the `{loader}` batch "
-            f"({self._line(source.binding_statement)}) and is never moved "
-            "to the device"
-        )
         discarded = next((e.discarded for e in element.lineage() if e.discarded), None)
         if discarded is not None:
-            text += (
-                f" (`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} "
-                "returns a moved copy that is thrown away)"
+            details.append(
+                f"`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} returns a "
+                "moved copy that is thrown away."
             )
-        if passed:
-            return f"{text}{passed} `{sink}` will fail with {_SAME_DEVICE}"
-        return f"{text}; `{sink}` will fail with {_SAME_DEVICE}"
+        headline = (
+            f"`{named.name}` from the `{loader}` batch ({self._line(source.binding_statement)}) "
+            f"is never moved to the device, yet meets it in `{sink}`"
+        )
+        details.append(
+            f"On a GPU this fails with {_SAME_DEVICE}. Move it where the batch is unpacked "
+            "(`.to(device)`), as the values it meets are."
+        )
+        return headline, " ".join(details)
 
     def _line(self, node: cst.CSTNode) -> str:
         """`line 12`, or `cell 3, line 4` in a notebook (rows as the reports show them)."""
@@ -323,21 +356,32 @@ class BatchNotOnDevice(Rule):
             if type(statement) is cst.FunctionDef:
                 movers[statement.name.value] = sorted(moves.moved_params(statement))
         deferred = []
-        if self._deferred:
+        unknown_model = []
+        if self._deferred or self._unknown_model:
             from ...pending import resolve_reports
 
             diagnostics = resolve_reports(self.ctx, [p for _, p in self._deferred])
             for ((helper, arg), _), diagnostic in zip(self._deferred, diagnostics):
                 deferred.append({"helper": helper, "arg": arg, "diagnostic": diagnostic.to_dict()})
-        return {"functions": movers, "deferred": deferred}
+            for diagnostic in resolve_reports(self.ctx, self._unknown_model):
+                unknown_model.append(diagnostic.to_dict())
+        return {
+            "functions": movers,
+            "deferred": deferred,
+            "unknown_model": unknown_model,
+            "wraps_inputs": self._wraps_inputs_here(),
+        }
 
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
         facts = project.facts(cls.code)
+        out: List[Diagnostic] = []
+        if not any(f.get("wraps_inputs") for f in facts.values()):
+            for data in facts.values():
+                out.extend(Diagnostic.from_dict(d) for d in data.get("unknown_model", []))
         if not any(f.get("deferred") for f in facts.values()):
-            return []
+            return out
         modules = _module_index(project)
-        out = []
         for display, data in facts.items():
             importer = project.paths.get(display)
             for entry in data.get("deferred", []):

@@ -8,6 +8,7 @@ import libcst as cst
 
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.device.choices import DeviceChoice, DeviceChoices, Placement
+from ...analysis.parallel.parallel import Parallel
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -18,7 +19,9 @@ class DeviceIndexWithoutSetDevice(Rule):
     `torch.device("cuda", 1)`, `.cuda(1)`, or a number given at run time: `args.gpu`,
     `f"cuda:{args.gpu}"`, `torch.device("cuda", args.local_rank)`, `LOCAL_RANK` from the
     environment, a `device="cuda:1"` default) to the places that put tensors and models on it,
-    and reports it when the file never sets the *current* device.
+    and reports it when the file never sets the *current* device and imports custom CUDA ops
+    that launch on the current device (`mmcv.ops`, mmdet/mmrotate ops, detectron2's layers, a
+    compiled `_ext`/`_C`/`*_cuda` module, a `torch.utils.cpp_extension` build).
 
     ## Why is this bad
     `.to("cuda:1")` moves tensors, but the current device stays GPU 0. Everything that uses the
@@ -31,7 +34,11 @@ class DeviceIndexWithoutSetDevice(Rule):
     `torch.cuda.set_device(1)`, or `CUDA_VISIBLE_DEVICES=1` with `device="cuda"`, fixed it.
     Under DDP the same mistake puts every rank's context and NCCL buffers on GPU 0.
 
-    Not reported when the file sets the current device: `torch.cuda.set_device(...)`,
+    Not reported when the file imports no such ops: native torch ops (convolutions, `stft`,
+    torchvision's ops) run on their inputs' device, and what remains (a CUDA context on GPU 0)
+    is not a failure the analysis can establish. Not reported in a file that calls
+    `init_process_group`: a process group without `set_device` is TRL305's finding, and one
+    cause gives one finding. Not reported when the file sets the current device: `torch.cuda.set_device(...)`,
     `with torch.cuda.device(...)`, `CUDA_VISIBLE_DEVICES` written to `os.environ`, or a
     distributed entry point that sets it (`init_distributed_mode`, mmcv/mmengine `init_dist`,
     timm `init_distributed_device`, detectron2 `launch`, Accelerate, Fabric, DeepSpeed); nor in
@@ -77,6 +84,11 @@ class DeviceIndexWithoutSetDevice(Rule):
         choices: DeviceChoices = self.ctx.analysis(DeviceChoices)
         if choices.current_device_evidence():
             return
+        custom = choices.custom_ops()
+        if custom is None:
+            return  # native torch ops follow their inputs' device: nothing established
+        if self.ctx.analysis(Parallel).process_group_inits():
+            return  # a process group's missing set_device is TRL305's finding
         frameworks: Frameworks = self.ctx.analysis(Frameworks)
         library = self._library_module()
         groups: Dict[object, Tuple[DeviceChoice, List[Placement]]] = {}
@@ -125,15 +137,16 @@ class DeviceIndexWithoutSetDevice(Rule):
             else:
                 placements.extend(index_placements)  # report where the device is made
                 del groups[index_key]
-        custom = choices.custom_ops()
         for choice, placements in groups.values():
             node = choice.made.name if type(choice.made) is cst.Param else choice.made
             related: List[Tuple[cst.CSTNode, str]] = [(placements[0].call, "placed on it here")]
             if choice.source is not None:
                 related.append((choice.source, "its default comes from here"))
+            headline, help_text = self._message(choice, custom)
             self.report(
                 node,
-                self._message(choice, custom),
+                headline,
+                help=help_text,
                 fix=self._fix(choice, placements[0]),
                 related=related,
             )
@@ -194,10 +207,10 @@ class DeviceIndexWithoutSetDevice(Rule):
 
     # -- message ------------------------------------------------------------------------------
 
-    def _message(self, choice: DeviceChoice, custom: Optional[str]) -> str:
+    def _message(self, choice: DeviceChoice, custom: str) -> Tuple[str, str]:
         device = choice.device
         if device.origin == "literal":
-            what = f"GPU {device.index} (cuda:{device.index})"
+            what = f"cuda:{device.index}"
         else:
             shown = choice.name if choice.is_index and choice.name else device.index_text
             shown = f" (`{shown}`)" if shown else ""
@@ -205,18 +218,23 @@ class DeviceIndexWithoutSetDevice(Rule):
                 what = f"this process's GPU{shown}"
             else:
                 what = f"a GPU chosen at run time{shown}"
-        ops = f" (this file imports `{custom}`)" if custom else ""
         target = choice.name
         if target is None:
             made = self.ctx.code(choice.made)
             target = made if len(made) <= 40 and "\n" not in made else "device"
-        return (
-            f"tensors are placed on {what} but the current CUDA device is never set: custom "
-            f"CUDA ops{ops} launch on the current device, GPU 0, and return zeros without an "
-            'error (a detector trained with device="cuda:1" evaluated to AP 0); call '
-            f"`torch.cuda.set_device({target})` right after choosing it, or select the GPU "
-            'with CUDA_VISIBLE_DEVICES and use "cuda"'
+        headline = (
+            f"tensors go to {what} but the current CUDA device stays GPU 0, where custom "
+            f"ops (`{custom}`) launch"
         )
+        help_text = (
+            "Custom CUDA ops (compiled extensions such as this file's "
+            f"`{custom}`) launch on the current device, not on their inputs' device: with "
+            "the inputs on another GPU they read the wrong memory and can return zeros "
+            "without an error (a detector trained this way evaluates to AP 0). Call "
+            f"`torch.cuda.set_device({target})` right after choosing the device, or select "
+            'the GPU with CUDA_VISIBLE_DEVICES and use "cuda".'
+        )
+        return headline, help_text
 
     # -- fix ----------------------------------------------------------------------------------
 

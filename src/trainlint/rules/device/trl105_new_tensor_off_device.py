@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...analysis.base.frameworks import Frameworks
-from ...analysis.base.names import dotted_name
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import LOSS_FUNCTIONS
-from ...analysis.base.vocabulary import is_test_file
+from ...analysis.base.vocabulary import is_test_file, never_mentions_accelerator
 from ...analysis.device.tensors import COMBINING_FUNCTIONS, COMBINING_METHODS, DeviceTensors
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
@@ -24,17 +22,6 @@ _INPUT_MOVING_WRAPPERS = (
     "torch.nn.parallel.DataParallel",
 )
 
-# A file that never mentions any of these cannot be running on an accelerator.
-_ACCELERATOR_HINTS = (
-    "cuda",
-    "gpu",
-    "accelerat",
-    "device",
-    "lightning",
-    "deepspeed",
-)
-# Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
-_SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
 _DEFAULT_DEVICE_CONTEXTS = ("torch.set_default_device", "torch.device context")
 # Stops: past these the value is no longer a CPU tensor next to device tensors.
 _STOP_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "size", "dim", "numel"})
@@ -46,7 +33,8 @@ class NewTensorOffDevice(Rule):
     """## What it does
     Reports a tensor created without `device=` (`torch.zeros`, `ones`, `full`, `empty`,
     `rand`, `randn`, `randint`, `randperm`, `arange`, `linspace`, `logspace`, `eye`, and
-    `torch.tensor([...])`) inside `forward` or a training step, when the new tensor is then
+    `torch.tensor([...])`) inside a function (`forward`, a training step, a helper) or a loop
+    at a script's top level (a training loop written inline), when the new tensor is then
     combined with a tensor on the model's device: arithmetic or comparison with it,
     `torch.cat`/`stack`/`where`/`matmul` with it, `x.masked_fill(mask, ...)`, a loss with a model
     output, or a call of a layer that has parameters.
@@ -61,7 +49,13 @@ class NewTensorOffDevice(Rule):
     or, for an RNN's initial state, "Input and hidden tensors are not at the same device".
     Masks, position ids, noise and targets built inside `forward` are the usual culprits.
 
-    Not reported: `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
+    Not reported: straight-line top-level code of a script or notebook (a smoke test of the
+    model on a CPU sample before `model.to(device)` further down or in a later cell: at the top
+    level a model counts as on the device only after the statement that moves it), a tensor
+    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:`, or `w =
+    helper(w, gpu)`), `device=None` (the CPU: nothing meets a device tensor), calls of
+    functions only named like losses (`plot_losses`: a loss is a torch loss function or an
+    `nn.*Loss` object), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
     afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`), 0-dim tensors such as
     `torch.tensor(2.0)` (PyTorch accepts CPU scalars next to CUDA tensors), code under
     `torch.set_default_device(...)` or `with torch.device(...):`, files that never mention a
@@ -127,14 +121,20 @@ class NewTensorOffDevice(Rule):
             if frameworks.managed(call) in _DEFAULT_DEVICE_CONTEXTS:
                 continue
             scope = self.tensors.scope_node(call)
+            if type(scope) is not cst.FunctionDef and not self._in_loop(call):
+                # A script's or notebook's straight-line top level (a smoke test on a CPU
+                # sample, an example) is not a training step; a loop there is one.
+                continue
             sink = self._follow(call, scope, 0, set())
             if sink is None:
                 continue
             where, partners, meets = sink
             partner = self._partner(call, scope, partners)
+            headline, help_text = self._message(call, meets, partner)
             self.report(
                 call,
-                self._message(call, meets, partner),
+                headline,
+                help=help_text,
                 fix=self._fix(call, partner),
                 related=(
                     [(where, "combined with a device tensor here")] if where is not call else []
@@ -237,13 +237,47 @@ class NewTensorOffDevice(Rule):
             for target in targets:
                 if type(target) is not cst.Name:
                     continue
-                for use in reads_of_binding(self.ctx, target, parent):
+                uses = reads_of_binding(self.ctx, target, parent)
+                if any(self._rebound_by_move(use, target.value) for use in uses):
+                    return None  # `w = w.cuda()` a few lines on (perhaps under `if use_cuda:`)
+                for use in uses:
                     if self.tensors.scope_node(use) is not scope:
                         continue
                     found = self._use_sink(use, scope, depth + 1, seen)
                     if found is not None:
                         return found
             return None
+
+    def _rebound_by_move(self, use: cst.Name, name: str) -> bool:
+        """`w = w.cuda()`, `w = w.to(dev)`, `w = helper(w, gpu)`: the name is rebound to the
+        value moved, or handed to a call that may move it (a helper the analysis does not
+        follow), so the tensor created above is not what meets the device tensors."""
+        expr: cst.CSTNode = use
+        parent = self.ctx.parent(expr)
+        if type(parent) is cst.Attribute and parent.value is expr:
+            call = self.ctx.parent(parent)
+            if not (type(call) is cst.Call and call.func is parent):
+                return False
+            if parent.attr.value not in ("to", "cuda", "type_as"):
+                return False
+            if parent.attr.value == "to" and not self.tensors._moves_to_device(call):
+                return False
+            expr = call
+        elif type(parent) is cst.Arg:
+            call = self.ctx.parent(parent)
+            if type(call) is not cst.Call:
+                return False
+            if any(q.startswith("torch.") for q in self.ctx.names.qualified(call.func)):
+                return False  # torch.cat(...) and friends do not move
+            expr = call
+        else:
+            return False
+        holder = self.ctx.parent(expr)
+        return (
+            type(holder) is cst.Assign
+            and holder.value is expr
+            and any(type(t.target) is cst.Name and t.target.value == name for t in holder.targets)
+        )
 
     def _use_sink(self, use: cst.Name, scope, depth, seen):
         parent = self.ctx.parent(use)
@@ -317,11 +351,25 @@ class NewTensorOffDevice(Rule):
         return self._any_on_device(call, others, scope, "operand")
 
     def _is_loss(self, func: cst.CSTNode) -> bool:
-        dotted = dotted_name(func) or ""
-        leaf = dotted.split(".")[-1].lower()
-        if leaf in LOSS_FUNCTIONS:
-            return True
-        return "loss" in leaf or "criterion" in leaf
+        """A loss the code shows: `F.cross_entropy`, or a name bound to an `nn.*Loss(...)`.
+        A name that only looks like a loss (`plot_losses`, `self.criterion` set where the
+        analysis cannot see) is not evidence."""
+        names = self.ctx.names
+        for qualified in names.qualified(func):
+            if qualified.startswith("torch.") and qualified.split(".")[-1] in LOSS_FUNCTIONS:
+                return True
+        if type(func) is not cst.Name:
+            return False
+        bindings = self.ctx.scopes.lookup(func.value, func)
+        return bool(bindings) and all(
+            b.kind in ("assign", "annassign")
+            and type(b.value) is cst.Call
+            and any(
+                q.startswith("torch.nn.") and q.endswith("Loss")
+                for q in names.qualified(b.value.func)
+            )
+            for b in bindings
+        )
 
     # -- report -------------------------------------------------------------------------------
 
@@ -357,22 +405,23 @@ class NewTensorOffDevice(Rule):
                 best, best_at = name, rank
         return best
 
-    def _message(self, call: cst.Call, meets: str, partner: Optional[str]) -> str:
+    def _message(self, call: cst.Call, meets: str, partner: Optional[str]) -> Tuple[str, str]:
         text = self.ctx.code(call)
         if len(text) > 40 or "\n" in text:
             text = self.ctx.code(call.func) + "(...)"
         if meets == "model":
             use = "passed to a layer or model on the device"
         elif meets == "loss":
-            use = "passed to a loss together with a device tensor"
+            use = "passed to a loss with a device tensor"
         else:
-            use = "combined with a tensor on the device"
-        advice = f"`device={partner}.device`" if partner else "`device=` of the tensor it meets"
-        return (
-            f"`{text}` creates its tensor on the CPU (no `device=`) and is then {use}: on a GPU "
-            'this fails with "Expected all tensors to be on the same device, but found at '
-            f'least two devices, cuda:0 and cpu!"; create it with {advice}'
+            use = "combined with a device tensor"
+        advice = f"`device={partner}.device`" if partner else "the `device=` of the tensor it meets"
+        headline = f"`{text}` creates its tensor on the CPU and is then {use}"
+        help_text = (
+            'On a GPU this fails with "Expected all tensors to be on the same device, but '
+            f'found at least two devices, cuda:0 and cpu!". Create it with {advice}.'
         )
+        return headline, help_text
 
     def _fix(self, call: cst.Call, partner: Optional[str]) -> Optional[PendingFix]:
         if partner is None or not call.args:
@@ -383,11 +432,11 @@ class NewTensorOffDevice(Rule):
             self.ctx.insert_after(last.value, f", device={partner}.device"),
         )
 
+    def _in_loop(self, node: cst.CSTNode) -> bool:
+        return any(type(a) in (cst.For, cst.While) for a in self.ctx.ancestors(node))
+
     def _cpu_only(self) -> bool:
-        text = self.ctx.source.text
-        if any(hint in text for hint in _ACCELERATOR_HINTS):
-            return False
-        return _SHORT_ACCELERATOR_HINTS.search(text) is None
+        return never_mentions_accelerator(self.ctx.source.text)
 
 
 def _is_move(value) -> bool:
