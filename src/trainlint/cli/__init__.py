@@ -4,6 +4,7 @@
     trainlint check - --stdin-filename train.py < train.py
     trainlint rule TRL201
     trainlint rules
+    trainlint server                 (a language server for editors)
     trainlint --version
 
 Exit codes: 0 nothing left to report, 1 findings remain (or --diff would change something),
@@ -42,6 +43,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_rule(args.code)
         if args.command == "rules":
             return cmd_rules()
+        if args.command == "server":
+            from ..server import serve
+
+            return serve()
         options = CheckOptions.from_args(args)
         return check_stdin(options) if options.reads_stdin else check_files(options)
     except ConfigError as exc:

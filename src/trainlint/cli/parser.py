@@ -10,7 +10,7 @@ from .. import __version__
 from ..cache import CACHE_DIR_ENV, CACHE_DIR_NAME
 from ..report import FORMATS
 
-COMMANDS = ("check", "rule", "rules")
+COMMANDS = ("check", "rule", "rules", "server")
 
 
 class UsageError(Exception):
@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     rule.add_argument("code")
 
     sub.add_parser("rules", help="list every rule")
+    sub.add_parser(
+        "server",
+        help='run the language server (LSP over stdio; needs pip install "trainlint[lsp]")',
+    )
     return parser
 
 
