@@ -199,3 +199,56 @@ def test_rules_as_json(capsys):
     trl201 = next(row for row in table if row["code"] == "TRL201")
     assert trl201["name"] == "dataparallel-wrap-then-move" and trl201["fix"] == "safe"
     assert set(trl201) == {"code", "name", "severity", "default", "fix", "summary", "explanation"}
+
+
+# -- output that cannot be misread -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["text", "concise", "full"])
+def test_quiet_keeps_the_format_and_drops_the_summary(project, capsys, fmt):
+    loud = run(capsys, "check", "pkg", "--no-cache", "--output-format", fmt)[1]
+    code, quiet, _ = run(capsys, "check", "pkg", "--no-cache", "-q", "--output-format", fmt)
+    assert code == 1
+    summary = loud.rstrip("\n").splitlines()[-1]
+    assert summary.startswith("Found 1 finding")
+    assert quiet == loud[: loud.rindex(summary)]
+
+
+def test_unsafe_fixes_hint_says_it_counts_fixes(capsys):
+    from fixture_support import REPO
+
+    out = run(capsys, "check", str(REPO / "examples" / "train_buggy.py"), "--no-cache")[1]
+    assert out.rstrip().endswith("1 more fix available with `--unsafe-fixes`.")
+    assert "1 more with" not in out
+
+
+def test_a_fix_rerun_that_fixes_nothing_does_not_say_fixed_0(project, capsys):
+    code, out, _ = run(capsys, "check", "pkg", "--no-cache", "--fix")
+    assert code == 0 and out.strip() == "Fixed 1 finding, 0 remaining."
+    code, out, _ = run(capsys, "check", "pkg", "--no-cache", "--fix")
+    assert code == 0 and out.strip() == "All checks passed!"
+    # A finding --fix cannot fix (its fix is unsafe): counted as found, not as "Fixed 0".
+    (project / "pkg" / "loop.py").write_text(
+        "import torch.nn.functional as F\n\n\n"
+        "def train(model, loader, device):\n"
+        "    for images, labels in loader:\n"
+        "        images = images.to(device)\n"
+        "        loss = F.cross_entropy(model(images), labels)\n"
+    )
+    code, out, _ = run(capsys, "check", "pkg/loop.py", "--no-cache", "--fix")
+    assert code == 1 and "Fixed 0" not in out
+    assert out.splitlines()[-1].startswith("Found 1 finding (1 error, 0 warnings).")
+
+
+def test_sarif_short_description_is_a_short_title():
+    from trainlint.report.sarif import SHORT_TITLE_MAX, rule_descriptors, short_title
+
+    for descriptor in rule_descriptors()[0]:
+        short = descriptor["shortDescription"]["text"]
+        full = descriptor["fullDescription"]["text"]
+        assert 0 < len(short) <= SHORT_TITLE_MAX
+        assert short != full or len(full) <= SHORT_TITLE_MAX
+    assert short_title("Reports X. Then more.", "some-rule") == "Reports X."
+    assert short_title("A" * 81 + ".", "dataparallel-wrap-then-move") == (
+        "Dataparallel wrap then move"
+    )
