@@ -52,6 +52,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from .show import show_settings
 
             return show_settings(options, sys.stdout)
+        if options.watch:
+            from .watch import watch
+
+            return watch(options)
         return check_stdin(options) if options.reads_stdin else check_files(options)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

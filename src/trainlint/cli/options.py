@@ -53,6 +53,7 @@ class CheckOptions:
     progress: bool = True
     preview: Optional[bool] = None
     show_settings: bool = False
+    watch: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CheckOptions":
@@ -82,6 +83,7 @@ class CheckOptions:
             progress=args.progress,
             preview=args.preview,
             show_settings=args.show_settings,
+            watch=args.watch,
         )
 
     @property

@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the resolved settings (and where each came from) instead of checking",
     )
+    check.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help='check again whenever a file changes (needs pip install "trainlint[watch]")',
+    )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     speed = check.add_argument_group("cache and workers")
     speed.add_argument(
