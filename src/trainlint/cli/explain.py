@@ -19,12 +19,12 @@ def cmd_rule(code: Optional[str], show_all: bool = False) -> int:
         if not show_all:
             print("error: name a rule (a code or a name), or use --all", file=sys.stderr)
             return EXIT_ERROR
-        for i, rule in enumerate(rules.values()):
+        for i, each in enumerate(rules.values()):
             if i:
                 print()
-            _print_rule(rule)
+            _print_rule(each)
         return EXIT_CLEAN
-    by_name = {rule.name: rule for rule in rules.values()}
+    by_name = {each.name: each for each in rules.values()}
     rule = rules.get(code.upper()) or by_name.get(code.lower().replace("_", "-"))
     if rule is None:
         hint = did_you_mean(code.upper(), rules) or did_you_mean(code.lower(), by_name)
