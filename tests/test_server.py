@@ -177,3 +177,16 @@ def test_server_without_pygls_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)
     assert server.serve() == 2
     assert 'pip install "trainlint[lsp]"' in capsys.readouterr().err
+
+
+@pytest.mark.asyncio
+async def test_configuration_error_is_shown_once(client: LanguageClient, workspace: Path):
+    (workspace / "pyproject.toml").write_text('[tool.trainlint]\nselct = ["TRL2"]\n')
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    await change_document(client, uri, 2, BUGGY + "\n")
+    errors = [m.message for m in client.messages if m.type == types.MessageType.Error]
+    assert errors == [
+        f"trainlint: {workspace / 'pyproject.toml'}: unknown key 'selct' in [tool.trainlint] "
+        "(did you mean 'select'?)"
+    ]
+    assert not client.diagnostics[uri]

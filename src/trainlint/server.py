@@ -75,6 +75,7 @@ def create_server():
 
     server = LanguageServer("trainlint", __version__)
     checked: Dict[str, Checked] = {}
+    shown_errors: Dict[str, str] = {}  # uri -> the configuration error last shown for it
 
     def lint(uri: str) -> Optional[Checked]:
         document = server.workspace.get_text_document(uri)
@@ -87,10 +88,13 @@ def create_server():
         source: Optional[Source] = None
         try:
             settings = settings_for(path)
+            shown_errors.pop(uri, None)
         except ConfigError as exc:
-            server.window_show_message(
-                types.ShowMessageParams(types.MessageType.Error, f"trainlint: {exc}")
-            )
+            if shown_errors.get(uri) != str(exc):  # once, not on every keystroke
+                shown_errors[uri] = str(exc)
+                server.window_show_message(
+                    types.ShowMessageParams(types.MessageType.Error, f"trainlint: {exc}")
+                )
         if settings is not None and not settings.is_excluded(path):
             findings, result = check_text(path, text, settings)
             for error in list(result.errors) + [c.describe() for c in result.crashes]:
