@@ -56,6 +56,10 @@ def test_readme_installs_name_the_release_tag():
     for run in installs:
         assert run == f'pip install "git+https://github.com/trainlint/trainlint@{tag}"'
     assert actions == [f"trainlint/trainlint@{tag}"] * len(actions)
+    # Outside the workflows too: a clone's `.` or the release tag, never a bare name.
+    for target in re.findall(r"(?<!!)pip install (\"[^\"]+\"|\S+)", README):
+        target = target.strip('"')
+        assert target.startswith(("-e", ".")) or target.endswith(f"@{tag}"), target
     revs = re.findall(r"rev: (\S+)", README) + re.findall(
         r"rev: (\S+)", (REPO / ".pre-commit-hooks.yaml").read_text()
     )

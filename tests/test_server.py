@@ -176,7 +176,7 @@ def test_server_without_pygls_says_how_to_install(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)
     assert server.serve() == 2
-    assert 'pip install "trainlint[lsp]"' in capsys.readouterr().err
+    assert "needs pygls and lsprotocol, the `lsp` extra" in capsys.readouterr().err
 
 
 @pytest.mark.asyncio

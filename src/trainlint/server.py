@@ -12,7 +12,7 @@ Code actions: one per fix ("Fix TRL201: ..." for safe fixes, "... (unsafe)" for 
 
 Python files only: notebooks (notebook document sync) are not served yet.
 
-pygls and lsprotocol are an optional extra: `pip install "trainlint[lsp]"`.
+pygls and lsprotocol are an optional extra (`lsp`: `pip install ".[lsp]"` in a clone).
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def serve(argv: Sequence[str] = ()) -> int:
         server = create_server()
     except ImportError as exc:
         print(
-            f'error: `trainlint server` needs pygls: pip install "trainlint[lsp]" ({exc})',
+            f"error: `trainlint server` needs pygls and lsprotocol, the `lsp` extra ({exc})",
             file=sys.stderr,
         )
         return 2

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-w",
         "--watch",
         action="store_true",
-        help='check again whenever a file changes (needs pip install "trainlint[watch]")',
+        help="check again whenever a file changes (needs the `watch` extra: watchfiles)",
     )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     speed = check.add_argument_group("cache and workers")
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser(
         "server",
-        help='run the language server (LSP over stdio; needs pip install "trainlint[lsp]")',
+        help="run the language server (LSP over stdio; needs the `lsp` extra: pygls)",
     )
     return parser
 

@@ -3,8 +3,8 @@ configuration file under the given paths changes, until Ctrl-C.
 
 Each round clears the screen and runs the same check as without --watch. The per-file cache
 (on unless --no-cache) is what makes a round cheap: only the files that changed are analysed
-again; the others' results are read back. watchfiles (an optional extra: `pip install
-"trainlint[watch]"`) does the watching; the configuration is read again each round, so an edit
+again; the others' results are read back. watchfiles (the optional extra `watch`) does the
+watching; the configuration is read again each round, so an edit
 to pyproject.toml takes effect at once.
 """
 
@@ -27,7 +27,7 @@ def watch(options: CheckOptions) -> int:
     try:
         import watchfiles
     except ImportError:
-        print('error: --watch needs watchfiles: pip install "trainlint[watch]"', file=sys.stderr)
+        print("error: --watch needs watchfiles, the `watch` extra", file=sys.stderr)
         return EXIT_ERROR
     if options.reads_stdin or options.add_noqa or options.diff:
         print(
