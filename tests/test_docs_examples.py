@@ -10,7 +10,7 @@ import shlex
 import yaml
 
 from fixture_support import REPO
-from trainlint import cli, rule_url
+from trainlint import __version__, cli, rule_url
 from trainlint.cli.parser import build_parser, normalise_argv
 from trainlint.rules import all_rules
 
@@ -23,12 +23,47 @@ def workflows():
     return [yaml.safe_load(block) for block in blocks if "runs-on" in block]
 
 
+ACTION = yaml.safe_load((REPO / "action.yml").read_text())
+
+
 def trainlint_commands(workflow):
+    """The arguments of each `trainlint` run: written in a step, or run by our action (its
+    last step, with the step's `with:` in place of the action's inputs)."""
     for job in workflow["jobs"].values():
         for step in job["steps"]:
             run = step.get("run", "")
             if run.startswith("trainlint"):
                 yield shlex.split(run.split(">")[0])[1:]
+            if step.get("uses", "").startswith("trainlint/trainlint@"):
+                given = step.get("with", {})
+                inputs = {
+                    name: str(given.get(name, spec.get("default", "")))
+                    for name, spec in ACTION["inputs"].items()
+                }
+                command = ACTION["runs"]["steps"][-1]["run"]
+                command = command.replace("$TRAINLINT_ARGS", inputs["args"])
+                yield shlex.split(command.replace("$TRAINLINT_PATHS", inputs["paths"]))[1:]
+
+
+def test_readme_installs_name_the_release_tag():
+    """Every way the README installs trainlint names the tag of the current version (a bare
+    `pip install trainlint` cannot install: trainlint is not on PyPI yet)."""
+    tag = f"v{__version__}"
+    steps = [s for w in workflows() for job in w["jobs"].values() for s in job["steps"]]
+    installs = [s["run"] for s in steps if "pip install" in s.get("run", "")]
+    actions = [s["uses"] for s in steps if s.get("uses", "").startswith("trainlint/")]
+    assert installs and actions
+    for run in installs:
+        assert run == f'pip install "git+https://github.com/trainlint/trainlint@{tag}"'
+    assert actions == [f"trainlint/trainlint@{tag}"] * len(actions)
+    # Outside the workflows too: a clone's `.` or the release tag, never a bare name.
+    for target in re.findall(r"(?<!!)pip install (\"[^\"]+\"|\S+)", README):
+        target = target.strip('"')
+        assert target.startswith(("-e", ".")) or target.endswith(f"@{tag}"), target
+    revs = re.findall(r"rev: (\S+)", README) + re.findall(
+        r"rev: (\S+)", (REPO / ".pre-commit-hooks.yaml").read_text()
+    )
+    assert revs and set(revs) == {tag}
 
 
 def test_readme_has_github_actions_examples_for_annotations_and_sarif():

@@ -118,3 +118,28 @@ def test_entry_point_is_registered():
     assert any(
         ep.name == "TRL" and ep.value == "trainlint.flake8_plugin:TrainlintChecker" for ep in eps
     )
+
+
+def test_flake8_reads_rule_options_from_the_configuration(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import torch.nn as nn\n"
+        "import torch.nn.functional as F\n\n"
+        'wrapped = nn.DataParallel(nn.Linear(4, 2)).to("cuda")\n\n\n'
+        "def train(model, loader, shipper, device):\n"
+        "    model.to(device)\n"
+        "    for batch in loader:\n"
+        "        shipper.ship(batch)\n"
+        '        loss = F.cross_entropy(model(batch["x"]), batch["y"])\n'
+    )
+    (tmp_path / ".git").mkdir()
+    before = flake8("--select", "TRL101,TRL201", "train.py", cwd=tmp_path)
+    assert before.stdout.count("TRL101") == 2, before.stdout + before.stderr
+    assert before.stdout.count("TRL201") == 1
+    (tmp_path / "trainlint.toml").write_text('device-movers = ["ship"]\nignore = ["TRL2"]\n')
+    after = flake8("--select", "TRL101,TRL201", "train.py", cwd=tmp_path)
+    # The rule's option is read; `ignore` is flake8's to decide, so it is not.
+    assert after.stdout.count("TRL101") == 0, after.stdout + after.stderr
+    assert after.stdout.count("TRL201") == 1
+    (tmp_path / "trainlint.toml").write_text('device-movers = "ship"\n')
+    wrong = flake8("--select", "TRL101", "train.py", cwd=tmp_path)
+    assert "device-movers" in wrong.stderr and wrong.stdout.count("TRL101") == 2

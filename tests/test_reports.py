@@ -18,6 +18,7 @@ import pytest
 from fixture_support import REPO
 from trainlint import cli, rule_url
 from trainlint.report.github import escape_data, escape_property
+from trainlint.report.sarif import short_title
 from trainlint.rules import all_rules
 
 SARIF_SCHEMA = json.loads((REPO / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())
@@ -115,7 +116,8 @@ def test_sarif_rules_carry_descriptions_help_and_urls(repo, monkeypatch, capsys)
     assert set(rules) == set(all_rules())
     for code, rule in all_rules().items():
         descriptor = rules[code]
-        assert descriptor["shortDescription"]["text"] == rule.summary()
+        # GitHub's alert title: short (the summary's first sentence, or the name made readable).
+        assert descriptor["shortDescription"]["text"] == short_title(rule.summary(), rule.name)
         assert len(descriptor["fullDescription"]["text"]) >= len(rule.summary())
         assert descriptor["help"]["markdown"] == rule.explanation()
         assert descriptor["helpUri"] == rule_url(code)

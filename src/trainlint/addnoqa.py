@@ -60,7 +60,7 @@ def add_noqa(run_result) -> NoqaResult:
                     "add the noqa comment by hand"
                 )
                 continue
-            edit = _edit_for(source, row, codes)
+            edit = noqa_edit(source, row, codes)
             if edit is not None:
                 edits.append(edit)
         if not edits:
@@ -76,7 +76,10 @@ def add_noqa(run_result) -> NoqaResult:
     return out
 
 
-def _edit_for(source, row: int, codes: Set[str]):
+def noqa_edit(source, row: int, codes: Set[str]):
+    """The edit that makes row `row`'s `# noqa` name `codes` (appending them to a code list, or
+    adding a comment); None when the row's comment already suppresses them. Also the language
+    server's "suppress with # noqa" action."""
     line = source.line(row)
     start = source.offset(row, 0)
     match = noqa.NOQA_RE.search(line)

@@ -1,4 +1,10 @@
-"""Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
+"""Configuration: `[tool.trainlint]` in pyproject.toml (or the top level of trainlint.toml /
+.trainlint.toml), plus command-line overrides -> Settings.
+
+Which file: `--config FILE` when given; else, from the first path upwards, the nearest folder
+that has `.trainlint.toml`, `trainlint.toml`, or a pyproject.toml with a [tool.trainlint] table
+(in that order of precedence within one folder, as ruff's .ruff.toml > ruff.toml >
+pyproject.toml); files further up are not read (no merging).
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
 extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, plus the options rules
@@ -12,6 +18,7 @@ rules a run enables is decided once, from these Settings, in selection.py.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import json
@@ -85,6 +92,9 @@ class Settings:
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
     config_path: Optional[Path] = None
+    # key -> where its value came from (a configuration file, or a command-line option); keys
+    # not named keep their default (`trainlint check --show-settings`).
+    origins: Dict[str, str] = field(default_factory=dict)
 
     # -- which rules run ----------------------------------------------------------------------
 
@@ -279,12 +289,19 @@ def find_project_root(start: Path) -> Path:
     return start
 
 
+CONFIG_FILES = (".trainlint.toml", "trainlint.toml")  # before pyproject.toml, in this order
+
+
 def find_config(start: Path) -> Optional[Path]:
-    """The nearest pyproject.toml at or above `start` that has a [tool.trainlint] table."""
+    """The nearest configuration at or above `start`: in each folder `.trainlint.toml`, then
+    `trainlint.toml`, then a pyproject.toml that has a [tool.trainlint] table."""
     start = start.resolve()
     if start.is_file():
         start = start.parent
     for folder in [start, *start.parents]:
+        for name in CONFIG_FILES:
+            if (folder / name).is_file():
+                return folder / name
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
@@ -325,6 +342,12 @@ def known_keys(rules: RuleNames) -> Dict[str, Any]:
     return keys
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """" (did you mean 'X'?)" for the choice closest to a misspelt `word`, else ""."""
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def validate_codes(codes: Iterable[str], where: str, known: Sequence[str]) -> List[str]:
     """The selectors of `codes`, upper-cased; each must be ALL or a prefix of a `known` code."""
     out = []
@@ -335,7 +358,8 @@ def validate_codes(codes: Iterable[str], where: str, known: Sequence[str]) -> Li
         if not code:
             continue
         if code != "ALL" and not any(k.startswith(code) for k in known):
-            raise ConfigError(f"{where}: unknown rule selector {raw!r} (see `trainlint rules`)")
+            hint = did_you_mean(code, ["ALL", *known]) or " (see `trainlint rules`)"
+            raise ConfigError(f"{where}: unknown rule selector {raw!r}{hint}")
         out.append(code)
     return out
 
@@ -350,7 +374,7 @@ def settings_from_table(
         expected = keys.get(key)
         if expected is None:
             near = [k for k in keys if k.replace("-", "_") == key.replace("-", "_")]
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            hint = f" (did you mean {near[0]!r}?)" if near else did_you_mean(key, keys)
             raise ConfigError(f"{where}: unknown key {key!r} in [tool.trainlint]{hint}")
         if not isinstance(value, expected):
             raise ConfigError(
@@ -383,6 +407,7 @@ def settings_from_table(
     for key in keys:
         if key not in _CORE_KEYS and key in table:
             settings.options[key] = table[key]
+    settings.origins = {key: where for key in table}
     return settings
 
 

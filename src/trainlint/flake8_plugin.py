@@ -5,6 +5,13 @@ A thin adapter over the same engine. flake8 hands over the file's lines; columns
 only when selected. `# noqa` is flake8's job here. Rules that join several files (the project
 phase) see only the one file flake8 gives them; `trainlint check` is the complete tool.
 
+Configuration: of `[tool.trainlint]` (or trainlint.toml) found for the file, flake8 mode reads
+the rules' own options (`device-movers`) and nothing else: select, extend-select, ignore,
+per-file-ignores, exclude, extend-exclude, force-exclude, respect-gitignore and preview are
+flake8's to decide here (its --select/--extend-select/--ignore/--per-file-ignores/--exclude), and
+fixes do not exist under flake8. A configuration error is printed once per folder and the rules
+then run with their defaults.
+
 A file libcst cannot parse yields TRL001; a rule that raises is reported on stderr and skipped,
 so one bad file or rule never stops flake8's run over the others.
 """
@@ -12,7 +19,9 @@ so one bad file or rule never stops flake8's run over the others.
 from __future__ import annotations
 
 import sys
-from typing import Any, Generator, List, Optional, Sequence, Tuple
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
 
 from . import __version__
 
@@ -57,8 +66,6 @@ class TrainlintChecker:
             yield row, col, message, type(self)
 
     def _check(self) -> List[Tuple[int, int, str]]:
-        from pathlib import Path
-
         from .config import Settings, find_project_root
         from .engine import check
         from .project import Project, run_project_phase
@@ -68,6 +75,7 @@ class TrainlintChecker:
 
         # flake8 decides what is selected; run every rule and let it filter.
         settings = Settings(root=find_project_root(Path(self.filename).parent))
+        settings.options = dict(_rule_options(Path(self.filename).resolve().parent))
         source = Source(path=self.filename, text="".join(self.lines))
         selection = Selection.of(settings)
         rules = list(all_rules().values())
@@ -87,3 +95,16 @@ class TrainlintChecker:
         for d in sorted(result.diagnostics, key=lambda d: d.sort_key()):
             out.append((d.row, d.col, f"{d.code} {d.message}"))
         return out
+
+
+@lru_cache(maxsize=64)
+def _rule_options(folder: Path) -> Dict[str, Any]:
+    """The rules' options in the configuration found for files in `folder` (once per folder)."""
+    from .config import ConfigError, load_settings
+    from .rules import rule_names
+
+    try:
+        return load_settings([folder], rule_names()).options
+    except ConfigError as exc:
+        print(f"trainlint: {exc} (flake8 mode: the rules use their defaults)", file=sys.stderr)
+        return {}

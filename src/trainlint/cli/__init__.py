@@ -4,6 +4,7 @@
     trainlint check - --stdin-filename train.py < train.py
     trainlint rule TRL201
     trainlint rules
+    trainlint server                 (a language server for editors)
     trainlint --version
 
 Exit codes: 0 nothing left to report, 1 findings remain (or --diff would change something),
@@ -39,10 +40,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0)
     try:
         if args.command == "rule":
-            return cmd_rule(args.code)
+            return cmd_rule(args.code, args.all)
         if args.command == "rules":
-            return cmd_rules()
+            return cmd_rules(args.output_format)
+        if args.command == "server":
+            from ..server import serve
+
+            return serve()
         options = CheckOptions.from_args(args)
+        if options.show_settings:
+            from .show import show_settings
+
+            return show_settings(options, sys.stdout)
+        if options.watch:
+            from .watch import watch
+
+            return watch(options)
         return check_stdin(options) if options.reads_stdin else check_files(options)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,8 +8,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..config import Settings
-from .options import EXIT_ERROR, CheckOptions, exit_code, settings_for
+from .options import EXIT_CLEAN, EXIT_ERROR, CheckOptions, exit_code, settings_for
 from .output import emit_report, finish_add_noqa, make_context, progress_for
+
+
+NO_RULES = (
+    "No rules selected (--select, --extend-select and --ignore leave none): nothing was checked"
+)
 
 
 def check_files(options: CheckOptions) -> int:
@@ -29,9 +34,18 @@ def check_files(options: CheckOptions) -> int:
         print(f"error: {error}", file=sys.stderr)
     if found.errors and not found.files:
         return EXIT_ERROR
+    selection = Selection.of(settings)
+    # Files named on purpose and excluded (pre-commit with --force-exclude) are not "no files".
+    named_and_excluded = settings.force_exclude and all(settings.is_excluded(p) for p in paths)
+    if (not found.files and not named_and_excluded) or not selection.enabled:
+        # As ruff: a warning on stderr and exit 0, never "All checks passed!" (nothing was).
+        if not found.files:
+            print("warning: No Python files found under the given path(s)", file=sys.stderr)
+        else:
+            print(f"warning: {NO_RULES}", file=sys.stderr)
+        return EXIT_ERROR if found.errors else EXIT_CLEAN
 
     progress = progress_for(options, len(found.files))
-    selection = Selection.of(settings)
     cache = None if options.no_cache else Cache.for_selection(selection, options.cache_dir)
     try:
         result = run(

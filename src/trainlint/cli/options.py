@@ -52,6 +52,8 @@ class CheckOptions:
     respect_gitignore: Optional[bool] = None
     progress: bool = True
     preview: Optional[bool] = None
+    show_settings: bool = False
+    watch: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CheckOptions":
@@ -80,6 +82,8 @@ class CheckOptions:
             respect_gitignore=args.respect_gitignore,
             progress=args.progress,
             preview=args.preview,
+            show_settings=args.show_settings,
+            watch=args.watch,
         )
 
     @property
@@ -98,23 +102,35 @@ def settings_for(options: CheckOptions, paths: Sequence[Path]) -> Settings:
     """The configuration found for `paths` (or given), with the command line's overrides."""
     rules = rule_names()
     settings = load_settings(paths, rules, options.config, isolated=options.isolated)
+    given = settings.origins
     if options.select is not None:
         settings.select = validate_codes(options.select, "--select", rules.codes)
+        given["select"] = "--select"
     if options.extend_select:
         settings.extend_select = settings.extend_select + validate_codes(
             options.extend_select, "--extend-select", rules.codes
         )
+        given["extend-select"] = _joined(given.get("extend-select"), "--extend-select")
     if options.ignore:
         settings.ignore = settings.ignore + validate_codes(options.ignore, "--ignore", rules.codes)
+        given["ignore"] = _joined(given.get("ignore"), "--ignore")
     if options.unsafe_fixes is not None:
         settings.unsafe_fixes = options.unsafe_fixes
+        given["unsafe-fixes"] = "--unsafe-fixes" if options.unsafe_fixes else "--no-unsafe-fixes"
     if options.preview is not None:
         settings.preview = options.preview
+        given["preview"] = "--preview" if options.preview else "--no-preview"
     if options.force_exclude:
         settings.force_exclude = True
+        given["force-exclude"] = "--force-exclude"
     if options.respect_gitignore is False:
         settings.respect_gitignore = False
+        given["respect-gitignore"] = "--no-respect-gitignore"
     return settings
+
+
+def _joined(first: Optional[str], then: str) -> str:
+    return f"{first} + {then}" if first else then
 
 
 def exit_code(options: CheckOptions, result: "RunResult", internal_error: bool) -> int:

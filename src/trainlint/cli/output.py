@@ -134,6 +134,7 @@ def make_context(
         fix_mode=options.fix,
         color=human and use_color(stream),
         show_fixes=options.show_fixes,
+        quiet=options.quiet,
         applied={d: list(s.applied) for d, s in result.states.items() if s.applied},
         root=report_root(settings),
     )
@@ -142,15 +143,12 @@ def make_context(
 def emit_report(
     options: CheckOptions, diagnostics: Sequence[Diagnostic], ctx: ReportContext, stream: TextIO
 ) -> None:
-    from ..report.text import fixed_summary, headline, report_statistics
+    from ..report.text import fixed_summary, report_statistics
 
     if options.statistics:
         report_statistics(diagnostics, ctx, stream, as_json=options.output_format == "json")
         if options.show_fixes:
             stream.write(fixed_summary(ctx))
-    elif options.quiet and options.output_format in HUMAN_FORMATS:
-        for d in diagnostics:
-            stream.write(headline(d, ctx) + "\n")
     else:
         get_reporter(options.output_format)(diagnostics, ctx, stream)
     stream.flush()

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import List, NoReturn, Sequence
 
 from .. import __version__
 from ..cache import CACHE_DIR_ENV, CACHE_DIR_NAME
+from ..config import did_you_mean
 from ..report import FORMATS
 
-COMMANDS = ("check", "rule", "rules")
+COMMANDS = ("check", "rule", "rules", "server")
 
 
 class UsageError(Exception):
@@ -94,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="apply excludes to paths given on the command line too (pre-commit)",
     )
+    check.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the resolved settings (and where each came from) instead of checking",
+    )
+    check.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="check again whenever a file changes (needs the `watch` extra: watchfiles)",
+    )
     check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     speed = check.add_argument_group("cache and workers")
     speed.add_argument(
@@ -115,10 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_input_output_arguments(check)
 
-    rule = sub.add_parser("rule", help="explain a rule: trainlint rule TRL201")
-    rule.add_argument("code")
+    rule = sub.add_parser(
+        "rule", help="explain a rule: trainlint rule TRL201 (or its name: batch-not-on-device)"
+    )
+    rule.add_argument("code", nargs="?", metavar="CODE_OR_NAME")
+    rule.add_argument("--all", dest="all", action="store_true", help="explain every rule")
 
-    sub.add_parser("rules", help="list every rule")
+    rules = sub.add_parser("rules", help="list every rule")
+    rules.add_argument(
+        "--output-format", choices=("text", "json"), default="text", help="text (a table) or json"
+    )
+    sub.add_parser(
+        "server",
+        help="run the language server (LSP over stdio; needs the `lsp` extra: pygls)",
+    )
     return parser
 
 
@@ -161,10 +184,21 @@ def _add_input_output_arguments(check: argparse.ArgumentParser) -> None:
 
 
 def normalise_argv(argv: Sequence[str]) -> List[str]:
-    """`check` is the default command: `trainlint --fix .` is `trainlint check --fix .`."""
+    """`check` is the default command: `trainlint --fix .` is `trainlint check --fix .`.
+
+    A first word that is neither a command nor an existing path, and is spelt like a command
+    (`trainlint chek train.py`), is refused before anything is checked."""
     args = list(argv)
     if not args:
         return ["check"]
     if args[0] in COMMANDS or args[0] in ("-h", "--help", "--version"):
         return args
+    first = args[0]
+    if re.fullmatch(r"[a-z][a-z-]*", first) and not Path(first).exists():
+        hint = did_you_mean(first, COMMANDS)
+        if hint or len(args) > 1:
+            raise UsageError(
+                f"unknown command {first!r}{hint}; commands: {', '.join(COMMANDS)} "
+                "(a path to check must exist)"
+            )
     return ["check", *args]

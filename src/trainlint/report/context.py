@@ -23,6 +23,7 @@ class ReportContext:
     fixed: int = 0  # findings fixed in this run (for the summary line)
     fix_mode: bool = False
     show_fixes: bool = False  # --show-fixes: the change each fix makes / what --fix fixed
+    quiet: bool = False  # -q: the findings in the chosen format, without the summary line
     # display path -> the findings --fix fixed in that file (for --show-fixes)
     applied: Dict[str, List[Diagnostic]] = field(default_factory=dict)
     # The repository (or project) root: SARIF and GitHub annotations name files relative to it.

@@ -45,6 +45,18 @@ def _section(explanation: str, title: str) -> str:
     return " ".join(match.group(1).split()) if match else ""
 
 
+SHORT_TITLE_MAX = 80  # GitHub shows shortDescription as the alert's title
+
+
+def short_title(summary: str, name: str) -> str:
+    """The summary's first sentence when it fits in SHORT_TITLE_MAX characters, else the rule's
+    name made readable ("dataparallel-wrap-then-move" -> "Dataparallel wrap then move")."""
+    first = re.match(r"(.+?[.!?])(?=\s|$)", " ".join(summary.split()))
+    if first is not None and len(first.group(1)) <= SHORT_TITLE_MAX:
+        return first.group(1)
+    return name.replace("-", " ").capitalize()
+
+
 def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
     from ..rules import all_rules
 
@@ -61,7 +73,7 @@ def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
             {
                 "id": code,
                 "name": rule.name,
-                "shortDescription": {"text": rule.summary()},
+                "shortDescription": {"text": short_title(rule.summary(), rule.name)},
                 "fullDescription": {"text": full},
                 "help": {"text": explanation, "markdown": explanation},
                 "helpUri": rule_url(code),

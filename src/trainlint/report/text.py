@@ -59,7 +59,8 @@ def headline(d: Diagnostic, ctx: ReportContext) -> str:
 def report_concise(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     for d in diagnostics:
         out.write(headline(d, ctx) + "\n")
-    out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
+    if not ctx.quiet:
+        out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
     if ctx.show_fixes:
         out.write(fixed_summary(ctx))
 
@@ -97,7 +98,8 @@ def report_full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: Text
                     style = "red" if change.startswith("-") else "green"
                     out.write(f"     {paint(change, style, ctx)}\n")
         out.write("\n")
-    out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
+    if not ctx.quiet:
+        out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
     if ctx.show_fixes:
         out.write(fixed_summary(ctx))
 
@@ -142,7 +144,7 @@ def fixed_summary(ctx: ReportContext) -> str:
 
 def summary(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> str:
     parts: List[str] = []
-    if ctx.fix_mode or ctx.fixed:
+    if ctx.fixed:  # a re-run that fixed nothing does not say "Fixed 0 findings"
         parts.append(
             f"Fixed {ctx.fixed} finding{'s' if ctx.fixed != 1 else ''}, "
             f"{len(diagnostics)} remaining."
@@ -160,7 +162,7 @@ def summary(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> str:
     ]
     if infos:
         counts.append(f"{infos} info")
-    if not (ctx.fix_mode or ctx.fixed):
+    if not ctx.fixed:
         parts.append(
             f"Found {len(diagnostics)} finding{'s' if len(diagnostics) != 1 else ''} "
             f"({', '.join(counts)})."
@@ -174,7 +176,8 @@ def summary(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> str:
         if safe:
             parts.append(f"[*] {safe} fixable with `trainlint --fix`.")
         if unsafe:
-            parts.append(f"{unsafe} more with `--unsafe-fixes`.")
+            fixes = "fix" if unsafe == 1 else "fixes"
+            parts.append(f"{unsafe} more {fixes} available with `--unsafe-fixes`.")
     return " ".join(parts)
 
 
@@ -205,7 +208,8 @@ def report_statistics(
         out.write("\n")
         return
     if not rows:
-        out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
+        if not ctx.quiet:
+            out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
         return
     table = [("count", "code", "fixable", "name")] + [
         (str(r["count"]), r["code"], str(r["fixable_count"]), r["name"]) for r in rows
@@ -220,4 +224,5 @@ def report_statistics(
         ]
         line = "  ".join(cells).rstrip()
         out.write((paint(line, "bold", ctx) if i == 0 else line) + "\n")
-    out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")
+    if not ctx.quiet:
+        out.write(paint(summary(diagnostics, ctx), "bold", ctx) + "\n")

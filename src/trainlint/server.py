@@ -1,0 +1,300 @@
+"""`trainlint server`: a Language Server (LSP over stdio) for editors.
+
+An open buffer is checked the way `trainlint check --stdin-filename PATH` checks standard input:
+its text (saved or not) goes to `runner.run` as the contents of PATH, with the settings found for
+PATH (the nearest pyproject.toml, trainlint.toml or .trainlint.toml above it), and nothing is
+written or cached. Diagnostics are published when a buffer is opened, changed or saved, and again
+for every open buffer when a configuration file is saved.
+
+Code actions: one per fix ("Fix TRL201: ..." for safe fixes, "... (unsafe)" for the others),
+"Suppress TRL201 with # noqa" on every finding, and "Fix all safe trainlint findings"
+(`source.fixAll`). Hovering a finding shows its rule's documentation (`trainlint rule CODE`).
+
+Python files only: notebooks (notebook document sync) are not served yet.
+
+pygls and lsprotocol are an optional extra (`lsp`: `pip install ".[lsp]"` in a clone).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import __version__
+from .addnoqa import noqa_edit
+from .config import ConfigError, Settings, load_settings
+from .diagnostics import Diagnostic, Severity
+from .fixes import fixable
+from .source import Source, SourceError
+
+CONFIG_FILES = ("pyproject.toml", "trainlint.toml", ".trainlint.toml")
+_SEVERITIES = {Severity.ERROR: 1, Severity.WARNING: 2, Severity.INFO: 3}  # LSP's numbers
+
+
+@dataclass
+class Checked:
+    """One buffer's text as last checked, and what was found in it."""
+
+    version: Optional[int]
+    text: str
+    source: Optional[Source]
+    findings: List[Diagnostic]
+    settings: Optional[Settings]
+
+
+def check_text(path: Path, text: str, settings: Settings, *, fix: bool = False):
+    """`runner.run` over one unsaved buffer (the path standard input takes): (findings of this
+    file, the RunResult)."""
+    from .runner import run
+    from .selection import Selection
+
+    display = str(path)
+    result = run(
+        [(path, display)],
+        Selection.of(settings),
+        fix=fix,
+        unsafe=False,
+        diff=fix,  # fixes stay in the result, never written: the editor owns the buffer
+        contents={display: text.encode("utf-8")},
+    )
+    return [d for d in result.diagnostics if d.path == display], result
+
+
+def settings_for(path: Path) -> Settings:
+    from .rules import rule_names
+
+    return load_settings([path], rule_names())
+
+
+def create_server():
+    """The pygls server with trainlint's features registered (imports pygls)."""
+    from lsprotocol import types
+    from pygls.lsp.server import LanguageServer
+
+    server = LanguageServer("trainlint", __version__)
+    checked: Dict[str, Checked] = {}
+    shown_errors: Dict[str, str] = {}  # uri -> the configuration error last shown for it
+
+    def lint(uri: str) -> Optional[Checked]:
+        document = server.workspace.get_text_document(uri)
+        path = Path(document.path)
+        if path.suffix != ".py":
+            return None
+        text = document.source
+        findings: List[Diagnostic] = []
+        settings: Optional[Settings] = None
+        source: Optional[Source] = None
+        try:
+            settings = settings_for(path)
+            shown_errors.pop(uri, None)
+        except ConfigError as exc:
+            if shown_errors.get(uri) != str(exc):  # once, not on every keystroke
+                shown_errors[uri] = str(exc)
+                server.window_show_message(
+                    types.ShowMessageParams(types.MessageType.Error, f"trainlint: {exc}")
+                )
+        if settings is not None and not settings.is_excluded(path):
+            findings, result = check_text(path, text, settings)
+            for error in list(result.errors) + [c.describe() for c in result.crashes]:
+                server.window_log_message(
+                    types.LogMessageParams(types.MessageType.Error, f"trainlint: {error}")
+                )
+            try:
+                source = Source.from_bytes(str(path), text.encode("utf-8"))
+            except SourceError:
+                source = None
+        state = Checked(document.version, text, source, findings, settings)
+        checked[uri] = state
+        server.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(
+                uri=uri,
+                version=document.version,
+                diagnostics=[to_lsp(document, state, d) for d in findings],
+            )
+        )
+        return state
+
+    def current(uri: str) -> Optional[Checked]:
+        document = server.workspace.get_text_document(uri)
+        state = checked.get(uri)
+        if state is None or state.version != document.version or state.text != document.source:
+            state = lint(uri)
+        return state
+
+    def position(document, state: Checked, row: int, col: int):
+        """A report position (row 1-based, col 0-based, in characters) in the client's units."""
+        if state.source is None:
+            return types.Position(max(row - 1, 0), col)
+        return document.client_position_at_offset(state.source.offset(row, col))
+
+    def to_range(document, state: Checked, d: Diagnostic):
+        return types.Range(
+            position(document, state, d.row, d.col),
+            position(document, state, d.end_row or d.row, d.end_col),
+        )
+
+    def to_lsp(document, state: Checked, d: Diagnostic):
+        message = f"{d.message}\n{d.help}" if d.help else d.message
+        return types.Diagnostic(
+            range=to_range(document, state, d),
+            message=message,
+            severity=types.DiagnosticSeverity(_SEVERITIES[d.severity]),
+            code=d.code,
+            source="trainlint",
+            data={"name": d.name},
+        )
+
+    def text_edit(document, start: int, end: int, content: str):
+        return types.TextEdit(
+            types.Range(
+                document.client_position_at_offset(start), document.client_position_at_offset(end)
+            ),
+            content,
+        )
+
+    def overlaps(document, state: Checked, d: Diagnostic, wanted) -> bool:
+        found = to_range(document, state, d)
+        before = (found.end.line, found.end.character) < (wanted.start.line, wanted.start.character)
+        after = (found.start.line, found.start.character) > (wanted.end.line, wanted.end.character)
+        return not before and not after
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        lint(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        lint(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        if uri.rsplit("/", 1)[-1] in CONFIG_FILES:
+            for open_uri in list(checked):  # the settings may have changed: check again
+                lint(open_uri)
+        elif uri in checked or uri.endswith(".py"):
+            lint(uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        checked.pop(uri, None)
+        server.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
+        )
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll]
+        ),
+    )
+    def code_action(params: types.CodeActionParams) -> List[Any]:
+        uri = params.text_document.uri
+        document = server.workspace.get_text_document(uri)
+        state = current(uri)
+        if state is None or state.source is None:
+            return []
+        only = params.context.only
+        actions: List[Any] = []
+        if not only or any(str(kind).startswith("quickfix") for kind in only):
+            for d in state.findings:
+                if overlaps(document, state, d, params.range):
+                    actions.extend(finding_actions(document, state, d))
+        if not only or any(
+            str(kind) == "source" or str(kind).startswith("source.fixAll") for kind in only
+        ):
+            fix_all = fix_all_action(document, state)
+            if fix_all is not None:
+                actions.append(fix_all)
+        return actions
+
+    def finding_actions(document, state: Checked, d: Diagnostic) -> List[Any]:
+        uri = document.uri
+        lsp = to_lsp(document, state, d)
+        out = []
+        if d.fix is not None and d.fix.edits:
+            safe = fixable(d, unsafe=False)
+            label = f"Fix {d.code}: {d.fix.message}" + ("" if safe else " (unsafe)")
+            edits = [text_edit(document, e.start, e.end, e.content) for e in d.fix.edits]
+            out.append(
+                types.CodeAction(
+                    title=label,
+                    kind=types.CodeActionKind.QuickFix,
+                    diagnostics=[lsp],
+                    is_preferred=safe,
+                    edit=types.WorkspaceEdit(changes={uri: edits}),
+                )
+            )
+        edit = noqa_edit(state.source, d.text_row or d.row, {d.code}) if state.source else None
+        if edit is not None:
+            out.append(
+                types.CodeAction(
+                    title=f"Suppress {d.code} with # noqa: {d.code}",
+                    kind=types.CodeActionKind.QuickFix,
+                    diagnostics=[lsp],
+                    edit=types.WorkspaceEdit(
+                        changes={uri: [text_edit(document, edit.start, edit.end, edit.content)]}
+                    ),
+                )
+            )
+        return out
+
+    def fix_all_action(document, state: Checked):
+        if state.settings is None or not any(fixable(d, False) for d in state.findings):
+            return None
+        _, result = check_text(Path(document.path), state.text, state.settings, fix=True)
+        fixed = result.states.get(str(Path(document.path)))
+        if fixed is None or fixed.source is None or fixed.source.text == state.text:
+            return None
+        return types.CodeAction(
+            title="Fix all safe trainlint findings",
+            kind=types.CodeActionKind.SourceFixAll,
+            edit=types.WorkspaceEdit(
+                changes={document.uri: [text_edit(document, 0, len(state.text), fixed.source.text)]}
+            ),
+        )
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    def hover(params: types.HoverParams):
+        uri = params.text_document.uri
+        document = server.workspace.get_text_document(uri)
+        state = current(uri)
+        if state is None:
+            return None
+        wanted = types.Range(params.position, params.position)
+        docs = [rule_doc(d) for d in state.findings if overlaps(document, state, d, wanted)]
+        if not docs:
+            return None
+        return types.Hover(
+            contents=types.MarkupContent(types.MarkupKind.Markdown, "\n\n---\n\n".join(docs))
+        )
+
+    return server
+
+
+def rule_doc(d: Diagnostic) -> str:
+    """The hover text of one finding: its headline, then its rule's documentation."""
+    from .rules import get_rule
+
+    rule = get_rule(d.code)
+    return f"**{d.code}** `{rule.name}`: {d.message}\n\n{rule.explanation()}"
+
+
+def serve(argv: Sequence[str] = ()) -> int:
+    """`trainlint server`: serve LSP over stdin/stdout until the client says exit."""
+    try:
+        server = create_server()
+    except ImportError as exc:
+        print(
+            f"error: `trainlint server` needs pygls and lsprotocol, the `lsp` extra ({exc})",
+            file=sys.stderr,
+        )
+        return 2
+    server.start_io()
+    return 0
+
+
+__all__ = ["check_text", "create_server", "rule_doc", "serve"]

@@ -1,0 +1,192 @@
+"""`trainlint server` driven end to end by a real LSP client (pytest-lsp) over stdio.
+
+pygls and pytest-lsp come with the `test` extra (`pip install -e ".[test]"`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+BUGGY = """\
+import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(4, 2)).to("cuda")
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\n", encoding="utf-8")
+    (tmp_path / "train.py").write_text(BUGGY, encoding="utf-8")
+    return tmp_path
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-m", "trainlint", "server"])
+)
+async def client(lsp_client: LanguageClient, workspace: Path):
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=workspace.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def open_document(client: LanguageClient, path: Path, text: str) -> str:
+    uri = path.as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, text))
+    )
+    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    return uri
+
+
+async def change_document(client: LanguageClient, uri: str, version: int, text: str) -> None:
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(version=version, uri=uri),
+            [types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
+    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+
+
+def apply(text: str, edits) -> str:
+    """Apply LSP text edits (ASCII text: characters are UTF-16 units) to `text`."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(pos: types.Position) -> int:
+        return starts[pos.line] + pos.character if pos.line < len(lines) else len(text)
+
+    for edit in sorted(edits, key=lambda e: offset(e.range.start), reverse=True):
+        text = text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end) :]
+    return text
+
+
+def actions_at(client: LanguageClient, uri: str, diagnostic: types.Diagnostic, only=None):
+    return client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            range=diagnostic.range,
+            context=types.CodeActionContext(diagnostics=[diagnostic], only=only),
+        )
+    )
+
+
+@pytest.mark.asyncio
+async def test_diagnostics_fix_action_and_hover(client: LanguageClient, workspace: Path):
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    [diagnostic] = client.diagnostics[uri]
+    assert diagnostic.code == "TRL201"
+    assert diagnostic.source == "trainlint"
+    assert diagnostic.range.start == types.Position(3, 8)
+
+    hover = await client.text_document_hover_async(
+        types.HoverParams(types.TextDocumentIdentifier(uri), diagnostic.range.start)
+    )
+    assert hover is not None
+    assert "dataparallel-wrap-then-move" in hover.contents.value
+    assert "What it does" in hover.contents.value  # the rule's documentation, not the headline
+
+    actions = await actions_at(client, uri, diagnostic)
+    titles = [action.title for action in actions]
+    fix = next(a for a in actions if a.title.startswith("Fix TRL201"))
+    assert not fix.title.endswith("(unsafe)") and fix.is_preferred
+    assert "Suppress TRL201 with # noqa: TRL201" in titles
+    assert "Fix all safe trainlint findings" in titles
+
+    fixed = apply(BUGGY, fix.edit.changes[uri])
+    assert "DataParallel" in fixed and fixed != BUGGY
+    await change_document(client, uri, 2, fixed)
+    assert not client.diagnostics[uri]
+
+
+@pytest.mark.asyncio
+async def test_noqa_action_silences_the_finding(client: LanguageClient, workspace: Path):
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    [diagnostic] = client.diagnostics[uri]
+    actions = await actions_at(client, uri, diagnostic)
+    suppress = next(a for a in actions if a.title.startswith("Suppress"))
+    suppressed = apply(BUGGY, suppress.edit.changes[uri])
+    assert suppressed.splitlines()[3].endswith("# noqa: TRL201")
+    await change_document(client, uri, 2, suppressed)
+    assert not client.diagnostics[uri]
+
+
+@pytest.mark.asyncio
+async def test_unsaved_buffer_and_unsafe_label(client: LanguageClient, workspace: Path):
+    # The buffer is checked, not the file on disk (which stays clean here).
+    path = workspace / "loop.py"
+    path.write_text("x = 1\n", encoding="utf-8")
+    text = (
+        "import torch\n"
+        "def train(model, loader, device):\n"
+        "    for images, labels in loader:\n"
+        "        images = images.to(device)\n"
+        "        loss = torch.nn.functional.cross_entropy(model(images), labels)\n"
+        "        loss.backward()\n"
+    )
+    uri = await open_document(client, path, text)
+    codes = [d.code for d in client.diagnostics[uri]]
+    assert "TRL101" in codes
+    trl101 = next(d for d in client.diagnostics[uri] if d.code == "TRL101")
+    actions = await actions_at(client, uri, trl101)
+    fixes = [a for a in actions if a.title.startswith("Fix TRL101")]
+    assert fixes and all(a.title.endswith("(unsafe)") and not a.is_preferred for a in fixes)
+
+
+@pytest.mark.asyncio
+async def test_workspace_configuration_is_read(client: LanguageClient, workspace: Path):
+    (workspace / "pyproject.toml").write_text(
+        '[tool.trainlint]\nignore = ["TRL201"]\n', encoding="utf-8"
+    )
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    assert not client.diagnostics[uri]
+
+
+@pytest.mark.asyncio
+async def test_fix_all_safe(client: LanguageClient, workspace: Path):
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    [diagnostic] = client.diagnostics[uri]
+    actions = await actions_at(
+        client, uri, diagnostic, only=[types.CodeActionKind.SourceFixAll]
+    )
+    [fix_all] = actions
+    assert fix_all.kind == types.CodeActionKind.SourceFixAll
+    await change_document(client, uri, 2, apply(BUGGY, fix_all.edit.changes[uri]))
+    assert not client.diagnostics[uri]
+
+
+def test_server_without_pygls_says_how_to_install(monkeypatch, capsys):
+    import trainlint.server as server
+
+    monkeypatch.setitem(sys.modules, "pygls.lsp.server", None)
+    assert server.serve() == 2
+    assert "needs pygls and lsprotocol, the `lsp` extra" in capsys.readouterr().err
+
+
+@pytest.mark.asyncio
+async def test_configuration_error_is_shown_once(client: LanguageClient, workspace: Path):
+    (workspace / "pyproject.toml").write_text('[tool.trainlint]\nselct = ["TRL2"]\n')
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    await change_document(client, uri, 2, BUGGY + "\n")
+    errors = [m.message for m in client.messages if m.type == types.MessageType.Error]
+    assert errors == [
+        f"trainlint: {workspace / 'pyproject.toml'}: unknown key 'selct' in [tool.trainlint] "
+        "(did you mean 'select'?)"
+    ]
+    assert not client.diagnostics[uri]
