@@ -277,10 +277,11 @@ def create_server():
 
 def rule_doc(d: Diagnostic) -> str:
     """The hover text of one finding: its headline, then its rule's documentation."""
-    from .rules import get_rule
+    from .rules import all_rules
 
-    rule = get_rule(d.code)
-    return f"**{d.code}** `{rule.name}`: {d.message}\n\n{rule.explanation()}"
+    rule = all_rules()[d.code]
+    help_text = f"\n\n{d.help}" if d.help else ""
+    return f"**{d.code}** `{rule.name}`: {d.message}{help_text}\n\n{rule.explanation()}"
 
 
 def serve(argv: Sequence[str] = ()) -> int:
