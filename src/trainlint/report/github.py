@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..diagnostics import Diagnostic, Severity
-from . import ReportContext
+from . import ReportContext, printable
 from .text import location
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -47,7 +47,7 @@ def annotation(d: Diagnostic, ctx: ReportContext) -> str:
     ]
     props = ",".join(f"{key}={escape_property(value)}" for key, value in properties)
     message = f"{location(d)}: {d.code} {d.message}"
-    return f"::{COMMANDS[d.severity]} {props}::{escape_data(message)}"
+    return printable(f"::{COMMANDS[d.severity]} {props}::{escape_data(message)}")
 
 
 def report(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
