@@ -23,7 +23,9 @@ def notebook(code: str, **extra) -> str:
         "outputs": [],
         "source": code.splitlines(True),
     }
-    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5, **extra})
+    return json.dumps(
+        {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5, **extra}
+    )
 
 
 @pytest.fixture
