@@ -21,6 +21,10 @@ of class pattern or list and roughly quadruples with each mapping, tuple or pare
 cannot be interrupted, so `precheck` weighs every case pattern first (`pattern_weight`) and a
 file with one heavier than `MAX_PATTERN_WEIGHT` is a TRL001 too; real patterns weigh a few units.
 
+A file larger than `MAX_FILE_SIZE` is not parsed at all: libcst's tree and the analyses hold
+about 700 bytes per byte of source (a 1 MB file peaks at 680 MB), so a 10 MB generated file would
+need 7 GB, and under a memory limit the native parser aborts the whole process.
+
 Python is also the authority on syntax: code that libcst accepts but Python rejects (`f() = 1`)
 does not run, so it is a TRL001 too.
 
@@ -42,6 +46,9 @@ import libcst as cst
 
 # How deep the tree may nest (libcst-like levels, see `nesting_depth`) for trainlint to analyse it.
 MAX_DEPTH = 200
+# The largest text analysed, in UTF-8 bytes (for a notebook, of its code cells): the
+# `max-file-size` setting's default. The largest file of the corpus is 224 kB.
+MAX_FILE_SIZE = 1024 * 1024
 # The heaviest case pattern handed to libcst (`pattern_weight`): about 2**16 steps of its parser's
 # backtracking, 0.2-0.4 s (measured with libcst 1.8 on the shapes in tests/test_parse_guard.py).
 MAX_PATTERN_WEIGHT = 16
@@ -98,8 +105,14 @@ def python_parse(text: str) -> Verdict:
         return Verdict(None, Problem(f"cannot parse: {exc}", 1, 0))
 
 
-def precheck(text: str, max_depth: int = MAX_DEPTH) -> Verdict:
-    """Python's tree, or the reason the file must not be handed to libcst."""
+def precheck(
+    text: str, max_depth: int = MAX_DEPTH, max_size: Optional[int] = MAX_FILE_SIZE
+) -> Verdict:
+    """Python's tree, or the reason the file must not be handed to libcst (`max_size`: the
+    largest text in UTF-8 bytes, None for no limit)."""
+    too_large = size_problem(text, max_size)
+    if too_large is not None:
+        return Verdict(None, too_large)
     verdict = python_parse(text)
     if verdict.tree is None:
         return verdict
@@ -216,6 +229,29 @@ def _char_offset(lines: List[str], row: int, byte_col: int) -> int:
     if line.isascii():
         return offset + byte_col
     return offset + len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+
+def size_problem(text: str, max_size: Optional[int] = MAX_FILE_SIZE) -> Optional[Problem]:
+    """Why a text over `max_size` UTF-8 bytes is not analysed (None when it is not over)."""
+    if max_size is None or len(text) * 4 <= max_size:  # no character is more than 4 bytes
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= max_size:
+        return None
+    return Problem(
+        f"skipped: the code is {_size(size)}, over the {_size(max_size)} trainlint analyses "
+        "in one file (the `max-file-size` setting); not analysed",
+        1,
+        0,
+    )
+
+
+def _size(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MiB"
+    if size >= 1024:
+        return f"{size / 1024:.0f} KiB"
+    return f"{size} bytes"
 
 
 # libcst's own node validation hook, replaced by a no-op while `parse_checked` parses.
