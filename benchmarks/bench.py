@@ -1,4 +1,4 @@
-"""How fast trainlint is, as ratios against its budgets (DESIGN.md §5, issue 7).
+"""How fast trainlint is, as ratios against its budgets (docs/architecture.md, "Speed budget").
 
     python benchmarks/bench.py                 # a corpus generated from fixtures/ and examples/
     python benchmarks/bench.py PATH --repeat 5 # any folder of training code
@@ -104,8 +104,10 @@ def files_of(folder: Path) -> List[Path]:
     """The files `trainlint check FOLDER` looks at (its own discovery, so excludes agree)."""
     from trainlint.config import load_settings
     from trainlint.files import discover
+    from trainlint.rules import rule_names
 
-    return [path for path, _display in discover([folder], load_settings([folder])).files]
+    settings = load_settings([folder], rule_names())
+    return [path for path, _display in discover([folder], settings).files]
 
 
 def texts_of(files: Sequence[Path]) -> List[str]:

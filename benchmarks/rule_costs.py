@@ -67,6 +67,7 @@ def costs(folder: Path, repeat: int) -> List[Tuple[str, float]]:
 
     from trainlint import engine
     from trainlint.config import Settings
+    from trainlint.context import FileContext
     from trainlint.diagnostics import FileResult
     from trainlint.parse_guard import precheck
     from trainlint.rules import all_rules
@@ -81,7 +82,7 @@ def costs(folder: Path, repeat: int) -> List[Tuple[str, float]]:
             for source, module, ast_tree in loaded:
                 # The tree is built here, as `check` builds it right before the rules: the walk
                 # remembers the children of the latest tree only.
-                ctx = engine.FileContext(source, module, Tree(module), settings)
+                ctx = FileContext(source, module, Tree(module), settings)
                 ctx.positions.ast_tree = ast_tree
                 to_run = engine.rules_to_run(source.text, rule_classes)
                 engine.run_rules(ctx, to_run, FileResult(path=source.path))

@@ -28,12 +28,14 @@ def _cache_outside_the_repository(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def register_rule(monkeypatch):
-    """register_rule(RuleClass): the registry holds that rule too, for this test."""
+    """register_rule(RuleClass): the registry holds that rule too, for this test (and the
+    stored catalog, which describes the rules on disk only, is not used)."""
     from trainlint import rules as registry
 
     def register(rule):
         with_rule = {**registry.all_rules(), rule.code: rule}
         monkeypatch.setattr(registry, "_discover", lambda: with_rule)
+        monkeypatch.setattr(registry.catalog, "stored", lambda: None)
 
     return register
 
@@ -47,9 +49,9 @@ def checked_here(monkeypatch):
     seen = []
     real = runner.check_source
 
-    def recording(source, settings):
+    def recording(source, selection):
         seen.append(source.path)
-        return real(source, settings)
+        return real(source, selection)
 
     monkeypatch.setattr(runner, "check_source", recording)
     return seen

@@ -1,6 +1,6 @@
 """Helpers for fixture-driven tests: discovering fixtures and reading their `# expect:` marks.
 
-Conventions (DESIGN §2):
+Conventions (docs/architecture.md, "Adding a rule"):
 - fixtures/rules/<CODE>/<name>.py is an input; every line that must be flagged ends with
   `# expect: <CODE>` (several codes comma-separated; `<CODE>[error]` also pins the severity).
 - <name>.fixed.py is the expected result of `--fix` with only that rule selected, and
@@ -23,6 +23,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from trainlint.config import Settings
 from trainlint.files import discover
 from trainlint.runner import RunResult, run
+from trainlint.selection import Selection
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -113,7 +114,7 @@ def lint(paths: List[Path], select: List[str], root: Optional[Path] = None, **kw
     settings = settings_for(select, root, unsafe=kwargs.get("unsafe", False))
     found = discover(paths, settings)
     assert not found.errors, found.errors
-    return run(found.files, settings, **kwargs)
+    return run(found.files, Selection.of(settings), **kwargs)
 
 
 def codes_checked(code: str, expected: Dict[Tuple[int, str], Optional[str]]) -> Set[str]:

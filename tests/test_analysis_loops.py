@@ -1,4 +1,4 @@
-"""analysis/loops.py and analysis/frameworks.py on the shapes real training code takes."""
+"""analysis/loop/structure.py, loop/loaders.py and base/frameworks.py on real training code."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.frameworks import Frameworks
-from trainlint.analysis.loops import Loops
+from trainlint.analysis.base.frameworks import Frameworks
+from trainlint.analysis.loop.structure import Loops
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

@@ -1,5 +1,5 @@
-"""nn.Module classes as plain data (analysis/modules.py) and DP/DDP wrap sites (analysis/wraps.py):
-the facts TRL301 and TRL203 join across files."""
+"""nn.Module classes as plain data (analysis/project/modules.py) and DP/DDP wrap sites
+(analysis/parallel/wraps.py): the facts TRL301 and TRL203 join across files."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import textwrap
 
 import libcst as cst
 
-from trainlint.analysis.hierarchy import file_facts
-from trainlint.analysis.modules import ALL, Modules
-from trainlint.analysis.wraps import Wraps
+from trainlint.analysis.parallel.wraps import Wraps
+from trainlint.analysis.project.hierarchy import file_facts
+from trainlint.analysis.project.modules import ALL, Modules
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

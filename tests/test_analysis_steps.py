@@ -1,4 +1,4 @@
-"""analysis/steps.py: events, flows through if/try/helpers/loops, grad mode, owned code."""
+"""analysis/loop/steps.py: events, flows through if/try/helpers/loops, grad mode, owned code."""
 
 from __future__ import annotations
 
@@ -7,16 +7,11 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.steps import (
-    Repeat,
-    TrainingSteps,
-    events_of,
-    mode_free_model,
-    own_events,
-    run,
-)
+from trainlint.analysis.base.dataflow import Repeat, events_of, own_events, run
+from trainlint.analysis.loop.modes import mode_free_model
+from trainlint.analysis.loop.steps import TrainingSteps
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

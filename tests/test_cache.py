@@ -18,6 +18,8 @@ from trainlint import cli, runner
 from trainlint.cache import Cache, result_from_json, result_to_json
 from trainlint.config import Settings, load_settings
 from trainlint.files import discover
+from trainlint.rules import rule_names
+from trainlint.selection import Selection
 
 
 @pytest.fixture
@@ -33,8 +35,9 @@ def project(tmp_path, monkeypatch):
 
 def run_cached(settings, cache_dir, paths=(".",), whole_project=False):
     found = discover([Path(p) for p in paths], settings)
-    cache = Cache(cache_dir, settings)
-    result = runner.run(found.files, settings, cache=cache, jobs=1, whole_project=whole_project)
+    selection = Selection.of(settings)
+    cache = Cache(cache_dir, selection)
+    result = runner.run(found.files, selection, cache=cache, jobs=1, whole_project=whole_project)
     return result, cache
 
 
@@ -47,7 +50,7 @@ def findings(result):
 
 def test_warm_run_reports_exactly_what_the_cold_run_did_over_the_fixtures(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
-    settings = load_settings([RULE_FIXTURES])
+    settings = load_settings([RULE_FIXTURES], rule_names())
     settings.select = ["ALL"]
     paths = [os.path.relpath(RULE_FIXTURES), os.path.relpath(CLEAN)]
     cold, cold_cache = run_cached(settings, tmp_path / "c", paths)
@@ -175,12 +178,12 @@ def test_concurrent_writers_and_readers_only_ever_see_whole_entries(project, tmp
     seen = []
 
     def write():
-        cache = Cache(tmp_path / "c", settings)
+        cache = Cache(tmp_path / "c", Selection.of(settings))
         for _ in range(50):
             cache.put("train.py", Path("train.py"), data, result)
 
     def read():
-        cache = Cache(tmp_path / "c", settings)
+        cache = Cache(tmp_path / "c", Selection.of(settings))
         for _ in range(200):
             seen.append(cache.get("train.py", Path("train.py"), data))
 

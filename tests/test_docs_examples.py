@@ -11,6 +11,7 @@ import yaml
 
 from fixture_support import REPO
 from trainlint import cli, rule_url
+from trainlint.cli.parser import build_parser, normalise_argv
 from trainlint.rules import all_rules
 
 README = (REPO / "README.md").read_text()
@@ -36,9 +37,9 @@ def test_readme_has_github_actions_examples_for_annotations_and_sarif():
     commands = [args for workflow in found for args in trainlint_commands(workflow)]
     formats = {args[args.index("--output-format") + 1] for args in commands}
     assert formats == {"github", "sarif"}
-    parser = cli.build_parser()
+    parser = build_parser()
     for args in commands:
-        parsed = parser.parse_args(cli._normalise_argv(args))
+        parsed = parser.parse_args(normalise_argv(args))
         assert parsed.command == "check"
     sarif = next(w for w in found if "security-events" in w.get("permissions", {}))
     steps = sarif["jobs"]["trainlint"]["steps"]

@@ -88,8 +88,7 @@ def test_write_atomic_refuses_read_only(tmp_path):
     assert target.read_bytes() == b"old\n"
 
 
-def test_a_fix_that_breaks_the_file_is_rolled_back(tmp_path, monkeypatch, capsys):
-    from trainlint import rules as registry
+def test_a_fix_that_breaks_the_file_is_rolled_back(tmp_path, monkeypatch, capsys, register_rule):
 
     class Breaker(Rule):
         code = "TRL998"
@@ -101,8 +100,7 @@ def test_a_fix_that_breaks_the_file_is_rolled_back(tmp_path, monkeypatch, capsys
                 node, "breaks", fix=self.safe_fix("break it", self.ctx.replace(node, "((("))
             )
 
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL998": Breaker})
+    register_rule(Breaker)
     target = tmp_path / "t.py"
     original = "import torch\nx = torch.zeros(3)\n"
     target.write_text(original)
@@ -115,9 +113,8 @@ def test_a_fix_that_breaks_the_file_is_rolled_back(tmp_path, monkeypatch, capsys
     assert target.read_text() == original
 
 
-def test_fixes_reach_a_fixpoint_in_rounds(tmp_path, monkeypatch, capsys):
+def test_fixes_reach_a_fixpoint_in_rounds(tmp_path, monkeypatch, capsys, register_rule):
     """A fix that makes a second finding appear (or overlap) is applied in a later round."""
-    from trainlint import rules as registry
 
     class Wrap(Rule):
         code = "TRL997"
@@ -133,8 +130,7 @@ def test_fixes_reach_a_fixpoint_in_rounds(tmp_path, monkeypatch, capsys):
                         value, "grow", fix=self.safe_fix("grow", self.ctx.replace(value, new))
                     )
 
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL997": Wrap})
+    register_rule(Wrap)
     target = tmp_path / "t.py"
     target.write_text("import torch\nx = 0\n")
     (tmp_path / "pyproject.toml").write_text("")

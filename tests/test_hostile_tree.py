@@ -21,6 +21,7 @@ from trainlint import gitignore as gitignore_module
 from trainlint.cache import Cache
 from trainlint.config import Settings
 from trainlint.files import discover
+from trainlint.selection import Selection
 from trainlint.source import read_regular_file
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -142,8 +143,7 @@ def test_project_file_digest_does_not_open_a_fifo(tmp_path):
 def test_cache_get_of_a_fifo_entry_is_a_miss(tmp_path):
     if not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs here")
-    settings = Settings(root=tmp_path)
-    cache = Cache(tmp_path / "cache", settings)
+    cache = Cache(tmp_path / "cache", Selection.of(Settings(root=tmp_path)))
     entry = cache._entry_path("x.py", tmp_path / "x.py", cache._settings_key("x.py"))
     entry.parent.mkdir(parents=True)
     os.mkfifo(entry)

@@ -1,5 +1,5 @@
-"""analysis/mmconfig.py: MM-style configs read without executing them, and their `_base_` chains
-merged with MMEngine's semantics."""
+"""analysis/project/mmconfig.py: MM-style configs read without executing them, and their
+`_base_` chains merged with MMEngine's semantics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from trainlint import engine
-from trainlint.analysis.mmconfig import (
+from trainlint.analysis.project.mmconfig import (
     checkpointed_layers,
     find_unused_setting,
     merge,
@@ -15,13 +15,16 @@ from trainlint.analysis.mmconfig import (
 )
 from trainlint.config import Settings
 from trainlint.rules import all_rules
+from trainlint.selection import Selection
 from trainlint.source import Source
 
 
 def config_facts(text: str, path: str = "configs/x.py"):
     settings = Settings(root=Path("."))
     result = engine.check(
-        Source(path=path, text=textwrap.dedent(text)), settings, rules=[all_rules()["TRL302"]]
+        Source(path=path, text=textwrap.dedent(text)),
+        Selection.of(settings),
+        rules=[all_rules()["TRL302"]],
     )
     facts = result.facts.get("TRL302") or {}
     return facts.get("config")

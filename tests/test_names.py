@@ -1,4 +1,5 @@
-"""Qualified names through imports and aliases (analysis/names.py) and the scopes under them."""
+"""Qualified names through imports and aliases (analysis/base/names.py), and the scopes under
+them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import libcst as cst
 import pytest
 
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.source import Source
 from trainlint.walk import Tree
 

@@ -157,6 +157,28 @@ def test_ipython_syntax_is_masked_and_cell_magics_of_other_languages_are_left_ou
         assert source.cell_of(first) == (number, 1)
 
 
+def test_wildcard_help_search_is_ipython_not_a_syntax_error():
+    # `torch.*Tensor?` is IPython's wildcard object search (it runs %psearch).
+    assert mask_cell("torch.*Tensor?\n") == "...\n"
+    assert mask_cell("?torch.*Tensor\n") == "...\n"
+    assert mask_cell("torch.nn.*Loss??\n") == "...\n"
+    nb = notebook(code_cell("import torch"), code_cell("torch.*Tensor?"))
+    assert Source.from_bytes("nb.ipynb", dumps(nb).encode()).notebook.broken == []
+
+
+def test_a_cell_indented_as_a_whole_is_left_out_not_reported():
+    # IPython strips an indentation shared by every line of a cell before running it, so such
+    # a cell runs; it is not analysed (its columns would not map back), and not a TRL001.
+    indented = " x = torch.ones(3)\n for i in range(3):\n     x = x * 2\n print(x)"
+    nb = notebook(code_cell("import torch"), code_cell(indented), code_cell("print 'py2'"))
+    source = Source.from_bytes("nb.ipynb", dumps(nb).encode())
+    assert [cell for cell, *_ in source.notebook.broken] == [3]
+    assert [number for number, _ in source.cells] == [1]
+    # An indented cell that does not parse even dedented is still a syntax error.
+    broken = notebook(code_cell(" x = (1,\n y = 2"))
+    assert [c for c, *_ in Source.from_bytes("b.ipynb", dumps(broken).encode()).notebook.broken] == [1]
+
+
 def test_a_cell_that_does_not_parse_is_reported_and_the_others_are_checked(
     project, monkeypatch, capsys
 ):
@@ -341,11 +363,11 @@ def _edge_rule():
     return Edges
 
 
-def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(project, monkeypatch, capsys):
-    from trainlint import rules as registry
+def test_lines_added_at_the_edges_of_a_cell_stay_in_that_cell(
+    project, monkeypatch, capsys, register_rule
+):
 
-    real = dict(registry.all_rules())
-    monkeypatch.setattr(registry, "_discover", lambda: {**real, "TRL998": _edge_rule()})
+    register_rule(_edge_rule())
     nb = notebook(
         code_cell("import torch\nimport torch.nn as nn"),
         code_cell("model = nn.DataParallel(nn.Linear(2, 2))"),  # one line: both edges

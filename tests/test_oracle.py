@@ -1,6 +1,7 @@
-"""Proof by execution (DESIGN §6): for every fixtures/oracle/<CODE>/, `bad.py` really fails on CPU
-PyTorch with the error the rule documents, `good.py` (the fixed version) runs, and trainlint
-reports <CODE> on bad.py and nothing of that code on good.py.
+"""Proof by execution (docs/architecture.md, "Proof by execution"): for every
+fixtures/oracle/<CODE>/, `bad.py` really fails on CPU PyTorch with the error the rule documents,
+`good.py` (the fixed version) runs, and trainlint reports <CODE> on bad.py and nothing of that
+code on good.py.
 
 bad.py names the expected failure in a comment: `# oracle-expect: <text in the output>`.
 A good.py that carries `# oracle-fix: trainlint` must be exactly what `trainlint --fix

@@ -17,6 +17,7 @@ from test_cli import Exploding
 from trainlint import cli, runner, workers
 from trainlint.config import load_settings
 from trainlint.diagnostics import Severity
+from trainlint.rules import rule_names
 from trainlint.rules.base import Rule
 
 
@@ -170,7 +171,7 @@ def _still_running(pid: int) -> bool:
 
 
 def test_settings_cross_to_workers_intact():
-    settings = load_settings([FIXTURES])
+    settings = load_settings([FIXTURES], rule_names())
     settings.per_file_ignores = {"tests/*.py": ["TRL1"]}
     settings.options = {"device-movers": ["to_gpu"]}
     assert pickle.loads(pickle.dumps(settings)) == settings

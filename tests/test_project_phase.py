@@ -10,6 +10,8 @@ from trainlint.config import Settings
 from trainlint.diagnostics import Severity
 from trainlint.project import Project, run_project_phase
 from trainlint.rules.base import Rule
+from trainlint.rules.catalog import RuleInfo
+from trainlint.selection import Selection
 from trainlint.source import Source
 
 
@@ -47,25 +49,30 @@ class DefinedHereUsedElsewhere(Rule):
                     yield project.candidate(path, cls.code, key, severity=Severity.ERROR)
 
 
-def _result(path: str, text: str, settings: Settings):
-    return engine.check(Source(path=path, text=text), settings, rules=[DefinedHereUsedElsewhere])
+def _selection(settings: Settings) -> Selection:
+    """The run's selection when the rules are TRL999 alone (enabled everywhere)."""
+    rule = DefinedHereUsedElsewhere
+    info = RuleInfo(rule.code, rule.name, True, True, rule.__module__, rule.__qualname__)
+    return Selection(settings, {"TRL999": info})
 
 
-def _codes_ok(monkeypatch, settings):
-    monkeypatch.setattr(type(settings), "codes_for", lambda self, path: frozenset({"TRL999"}))
+def _result(path: str, text: str, selection: Selection):
+    return engine.check(Source(path=path, text=text), selection, rules=[DefinedHereUsedElsewhere])
 
 
-def test_candidates_are_confirmed_across_files(tmp_path, monkeypatch):
+def test_candidates_are_confirmed_across_files(tmp_path):
     settings = Settings(root=tmp_path)
-    _codes_ok(monkeypatch, settings)
+    selection = _selection(settings)
     results = {
         "models.py": _result(
-            "models.py", "def build():\n    pass\n\ndef unused():\n    pass\n", settings
+            "models.py", "def build():\n    pass\n\ndef unused():\n    pass\n", selection
         ),
-        "train.py": _result("train.py", "from models import build\nbuild()\n", settings),
+        "train.py": _result("train.py", "from models import build\nbuild()\n", selection),
     }
     found, crashes = run_project_phase(
-        [DefinedHereUsedElsewhere], Project(root=tmp_path, settings=settings, results=results)
+        [DefinedHereUsedElsewhere],
+        Project(root=tmp_path, settings=settings, results=results),
+        selection,
     )
     assert not crashes
     assert [(d.path, d.row, d.col, d.severity, d.message) for d in found] == [
@@ -73,9 +80,9 @@ def test_candidates_are_confirmed_across_files(tmp_path, monkeypatch):
     ]
 
 
-def test_facts_of_a_file_outside_the_run_come_through_the_loader_once(tmp_path, monkeypatch):
+def test_facts_of_a_file_outside_the_run_come_through_the_loader_once(tmp_path):
     settings = Settings(root=tmp_path)
-    _codes_ok(monkeypatch, settings)
+    selection = _selection(settings)
     (tmp_path / "lib").mkdir()
     extra = tmp_path / "lib" / "extra.py"
     extra.write_text("unused()\n")
@@ -83,17 +90,17 @@ def test_facts_of_a_file_outside_the_run_come_through_the_loader_once(tmp_path, 
 
     def loader(path):
         loads.append(path)
-        return _result(str(path), path.read_text(), settings)
+        return _result(str(path), path.read_text(), selection)
 
-    results = {"m.py": _result("m.py", "def unused():\n    pass\n", settings)}
+    results = {"m.py": _result("m.py", "def unused():\n    pass\n", selection)}
     project = Project(root=tmp_path, settings=settings, results=results, loader=loader)
-    found, crashes = run_project_phase([DefinedHereUsedElsewhere], project)
+    found, crashes = run_project_phase([DefinedHereUsedElsewhere], project, selection)
     assert not crashes and found == []
     project.facts_of(extra, "TRL999")
     assert loads == [extra.resolve()]
     # Without a loader (flake8) only the files given are evidence: the finding stays.
     alone = Project(root=tmp_path, settings=settings, results=results)
-    found, _ = run_project_phase([DefinedHereUsedElsewhere], alone)
+    found, _ = run_project_phase([DefinedHereUsedElsewhere], alone, selection)
     assert [d.row for d in found] == [1]
     assert not alone.complete and project.complete
 

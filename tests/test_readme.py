@@ -36,17 +36,20 @@ def test_rule_table_lists_every_rule():
     rows = {}
     for line in README.splitlines():
         match = re.match(
-            r"\| \[(TRL\d{3})\]\([^)]*\) \| ([a-z0-9-]+) \| (\w+)[^|]* \| (\w+) \|", line
+            r"\| \[(TRL\d{3})\]\([^)]*\) \| ([a-z0-9-]+) \| (\w+)[^|]* \| (\w+) \| (\w+) \|",
+            line,
         )
         if match:
             rows[match.group(1)] = match.groups()[1:]
     rules = all_rules()
     assert sorted(rows) == sorted(rules)
     for code, rule in rules.items():
-        name, severity, fix = rows[code]
+        name, severity, fix, default = rows[code]
         assert name == rule.name, code
         assert severity == rule.severity.value, code
         assert fix == rule.fix_label(), code
+        expected = "off" if not rule.default_enabled() else "preview" if rule.preview else "on"
+        assert default == expected, code
 
 
 def test_generated_docs_are_up_to_date():

@@ -26,6 +26,7 @@ from trainlint.diagnostics import Severity
 from trainlint.fixes import apply_edits, apply_fixes
 from trainlint.project import Project, run_project_phase
 from trainlint.rules import all_rules
+from trainlint.selection import Selection
 from trainlint.source import Source
 
 # -- pathological shapes -------------------------------------------------------------------------
@@ -161,11 +162,14 @@ FIX_CASES = _fix_cases()
 def _check(text, path, select):
     settings = Settings(root=path.parent)
     settings.select = list(select)
-    result = engine.check(Source.from_bytes(str(path), text.encode("utf-8")), settings)
+    selection = Selection.of(settings)
+    result = engine.check(Source.from_bytes(str(path), text.encode("utf-8")), selection)
     # Project rules (TRL301) report, and offer their fixes, from the project phase: with this
     # one file as the project, as under flake8.
     project = Project(root=path.parent, settings=settings, results={str(path): result})
-    joined, _ = run_project_phase([r for r in all_rules().values() if r.project], project)
+    joined, _ = run_project_phase(
+        [r for r in all_rules().values() if r.project], project, selection
+    )
     return result.diagnostics + joined
 
 

@@ -11,10 +11,10 @@ import libcst as cst
 import pytest
 
 from fixture_support import RULE_FIXTURES, lint
-from trainlint.analysis.devices import MOVED, UNPLACED, WRAPPED, Moves
-from trainlint.analysis.loops import BatchFlow
+from trainlint.analysis.device.moves import MOVED, Moves, UNPLACED, WRAPPED
+from trainlint.analysis.loop.batchflow import BatchFlow
 from trainlint.config import Settings
-from trainlint.engine import FileContext
+from trainlint.context import FileContext
 from trainlint.flake8_plugin import TrainlintChecker
 from trainlint.source import Source
 from trainlint.walk import Tree

@@ -9,6 +9,7 @@ from trainlint import engine
 from trainlint.config import Settings
 from trainlint.project import Project, run_project_phase
 from trainlint.rules import all_rules
+from trainlint.selection import Selection
 from trainlint.source import Source
 
 PROJECT = RULE_FIXTURES / "TRL203" / "zoedepth_project"
@@ -29,9 +30,10 @@ def test_without_a_loader_the_model_file_alone_is_quiet():
     settings = Settings(root=PROJECT)
     settings.select = ["TRL203"]
     path = PROJECT / "models" / "core.py"
-    result = engine.check(Source(path=str(path), text=path.read_text()), settings)
+    selection = Selection.of(settings)
+    result = engine.check(Source(path=str(path), text=path.read_text()), selection)
     project = Project(root=PROJECT, settings=settings, results={str(path): result})
-    found, crashes = run_project_phase([all_rules()["TRL203"]], project)
+    found, crashes = run_project_phase([all_rules()["TRL203"]], project, selection)
     assert not crashes and found == []
 
 

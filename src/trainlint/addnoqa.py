@@ -98,7 +98,7 @@ def _edit_for(source, row: int, codes: Set[str]):
 def _rows_without_room(text: str):
     """Rows whose end is inside a multi-line string or continued with a backslash (a comment
     there would change the code); None when the text does not tokenize."""
-    from .source import split_lines
+    from .lines import split_lines
 
     blocked: Set[int] = set()
     commented: Set[int] = set()

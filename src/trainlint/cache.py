@@ -24,12 +24,15 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from . import __version__
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult
 from .source import read_regular_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .selection import Selection
 
 CACHE_DIR_NAME = ".trainlint_cache"
 CACHE_DIR_ENV = "TRAINLINT_CACHE_DIR"
@@ -112,30 +115,29 @@ def _package_module_file(module: str) -> Optional[str]:
 class Cache:
     """Per-file results of one run's settings, read and written under `directory`."""
 
-    def __init__(self, directory: Path, settings: Settings) -> None:
+    def __init__(self, directory: Path, selection: "Selection") -> None:
         self.directory = Path(directory)
-        self.settings = settings
+        self.selection = selection
+        self.settings = selection.settings
         self.code = code_fingerprint()
-        # The settings are final for the run: what they enable is worked out once, and each
-        # file's settings key once (get and put both need it).
-        self._enabled = settings.enabled_codes()
+        # The settings are final for the run: each file's settings key is worked out once (get
+        # and put both need it).
         self._settings_keys: Dict[str, str] = {}
         self.writable = True  # turned off at the first failed write
         self.hits = 0
         self.misses = 0
 
     @classmethod
-    def for_settings(cls, settings: Settings, directory: Optional[Path] = None) -> "Cache":
-        return cls(directory if directory is not None else default_cache_dir(settings), settings)
+    def for_selection(cls, selection: "Selection", directory: Optional[Path] = None) -> "Cache":
+        settings = selection.settings
+        return cls(directory if directory is not None else default_cache_dir(settings), selection)
 
     # -- keys ---------------------------------------------------------------------------------
 
     def _settings_key(self, display: str) -> str:
         key = self._settings_keys.get(display)
         if key is None:
-            key = self._settings_keys[display] = self.settings.file_fingerprint(
-                display, self._enabled
-            )
+            key = self._settings_keys[display] = self.selection.file_fingerprint(display)
         return key
 
     def _entry_path(self, display: str, path: Path, settings_key: str) -> Path:
@@ -188,7 +190,7 @@ class Cache:
         digest = hashlib.sha256(
             json.dumps(
                 [
-                    PROJECT_FORMAT, __version__, self.code, sorted(self._enabled),
+                    PROJECT_FORMAT, __version__, self.code, sorted(self.selection.enabled),
                     self.settings.per_file_ignores, self.settings.options,
                     str(self.settings.root), os.getcwd(),  # messages name files from here
                     whole,

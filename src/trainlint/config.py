@@ -1,9 +1,13 @@
 """Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, plus the options rules declare
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, plus the options rules declare
 (`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
+
+Configuration knows the rules only through `RuleNames` (their codes, and the option keys they
+declare), which the caller passes in: reading settings never imports the rule registry, and which
+rules a run enables is decided once, from these Settings, in selection.py.
 """
 
 from __future__ import annotations
@@ -55,6 +59,16 @@ class ConfigError(Exception):
     """A configuration problem, shown as one line; exit code 2."""
 
 
+@dataclass(frozen=True)
+class RuleNames:
+    """What reading the configuration needs to know of the rules: their codes (a selector must
+    name one) and the option keys they declare (`Rule.options`; asked only when a table holds
+    keys that are not trainlint's own, because answering imports every rule)."""
+
+    codes: Tuple[str, ...]
+    options: Callable[[], Dict[str, type]]
+
+
 @dataclass
 class Settings:
     select: Optional[List[str]] = None  # None: the default set (every rule that is not info)
@@ -66,26 +80,31 @@ class Settings:
     force_exclude: bool = False
     respect_gitignore: bool = True  # skip what .gitignore files ignore when walking folders
     unsafe_fixes: bool = False
+    # Preview rules (not yet precise enough to be on by default) join the default set.
+    preview: bool = False
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
     config_path: Optional[Path] = None
 
     # -- which rules run ----------------------------------------------------------------------
 
-    def enabled_codes(self) -> FrozenSet[str]:
-        from .rules import rule_catalog
+    def selects(self, code: str, default_on: bool, preview: bool = False) -> bool:
+        """Do select / extend-select / ignore turn rule `code` on (before per-file-ignores)?
 
-        enabled = set()
-        for code, rule in rule_catalog().items():
-            if _selected(code, rule.default_enabled, self.select, self.extend_select, self.ignore):
-                enabled.add(code)
-        return frozenset(enabled)
+        A preview rule (`preview=True`) outside preview mode is on only when its exact code is
+        selected: `ALL` and prefixes, like the default set, leave it off (as in ruff)."""
+        if preview and not self.preview:
+            return _selected(
+                code,
+                False,
+                [s for s in self.select or () if s.upper() == code],
+                [s for s in self.extend_select if s.upper() == code],
+                self.ignore,
+            )
+        return _selected(code, default_on, self.select, self.extend_select, self.ignore)
 
-    def codes_for(self, path: str, enabled: Optional[FrozenSet[str]] = None) -> FrozenSet[str]:
-        """Enabled codes for one file, after per-file-ignores (`enabled`: enabled_codes(), when
-        the caller has it already)."""
-        if enabled is None:
-            enabled = self.enabled_codes()
+    def codes_for(self, path: str, enabled: FrozenSet[str]) -> FrozenSet[str]:
+        """The `enabled` codes (selection.py) that per-file-ignores leave on for one file."""
         if not self.per_file_ignores:
             return enabled
         ignored: List[str] = []
@@ -113,7 +132,7 @@ class Settings:
         """Does `exclude`/`extend-exclude` match this path relative to the root?"""
         return _any_matches(tuple(self.exclude) + tuple(self.extend_exclude))(rel_posix)
 
-    def file_fingerprint(self, path: str, enabled: Optional[FrozenSet[str]] = None) -> str:
+    def file_fingerprint(self, path: str, enabled: FrozenSet[str]) -> str:
         """Everything in the settings that changes one file's per-file result: its enabled codes
         after per-file-ignores, and the rule options (not excludes or the output format, which
         decide whether and how a file is reported, not what its result is)."""
@@ -245,6 +264,7 @@ _CORE_KEYS: Dict[str, Any] = {
     "force-exclude": bool,
     "respect-gitignore": bool,
     "unsafe-fixes": bool,
+    "preview": bool,
 }
 
 
@@ -299,19 +319,14 @@ def load_table(path: Path) -> Dict[str, Any]:
     return table
 
 
-def known_keys() -> Dict[str, Any]:
-    from .rules import all_rules
-
+def known_keys(rules: RuleNames) -> Dict[str, Any]:
     keys = dict(_CORE_KEYS)
-    for rule in all_rules().values():
-        keys.update(rule.options)
+    keys.update(rules.options())
     return keys
 
 
-def validate_codes(codes: Iterable[str], where: str) -> List[str]:
-    from .rules import rule_catalog
-
-    known = list(rule_catalog())
+def validate_codes(codes: Iterable[str], where: str, known: Sequence[str]) -> List[str]:
+    """The selectors of `codes`, upper-cased; each must be ALL or a prefix of a `known` code."""
     out = []
     for raw in codes:
         if not isinstance(raw, str):
@@ -325,9 +340,11 @@ def validate_codes(codes: Iterable[str], where: str) -> List[str]:
     return out
 
 
-def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settings:
+def settings_from_table(
+    table: Dict[str, Any], where: str, root: Path, rules: RuleNames
+) -> Settings:
     # The rules' own keys need the rules imported: only when the table has other keys.
-    keys = dict(_CORE_KEYS) if all(key in _CORE_KEYS for key in table) else known_keys()
+    keys = dict(_CORE_KEYS) if all(key in _CORE_KEYS for key in table) else known_keys(rules)
     settings = Settings(root=root)
     for key, value in table.items():
         expected = keys.get(key)
@@ -342,11 +359,11 @@ def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settin
         if expected is list and not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: {key!r} must be a list of strings")
     if "select" in table:
-        settings.select = validate_codes(table["select"], f"{where}: select")
+        settings.select = validate_codes(table["select"], f"{where}: select", rules.codes)
     settings.extend_select = validate_codes(
-        table.get("extend-select", []), f"{where}: extend-select"
+        table.get("extend-select", []), f"{where}: extend-select", rules.codes
     )
-    settings.ignore = validate_codes(table.get("ignore", []), f"{where}: ignore")
+    settings.ignore = validate_codes(table.get("ignore", []), f"{where}: ignore", rules.codes)
     pfi = table.get("per-file-ignores", {})
     for pattern, codes in pfi.items():
         if isinstance(codes, str):
@@ -354,7 +371,7 @@ def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settin
         if not isinstance(codes, list):
             raise ConfigError(f"{where}: per-file-ignores[{pattern!r}] must be a list of codes")
         settings.per_file_ignores[pattern] = validate_codes(
-            codes, f"{where}: per-file-ignores[{pattern!r}]"
+            codes, f"{where}: per-file-ignores[{pattern!r}]", rules.codes
         )
     if "exclude" in table:
         settings.exclude = list(table["exclude"])
@@ -362,6 +379,7 @@ def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settin
     settings.force_exclude = bool(table.get("force-exclude", False))
     settings.respect_gitignore = bool(table.get("respect-gitignore", True))
     settings.unsafe_fixes = bool(table.get("unsafe-fixes", False))
+    settings.preview = bool(table.get("preview", False))
     for key in keys:
         if key not in _CORE_KEYS and key in table:
             settings.options[key] = table[key]
@@ -370,6 +388,7 @@ def settings_from_table(table: Dict[str, Any], where: str, root: Path) -> Settin
 
 def load_settings(
     paths: Sequence[Path],
+    rules: RuleNames,
     config: Optional[Path] = None,
     *,
     isolated: bool = False,
@@ -381,7 +400,7 @@ def load_settings(
             raise ConfigError(f"config file {config} does not exist")
         table = load_table(config)
         root = find_project_root(config.parent)
-        settings = settings_from_table(table, str(config), root)
+        settings = settings_from_table(table, str(config), root, rules)
         settings.config_path = config
         return settings
     root = find_project_root(first if first.exists() else Path.cwd())
@@ -390,6 +409,6 @@ def load_settings(
     found = find_config(first if first.exists() else Path.cwd())
     if found is None:
         return Settings(root=root)
-    settings = settings_from_table(load_table(found), str(found), found.parent)
+    settings = settings_from_table(load_table(found), str(found), found.parent, rules)
     settings.config_path = found
     return settings

@@ -7,6 +7,7 @@ engine's convention: rows 1-based, columns 0-based; reporters convert for output
 from __future__ import annotations
 
 import enum
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -73,6 +74,9 @@ class Diagnostic:
     text_row: Optional[int] = None
     noqa_row: Optional[int] = None
     related: Tuple[Tuple[str, int, int, str], ...] = ()  # (path, row, col, note): other sites
+    # The headline (`message`) says what is wrong in about 100 characters; `help` says what
+    # happens at run time (PyTorch's own error text) and how to fix it. Empty: nothing to add.
+    help: str = ""
 
     def sort_key(self) -> Tuple[Any, ...]:
         return (self.path, self.cell or 0, self.row, self.col, self.code, self.message)
@@ -92,6 +96,7 @@ class Diagnostic:
             "text_row": self.text_row,
             "noqa_row": self.noqa_row,
             "related": [list(item) for item in self.related],
+            "help": self.help,
             "fix": None,
         }
         if self.fix is not None:
@@ -129,7 +134,8 @@ class Diagnostic:
             cell=data.get("cell"),
             text_row=data.get("text_row"),
             noqa_row=data.get("noqa_row"),
-            related=tuple(tuple(item) for item in data.get("related", ())),  # type: ignore[misc]
+            related=tuple(tuple(item) for item in data.get("related", ())),
+            help=data.get("help", ""),
         )
 
     def with_path(self, path: str) -> "Diagnostic":
@@ -143,6 +149,17 @@ class RuleCrash:
     path: str
     code: str
     error: str  # "ValueError: ..." plus the innermost frame
+
+    @classmethod
+    def of(cls, path: str, code: str, exc: BaseException) -> "RuleCrash":
+        """The crash of rule `code` (or "engine") raising `exc` on `path`, named by the
+        exception and the innermost frame of its traceback."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = ""
+        if frames:
+            last = frames[-1]
+            where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
+        return cls(path=path, code=code, error=f"{type(exc).__name__}: {exc}{where}")
 
     def describe(self) -> str:
         return f"{self.path}: internal error in rule {self.code}: {self.error}"
@@ -176,6 +193,7 @@ def make_diagnostic(
     span: Tuple[int, int, int, int],
     fix: Optional[Fix] = None,
     related: Tuple[Tuple[str, int, int, str], ...] = (),
+    help: str = "",
 ) -> Diagnostic:
     row, col, end_row, end_col = span
     diagnostic = Diagnostic(
@@ -192,6 +210,7 @@ def make_diagnostic(
         text_row=row,
         noqa_row=row,
         related=related,
+        help=help,
     )
     located = source.cell_of(row)
     if located is not None:

@@ -1,14 +1,21 @@
 """Generate the rule documentation from the rules themselves: `python -m trainlint.docs`.
 
-Writes docs/rules.md (every rule's explanation, from its docstring) and the rule table in
-README.md (between the `rules-table` markers). `python -m trainlint.docs --check` exits 1 when
-either is stale; a test runs it, so the docs can never drift from the code.
+Writes docs/rules.md (every rule's explanation, from its docstring), the rule table in
+README.md (between the `rules-table` markers) and the README's sample outputs: every ```text block
+that starts with `$ trainlint ...` is the output of running that command from the repository
+root. `python -m trainlint.docs --check` exits 1 when any of them is stale; a test runs it, so the
+docs can never drift from the code.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shlex
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import List
 
@@ -26,13 +33,14 @@ def _severity(rule) -> str:
 
 def rules_table(link_prefix: str = "docs/rules.md") -> str:
     lines = [
-        "| code | name | severity | fix | what it finds |",
-        "|---|---|---|---|---|",
+        "| code | name | severity | fix | default | what it finds |",
+        "|---|---|---|---|---|---|",
     ]
     for code, rule in all_rules().items():
+        default = "off" if not rule.default_enabled() else "preview" if rule.preview else "on"
         lines.append(
             f"| [{code}]({link_prefix}#{code.lower()}) | {rule.name} | {_severity(rule)} | "
-            f"{rule.fix_label()} | {rule.summary()} |"
+            f"{rule.fix_label()} | {default} | {rule.summary()} |"
         )
     return "\n".join(lines)
 
@@ -48,7 +56,7 @@ def rules_markdown() -> str:
         "",
     ]
     for code, rule in all_rules().items():
-        default = "on" if rule.default_enabled() else "off (select it to enable)"
+        default = rule.default_label()
         body = rule.explanation().replace("\n## ", "\n### ")
         if body.startswith("## "):
             body = "#" + body
@@ -72,6 +80,39 @@ def updated_readme(text: str) -> str:
     return f"{head}{START}\n{rules_table()}\n{END}{tail}"
 
 
+# A sample output in the README: a ```text block whose first line is `$ trainlint ...`.
+_SAMPLE = re.compile(r"(```text\n\$ (trainlint [^\n]*)\n)(.*?)(```)", re.S)
+
+
+def command_output(command: str, root: Path) -> str:
+    """What `command` (a `trainlint ...` line) prints when run from `root`, as a user sees it
+    piped: no colour, no progress line, a private cache folder (so the output is that of a first
+    run, and nothing is written into the repository)."""
+    args = shlex.split(command)[1:]
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CI")}
+        env.update(NO_COLOR="1", TRAINLINT_CACHE_DIR=cache)
+        done = subprocess.run(
+            [sys.executable, "-m", "trainlint", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    return done.stdout
+
+
+def updated_samples(text: str, root: Path) -> str:
+    """The README with each sample output replaced by what its command prints today."""
+
+    def regenerate(match: "re.Match[str]") -> str:
+        output = command_output(match.group(2), root).rstrip("\n")
+        return f"{match.group(1)}{output}\n{match.group(4)}"
+
+    return _SAMPLE.sub(regenerate, text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainlint.docs")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
@@ -79,7 +120,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     targets = {
         args.root / "docs" / "rules.md": rules_markdown(),
-        args.root / "README.md": updated_readme((args.root / "README.md").read_text()),
+        args.root / "README.md": updated_samples(
+            updated_readme((args.root / "README.md").read_text()), args.root
+        ),
     }
     stale = []
     for path, content in targets.items():

@@ -1,4 +1,4 @@
-"""check(source, settings) -> FileResult: parse once, one pass, every enabled rule.
+"""check(source, selection) -> FileResult: parse once, one pass, every enabled rule.
 
 Data flows one way: Source -> libcst parse -> Tree (parents, order, nodes by type) -> FileContext
 (analyses built lazily on first use) -> rules -> pending reports -> positions (only for reported
@@ -9,14 +9,12 @@ plugin) because project-phase findings and the unused-noqa rule need the same in
 from __future__ import annotations
 
 import re
-import traceback
-from functools import lru_cache
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
 from . import noqa, parse_guard
-from .config import Settings
+from .context import EditSpec, FileContext
 from .diagnostics import (
     Diagnostic,
     Edit,
@@ -26,148 +24,19 @@ from .diagnostics import (
     Severity,
     make_diagnostic,
 )
-from .positions import PositionIndex, Span
-from .rules import all_rules
 from .rules.base import PendingReport, Rule
 from .source import Source
 from .walk import Tree
 
-A = TypeVar("A")
+if TYPE_CHECKING:  # pragma: no cover
+    # The engine is handed the run's selection; importing it would import the rule registry,
+    # whose rules import the engine.
+    from .selection import Selection
 
 SYNTAX_ERROR = "TRL001"
 
 
-class EditSpec:
-    """An edit that still points at nodes; resolved to offsets once positions are known.
-
-    kinds: replace (node -> content), insert_before / insert_after (at the node's start / end),
-    line_after / line_before (a new line, indented like the statement's first line, after the
-    statement's last line or before its first), body_start (a new line before the first
-    statement of a compound statement's indented body).
-    """
-
-    __slots__ = ("kind", "node", "content")
-
-    def __init__(self, kind: str, node: cst.CSTNode, content: str) -> None:
-        self.kind = kind
-        self.node = node
-        self.content = content
-
-    def anchor_node(self) -> cst.CSTNode:
-        if self.kind == "body_start":
-            return self.node.body.body[0]  # type: ignore[attr-defined]
-        return self.node
-
-
-class FileContext:
-    """What a rule may read about the file under analysis."""
-
-    def __init__(self, source: Source, module: cst.Module, tree: Tree, settings: Settings):
-        self.source = source
-        self.module = module
-        self.tree = tree
-        self.settings = settings
-        self.path = source.path
-        self._analyses: Dict[type, Any] = {}
-        self._names: Any = None
-        self._scopes: Any = None
-        self._code: Dict[int, str] = {}  # id(node) -> its text, for nodes of this tree
-        self.positions = PositionIndex(module, source, tree.parent)
-
-    # -- analyses -----------------------------------------------------------------------------
-
-    def analysis(self, cls: Type[A]) -> A:
-        found = self._analyses.get(cls)
-        if found is None:
-            found = self._analyses[cls] = cls(self)  # type: ignore[call-arg]
-        return found
-
-    # Rules ask for these two on almost every node: kept in attributes, past the import and the
-    # analysis lookup.
-    @property
-    def names(self):
-        found = self._names
-        if found is None:
-            from .analysis.names import Names
-
-            found = self._names = self.analysis(Names)
-        return found
-
-    @property
-    def scopes(self):
-        found = self._scopes
-        if found is None:
-            from .analysis.scopes import Scopes
-
-            found = self._scopes = self.analysis(Scopes)
-        return found
-
-    # -- tree ---------------------------------------------------------------------------------
-
-    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self.tree.parent(node)
-
-    def ancestors(self, node: cst.CSTNode):
-        return self.tree.ancestors(node)
-
-    def nodes(self, node_type):
-        return self.tree.nodes(node_type)
-
-    def statement_of(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        """The innermost statement containing `node` (small statement or compound)."""
-        current: Optional[cst.CSTNode] = node
-        while current is not None:
-            if isinstance(current, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-                return current
-            current = self.tree.parent(current)
-        return None
-
-    def code(self, node: cst.CSTNode) -> str:
-        """The node's source text (libcst round-trips it exactly)."""
-        # Regenerating text is libcst's codegen over the whole subtree; analyses ask for the same
-        # nodes' text repeatedly. Remembered only for nodes of this tree (their ids stay theirs).
-        key = id(node)
-        found = self._code.get(key)
-        if found is None:
-            found = self.module.code_for_node(node)
-            if self.tree.parent(node) is not None:
-                self._code[key] = found
-        return found
-
-    def span(self, node: cst.CSTNode) -> Span:
-        return self.positions.span(node)
-
-    # -- edits --------------------------------------------------------------------------------
-
-    def replace(self, node: cst.CSTNode, content: str) -> EditSpec:
-        return EditSpec("replace", node, content)
-
-    def insert_before(self, node: cst.CSTNode, content: str) -> EditSpec:
-        return EditSpec("insert_before", node, content)
-
-    def insert_after(self, node: cst.CSTNode, content: str) -> EditSpec:
-        return EditSpec("insert_after", node, content)
-
-    def line_after(self, statement: cst.CSTNode, code: str) -> EditSpec:
-        return EditSpec("line_after", statement, code)
-
-    def line_before(self, statement: cst.CSTNode, code: str) -> EditSpec:
-        return EditSpec("line_before", statement, code)
-
-    def body_start(self, compound: cst.CSTNode, code: str) -> Optional[EditSpec]:
-        """A line at the start of a compound statement's body; None for one-line bodies."""
-        body = getattr(compound, "body", None)
-        if type(body) is not cst.IndentedBlock or not body.body:
-            return None
-        return EditSpec("body_start", compound, code)
-
-
 # -- running the rules ------------------------------------------------------------------------
-
-
-def enabled_rules(settings: Settings, path: str) -> List[Type[Rule]]:
-    codes = settings.codes_for(path)
-    return [rule for code, rule in all_rules().items() if code in codes]
 
 
 def might_match(text: str, rules: Sequence[Type[Rule]]) -> bool:
@@ -189,70 +58,71 @@ def rules_to_run(text: str, rules: Sequence[Type[Rule]]) -> List[Type[Rule]]:
 
 def check(
     source: Source,
-    settings: Settings,
+    selection: "Selection",
     rules: Optional[Sequence[Type[Rule]]] = None,
 ) -> FileResult:
+    """The file's findings by the rules `selection` enables for it (or by `rules`, when given:
+    the selection then only lends its settings)."""
     if rules is None:
-        rules = enabled_rules(settings, source.path)
+        rules = selection.rules_for(source.path)
     result = FileResult(path=source.path)
     result.noqa = noqa.scan(source.lines)
-    if source.notebook is not None and any(r.code == SYNTAX_ERROR for r in rules):
-        result.diagnostics.extend(_broken_cells(source))
+    report_syntax_errors = any(r.code == SYNTAX_ERROR for r in rules)
     file_rules = [r for r in rules if r.code != SYNTAX_ERROR]
-    if not file_rules and not any(r.code == SYNTAX_ERROR for r in rules):
+    if not file_rules and not report_syntax_errors:
         return result
-    if not might_match(source.text, file_rules):
-        # Cannot match, but a broken file is still worth a TRL001 if the user asked for it
-        # (it is cheap to learn with Python's own compiler).
-        if any(r.code == SYNTAX_ERROR for r in rules):
-            error = _python_syntax_error(source)
-            if error is not None:
-                result.diagnostics.append(error)
-        return result
-    # Python's parser first: libcst's native parser crashes the process on deeply nested input.
-    verdict = parse_guard.precheck(source.text)
-    if verdict.problem is not None:
-        if any(r.code == SYNTAX_ERROR for r in rules):
-            result.diagnostics.append(_problem(source, verdict.problem))
-        return result
-    try:
-        module = parse_guard.parse_checked(source.text)
-    except cst.ParserSyntaxError as exc:
-        if any(r.code == SYNTAX_ERROR for r in rules):
-            result.diagnostics.append(_syntax_error(source, exc))
-        return result
-    except RecursionError:
-        if any(r.code == SYNTAX_ERROR for r in rules):
-            result.diagnostics.append(
-                syntax_error_diagnostic(
-                    source.path,
-                    "the file is nested too deeply for the parser (RecursionError); not analysed",
-                    1,
-                    0,
-                )
-            )
-        return result
-    except Exception as exc:  # libcst failing in a way it does not document
-        if any(r.code == SYNTAX_ERROR for r in rules):
-            result.diagnostics.append(
-                syntax_error_diagnostic(
-                    source.path,
-                    f"trainlint's parser (libcst) failed on this file ({type(exc).__name__}: "
-                    f"{exc}); not analysed",
-                    1,
-                    0,
-                )
-            )
+    if source.notebook is not None and report_syntax_errors:
+        result.diagnostics.extend(_broken_cells(source))
+    module, python_tree, why_not = _parse(source, file_rules)
+    if module is None:
+        if why_not is not None and report_syntax_errors:
+            broken = why_not()
+            if broken is not None:
+                result.diagnostics.append(broken)
         return result
     try:
         tree = Tree(module)
-        ctx = FileContext(source, module, tree, settings)
-        ctx.positions.ast_tree = verdict.tree
+        ctx = FileContext(source, module, tree, selection.settings)
+        ctx.positions.ast_tree = python_tree
     except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
-        result.crashes.append(_crash(source.path, "engine", exc))
+        result.crashes.append(RuleCrash.of(source.path, "engine", exc))
         return result
     run_rules(ctx, rules_to_run(source.text, file_rules), result)
     return result
+
+
+# Why a file was not parsed, as the TRL001 finding to report when the user asked for it (None:
+# nothing is wrong with the file). Built only when asked for: some cost a second parse.
+WhyNotParsed = Callable[[], Optional[Diagnostic]]
+
+
+def _parse(
+    source: Source, file_rules: Sequence[Type[Rule]]
+) -> Tuple[Optional[cst.Module], Any, Optional[WhyNotParsed]]:
+    """(libcst module, Python's ast of the text, None) for a file worth analysing, else
+    (None, None, why it was not parsed)."""
+    if not might_match(source.text, file_rules):
+        # Cannot match, but a broken file is still worth a TRL001 if the user asked for it
+        # (it is cheap to learn with Python's own compiler).
+        return None, None, lambda: _python_syntax_error(source)
+    # Python's parser first: libcst's native parser crashes the process on deeply nested input.
+    verdict = parse_guard.precheck(source.text)
+    problem = verdict.problem
+    if problem is not None:
+        return None, None, lambda: _problem(source, problem)
+    try:
+        return parse_guard.parse_checked(source.text), verdict.tree, None
+    except cst.ParserSyntaxError as exc:
+        error = exc
+        return None, None, lambda: _syntax_error(source, error)
+    except RecursionError:
+        message = "the file is nested too deeply for the parser (RecursionError); not analysed"
+    except Exception as exc:  # libcst failing in a way it does not document
+        message = (
+            f"trainlint's parser (libcst) failed on this file ({type(exc).__name__}: {exc}); "
+            "not analysed"
+        )
+    return None, None, lambda: syntax_error_diagnostic(source.path, message, 1, 0)
 
 
 def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: FileResult) -> None:
@@ -261,7 +131,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
         try:
             instances.append(cls(ctx))
         except Exception as exc:  # a rule's constructor is rule code too
-            result.crashes.append(_crash(ctx.path, cls.code, exc))
+            result.crashes.append(RuleCrash.of(ctx.path, cls.code, exc))
     handlers: Dict[type, List[Tuple[Rule, Any]]] = {}
     for rule in instances:
         for node_type, attr in _visitors_of(type(rule)):
@@ -279,7 +149,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                     method(node)
                 except Exception as exc:
                     crashed.add(rule)
-                    result.crashes.append(_crash(ctx.path, rule.code, exc))
+                    result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
     for rule in instances:
         if rule in crashed:
             continue
@@ -297,7 +167,7 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
                     }
         except Exception as exc:
             crashed.add(rule)
-            result.crashes.append(_crash(ctx.path, rule.code, exc))
+            result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
     pending = [report for rule in instances if rule not in crashed for report in rule.reports]
     try:
         result.diagnostics.extend(resolve_reports(ctx, pending))
@@ -311,19 +181,25 @@ def run_rules(ctx: FileContext, rule_classes: Sequence[Type[Rule]], result: File
             try:
                 result.diagnostics.extend(resolve_reports(ctx, rule.reports))
             except Exception as exc:
-                result.crashes.append(_crash(ctx.path, rule.code, exc))
+                result.crashes.append(RuleCrash.of(ctx.path, rule.code, exc))
 
 
-@lru_cache(maxsize=None)
-def _visitors_of(rule_class: Type[Rule]) -> Tuple[Tuple[type, str], ...]:
-    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order."""
-    found = []
-    for attr in dir(rule_class):
-        if attr.startswith("visit_"):
-            node_type = getattr(cst, attr[len("visit_") :], None)
-            if isinstance(node_type, type):
-                found.append((node_type, attr))
-    return tuple(found)
+_VISITORS: Dict[type, Tuple[Tuple[type, str], ...]] = {}
+
+
+def _visitors_of(rule_class: type) -> Tuple[Tuple[type, str], ...]:
+    """(node type, method name) for each `visit_<NodeType>` of a rule class, in `dir` order
+    (worked out once per class)."""
+    found = _VISITORS.get(rule_class)
+    if found is None:
+        visitors = []
+        for attr in dir(rule_class):
+            if attr.startswith("visit_"):
+                node_type = getattr(cst, attr[len("visit_") :], None)
+                if isinstance(node_type, type):
+                    visitors.append((node_type, attr))
+        found = _VISITORS[rule_class] = tuple(visitors)
+    return found
 
 
 def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[Diagnostic]:
@@ -362,6 +238,7 @@ def resolve_reports(ctx: FileContext, pending: Sequence[PendingReport]) -> List[
                 (row, col, end_row, end_col),
                 fix,
                 related,
+                report.help,
             )
         )
     return out
@@ -371,6 +248,8 @@ def _check_report(report: PendingReport) -> None:
     """A report's parts must be what the reporters can print; say which part is wrong."""
     if not isinstance(report.message, str):
         raise TypeError(f"report() message must be a str, not {type(report.message).__name__}")
+    if not isinstance(report.help, str):
+        raise TypeError(f"report() help must be a str, not {type(report.help).__name__}")
     if not isinstance(report.severity, Severity):
         raise TypeError(f"report() severity must be a Severity, not {report.severity!r}")
     for node in (report.node, report.end_node):
@@ -463,8 +342,10 @@ def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
 
 def _broken_cells(source: Source) -> List[Diagnostic]:
     """TRL001 for each notebook cell left out of the analysis because it does not parse."""
-    out = []
-    for cell, message, row, col in source.notebook.broken:  # type: ignore[union-attr]
+    out: List[Diagnostic] = []
+    if source.notebook is None:
+        return out
+    for cell, message, row, col in source.notebook.broken:
         diagnostic = syntax_error_diagnostic(source.path, message, row, col)
         diagnostic.cell = cell
         # The cell is not in the analysed text, so no `# noqa` row of that text applies to it.
@@ -482,20 +363,12 @@ def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:
     return diagnostic
 
 
-def _crash(path: str, code: str, exc: BaseException) -> RuleCrash:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = ""
-    if frames:
-        last = frames[-1]
-        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
-    return RuleCrash(path=path, code=code, error=f"{type(exc).__name__}: {exc}{where}")
-
-
+# EditSpec and FileContext live in context.py; named here too for code that still imports them
+# from the engine.
 __all__ = [
     "EditSpec",
     "FileContext",
     "check",
-    "enabled_rules",
     "make_diagnostic",
     "syntax_error_diagnostic",
 ]

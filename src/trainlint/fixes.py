@@ -8,29 +8,19 @@
   encoding (the text keeps its newline style because edits are inserted with it), go through
   symlinks to their target, refuse read-only files, and refuse to overwrite a file that changed on
   disk since it was read.
-- A notebook is written back as the JSON it was read from with only the `source` values of the
-  cells whose code changed replaced (`render_notebook`): indentation, key order, escaping,
-  outputs, metadata and the final newline stay byte for byte; a cell keeps its `source` shape (a
-  list of lines or one string) and every unchanged line keeps its exact JSON spelling.
+- A notebook's bytes are written back by notebook.render_notebook.
 """
 
 from __future__ import annotations
 
-import codecs
-import difflib
-import json
 import os
-import re
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Set, Tuple
 
-from .diagnostics import Applicability, Diagnostic, Edit
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .source import Source
+from .diagnostics import Applicability, Diagnostic, Edit, Fix
 
 
 def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -45,16 +35,18 @@ def apply_fixes(
 ) -> Tuple[str, List[Diagnostic]]:
     """Apply every non-overlapping fix; returns (new text, diagnostics whose fix was applied)."""
     chosen: List[Diagnostic] = []
+    chosen_fixes: List[Fix] = []
     claimed: List[Tuple[int, int]] = []
-    candidates = [d for d in diagnostics if fixable(d, unsafe)]
-    candidates.sort(key=lambda d: (min(e.start for e in d.fix.edits), d.code))  # type: ignore
-    seen_edit_sets = set()
-    for diagnostic in candidates:
-        edits = diagnostic.fix.edits  # type: ignore[union-attr]
+    candidates = [(d, d.fix) for d in diagnostics if d.fix is not None and fixable(d, unsafe)]
+    candidates.sort(key=lambda pair: (min(e.start for e in pair[1].edits), pair[0].code))
+    seen_edit_sets: Set[Tuple[Tuple[int, int, str], ...]] = set()
+    for diagnostic, fix in candidates:
+        edits = fix.edits
         key = tuple((e.start, e.end, e.content) for e in edits)
         if key in seen_edit_sets:
             # Two findings with the same fix (one line, two reasons): apply it once.
             chosen.append(diagnostic)
+            chosen_fixes.append(fix)
             continue
         if any(_overlaps(e, claimed) for e in edits):
             continue
@@ -62,14 +54,15 @@ def apply_fixes(
             continue
         seen_edit_sets.add(key)
         chosen.append(diagnostic)
+        chosen_fixes.append(fix)
         claimed.extend((e.start, e.end) for e in edits)
     all_edits: List[Edit] = []
-    applied_keys = set()
-    for diagnostic in chosen:
-        for e in diagnostic.fix.edits:  # type: ignore[union-attr]
-            key = (e.start, e.end, e.content)
-            if key not in applied_keys:
-                applied_keys.add(key)
+    applied_keys: Set[Tuple[int, int, str]] = set()
+    for fix in chosen_fixes:
+        for e in fix.edits:
+            edit_key = (e.start, e.end, e.content)
+            if edit_key not in applied_keys:
+                applied_keys.add(edit_key)
                 all_edits.append(e)
     return apply_edits(text, all_edits), chosen
 
@@ -167,97 +160,3 @@ def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
 
 
 # -- notebooks ----------------------------------------------------------------------------------
-
-# A \uXXXX escape of a non-ASCII character (not preceded by an escaped backslash).
-_NON_ASCII_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
-
-
-def render_notebook(source: "Source") -> bytes:
-    """The notebook file for `source`: its original bytes with the changed cells' code."""
-    from .notebook import parse_spans
-
-    notebook = source.notebook
-    assert notebook is not None
-    changed: Dict[int, str] = {}
-    for cell in notebook.cells:
-        region = source.text[cell.start : cell.end]
-        if region == cell.masked:
-            continue
-        code = notebook.unmasked(cell, source.text)
-        original = cell.original
-        if cell.added_newline:
-            original = original[:-1]
-            if code.endswith("\n"):
-                code = code[:-1]
-        if code != original:
-            changed[cell.number] = code
-    raw = notebook.raw
-    if changed:
-        wanted = {("cells", number - 1, "source") for number in changed}
-        data, spans = parse_spans(
-            raw, keep=lambda path: path in wanted or path[:3] in wanted or path == ("cells",)
-        )
-        ascii_only = not any(ord(ch) > 127 for ch in raw) and bool(_NON_ASCII_ESCAPE.search(raw))
-        replacements = []
-        for number, code in changed.items():
-            path = ("cells", number - 1, "source")
-            old = data["cells"][number - 1]["source"]
-            new = _encode_source(raw, spans, path, old, code, ascii_only)
-            replacements.append((spans[path], new))
-        for (start, end), new in sorted(replacements, reverse=True):
-            raw = raw[:start] + new + raw[end:]
-    return (codecs.BOM_UTF8 if notebook.bom else b"") + raw.encode("utf-8")
-
-
-def _encode_source(
-    raw: str, spans: Dict[Tuple[Any, ...], Tuple[int, int]], path, old: Any, code: str, ascii_only
-) -> str:
-    """New JSON for a cell's `source`, in the shape and layout of the old one."""
-
-    def dump(value: str) -> str:
-        return json.dumps(value, ensure_ascii=ascii_only)
-
-    if isinstance(old, str):
-        return dump(code)
-    # nbformat splits a cell's source with str.splitlines(True); some tools split at "\n" only.
-    # Split the new code the way this file's old lines were split.
-    if "".join(old).splitlines(True) == old:
-        lines = code.splitlines(True)
-    else:
-        lines = re.findall(r"[^\n]*\n|[^\n]+$", code)
-    if not lines:
-        return "[]"
-    items = [spans[path + (j,)] for j in range(len(old))]
-    tokens: List[str] = []
-    matcher = difflib.SequenceMatcher(None, old, lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            tokens.extend(raw[s:e] for s, e in items[i1:i2])
-        else:
-            tokens.extend(dump(line) for line in lines[j1:j2])
-    start, end = spans[path]
-    if items:
-        before = raw[start + 1 : items[0][0]]
-        after = raw[items[-1][1] : end - 1]
-        sep = raw[items[0][1] : items[1][0]] if len(items) > 1 else "," + before
-        if len(items) == 1 and "\n" not in before:
-            sep = ", "
-    elif "\n" not in raw.strip():
-        before, after, sep = "", "", ", "
-    else:
-        line_start = raw.rfind("\n", 0, start) + 1
-        line = raw[line_start:start]
-        indent = line[: len(line) - len(line.lstrip(" \t"))]
-        unit = _indent_unit(raw)
-        before, after = "\n" + indent + unit, "\n" + indent
-        sep = "," + before
-    return "[" + before + sep.join(tokens) + after + "]"
-
-
-def _indent_unit(raw: str) -> str:
-    """The notebook's indentation step (nbformat writes 1 space; some tools write 2 or 4)."""
-    for line in raw.splitlines()[1:]:
-        stripped = line.lstrip(" \t")
-        if stripped:
-            return line[: len(line) - len(stripped)] or " "
-    return " "

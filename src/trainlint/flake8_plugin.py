@@ -37,7 +37,12 @@ class TrainlintChecker:
     def add_options(cls, option_manager: Any) -> None:
         from .rules import all_rules
 
-        off = [code for code, rule in all_rules().items() if not rule.default_enabled()]
+        # Off by default, as in the CLI: info-level rules and preview rules.
+        off = [
+            code
+            for code, rule in all_rules().items()
+            if not rule.default_enabled() or rule.preview
+        ]
         try:
             option_manager.extend_default_ignore(off)
         except AttributeError:  # very old flake8
@@ -65,17 +70,21 @@ class TrainlintChecker:
         from .engine import check
         from .project import Project, run_project_phase
         from .rules import all_rules
+        from .selection import Selection
         from .source import Source
 
         # flake8 decides what is selected; run every rule and let it filter.
         settings = Settings(root=find_project_root(Path(self.filename).parent))
         source = Source(path=self.filename, text="".join(self.lines))
+        selection = Selection.of(settings)
         rules = list(all_rules().values())
-        result = check(source, settings, rules=rules)
+        result = check(source, selection, rules=rules)
         # Project rules see this one file only (no loader): in-file evidence, never a guess
         # about files flake8 was not given.
         joined, crashes = run_project_phase(
-            rules, Project(root=settings.root, settings=settings, results={self.filename: result})
+            rules,
+            Project(root=settings.root, settings=settings, results={self.filename: result}),
+            selection,
         )
         result.diagnostics.extend(joined)
         result.crashes.extend(crashes)

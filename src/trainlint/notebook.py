@@ -17,21 +17,34 @@ is not Python is masked line by line so the text parses, keeping the number of l
 Cells are numbered as they appear in the notebook, markdown cells included (cell N is
 `cells[N-1]` in the file, and "Cell N" in VS Code); rows are counted inside the cell.
 
-Writing a fixed notebook back (`fixes.render_notebook`) replaces only the `source` values of
-the cells whose code changed; every other byte of the file is kept. This module also provides
-the small JSON parser that finds where each value sits in the file (`parse_spans`), which both
-the writer and the position of nbformat errors need.
+Writing a fixed notebook back (`render_notebook`) replaces only the `source` values of the
+cells whose code changed: indentation, key order, escaping, outputs, metadata and the final
+newline stay byte for byte; a cell keeps its `source` shape (a list of lines or one string) and
+every unchanged line keeps its exact JSON spelling. This module also provides the small JSON
+parser that finds where each value sits in the file (`parse_spans`), which both the writer and
+the position of nbformat errors need.
 """
 
 from __future__ import annotations
 
 import ast
+import codecs
+import difflib
 import json
 import re
+import textwrap
 import warnings
 from dataclasses import dataclass, field
-from json.decoder import scanstring
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .lines import split_lines
+
+# The json module's own string scanner: (string value, index after the closing quote) for the
+# string whose opening quote is just before `index` (typeshed does not declare it).
+scanstring: Callable[[str, int, bool], Tuple[str, int]] = getattr(json.decoder, "scanstring")
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .source import Source
 
 # -- a JSON parser that remembers where values are -------------------------------------------
 
@@ -74,7 +87,9 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
     keep = keep or (lambda path: True)
 
     def skip(pos: int) -> int:
-        return _WS.match(text, pos).end()  # type: ignore[union-attr]
+        match = _WS.match(text, pos)
+        assert match is not None  # `*`: it matches, if only the empty string
+        return match.end()
 
     def value(pos: int, path: Path_) -> Tuple[Any, int]:
         pos = skip(pos)
@@ -82,6 +97,7 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
         if pos >= len(text):
             raise JsonSpanError("unexpected end of the file", pos)
         ch = text[pos]
+        result: Any  # the JSON value: str, dict, list, number, bool or None
         if ch == '"':
             result, pos = scanstring(text, pos + 1, True)
         elif ch == "{":
@@ -168,7 +184,8 @@ PYTHON_CELL_MAGICS = frozenset(
     {"time", "timeit", "capture", "prun", "debug", "memit", "mprun", "px", "autopx", "scalene"}
 )
 _MASK = "..."
-_HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.]+|[\w.\[\]()]+\s*\?{1,2})\s*$")
+# `obj?`, `obj??`, `?obj`, and IPython's wildcard search `torch.*Tensor?` (`%psearch`).
+_HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.*]+|[\w.*\[\]()]+\s*\?{1,2})\s*$")
 _ASSIGN_MAGIC_RE = re.compile(
     r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=)\s*(?:%|!)"
 )
@@ -275,8 +292,6 @@ class _Scanner:
 def mask_cell(code: str) -> Optional[str]:
     """The cell's text with IPython syntax masked (same number of lines), or None when the cell
     is not Python (a cell magic such as `%%bash`)."""
-    from .source import split_lines
-
     lines = split_lines(code)
     out: List[str] = []
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
@@ -383,9 +398,9 @@ class Notebook:
     def unmasked(self, cell: CodeCell, text: str) -> str:
         """The cell's current code (from the joined `text`) with its masked lines put back."""
         out = text[cell.start : cell.end]
-        spans = [m for m in cell.masks if m[0] is not None]
+        spans = [(span, masked, line) for span, masked, line in cell.masks if span is not None]
         for span, masked, line in sorted(spans, key=lambda m: m[0], reverse=True):
-            a, b = span[0] - cell.start, span[1] - cell.start  # type: ignore[index]
+            a, b = span[0] - cell.start, span[1] - cell.start
             if 0 <= a <= b <= len(out) and out[a:b] == masked:
                 out = out[:a] + line + out[b:]
         return out
@@ -510,13 +525,20 @@ def _parses(code: str) -> Optional[Tuple[str, int, int]]:
     return None
 
 
+def _runs_dedented(code: str) -> bool:
+    """Does a cell whose lines all start with the same indentation parse once IPython has
+    removed it (its `leading_indent` input transformer)?"""
+    first = next((line for line in split_lines(code) if line.strip()), "")
+    if not first[:1].isspace():
+        return False
+    return _parses(textwrap.dedent(code)) is None
+
+
 SEPARATOR = "\n"  # the empty line between two cells in the joined text
 
 
 def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Notebook]:
     """(joined text, [(cell number, first row)], Notebook) for a notebook's JSON text."""
-    from .source import split_lines
-
     data, code_cells = load(raw)
     notebook = Notebook(raw=raw, bom=bom, language=_language(data))
     if notebook.language not in ("python", "python3", "ipython", "ipython3"):
@@ -530,6 +552,11 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
         if masked is None or not masked.strip():
             continue
         problem = _parses(masked)
+        if problem is not None and _runs_dedented(masked):
+            # IPython strips an indentation common to every line of a cell before running it;
+            # Python would not. Such a cell runs, so it is no syntax error, but its positions
+            # would not map back to the file: it is left out of the analysis (documented).
+            continue
         if problem is not None:
             message, prow, pcol = problem
             notebook.broken.append((number, message + " (this cell is not analysed)", prow, pcol))
@@ -543,7 +570,7 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
             length += len(SEPARATOR)
             row += 1
         rows.append((number, row))
-        masks = []
+        masks: List[Tuple[Optional[Tuple[int, int]], str, str]] = []
         offset = length
         for masked_line, line in zip(split_lines(masked), split_lines(original)):
             if masked_line != line:
@@ -560,8 +587,6 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
 
 
 def _count_rows(text: str) -> int:
-    from .source import split_lines
-
     return len(split_lines(text))
 
 
@@ -587,8 +612,6 @@ class FilePositions:
 
     def locate(self, cell: int, row: int, col: int) -> Tuple[int, int]:
         """(1-based line, 0-based column) in the file; (1, 0) when the cell is not found."""
-        from .source import split_lines
-
         if not self._load():
             return 1, 0
         assert self._spans is not None
@@ -625,3 +648,98 @@ class FilePositions:
 
 def _source_paths(path: Path_) -> bool:
     return len(path) in (3, 4) and path[0] == "cells" and path[2] == "source"
+
+
+# -- writing a fixed notebook back ----------------------------------------------------------
+
+# A \uXXXX escape of a non-ASCII character (not preceded by an escaped backslash).
+_NON_ASCII_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
+
+
+def render_notebook(source: "Source") -> bytes:
+    """The notebook file for `source`: its original bytes with the changed cells' code."""
+    notebook = source.notebook
+    assert notebook is not None
+    changed: Dict[int, str] = {}
+    for cell in notebook.cells:
+        region = source.text[cell.start : cell.end]
+        if region == cell.masked:
+            continue
+        code = notebook.unmasked(cell, source.text)
+        original = cell.original
+        if cell.added_newline:
+            original = original[:-1]
+            if code.endswith("\n"):
+                code = code[:-1]
+        if code != original:
+            changed[cell.number] = code
+    raw = notebook.raw
+    if changed:
+        wanted = {("cells", number - 1, "source") for number in changed}
+        data, spans = parse_spans(
+            raw, keep=lambda path: path in wanted or path[:3] in wanted or path == ("cells",)
+        )
+        ascii_only = not any(ord(ch) > 127 for ch in raw) and bool(_NON_ASCII_ESCAPE.search(raw))
+        replacements = []
+        for number, code in changed.items():
+            path = ("cells", number - 1, "source")
+            old = data["cells"][number - 1]["source"]
+            new = _encode_source(raw, spans, path, old, code, ascii_only)
+            replacements.append((spans[path], new))
+        for (start, end), new in sorted(replacements, reverse=True):
+            raw = raw[:start] + new + raw[end:]
+    return (codecs.BOM_UTF8 if notebook.bom else b"") + raw.encode("utf-8")
+
+
+def _encode_source(
+    raw: str, spans: Dict[Tuple[Any, ...], Tuple[int, int]], path, old: Any, code: str, ascii_only
+) -> str:
+    """New JSON for a cell's `source`, in the shape and layout of the old one."""
+
+    def dump(value: str) -> str:
+        return json.dumps(value, ensure_ascii=ascii_only)
+
+    if isinstance(old, str):
+        return dump(code)
+    # nbformat splits a cell's source with str.splitlines(True); some tools split at "\n" only.
+    # Split the new code the way this file's old lines were split.
+    if "".join(old).splitlines(True) == old:
+        lines = code.splitlines(True)
+    else:
+        lines = re.findall(r"[^\n]*\n|[^\n]+$", code)
+    if not lines:
+        return "[]"
+    items = [spans[path + (j,)] for j in range(len(old))]
+    tokens: List[str] = []
+    matcher = difflib.SequenceMatcher(None, old, lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            tokens.extend(raw[s:e] for s, e in items[i1:i2])
+        else:
+            tokens.extend(dump(line) for line in lines[j1:j2])
+    start, end = spans[path]
+    if items:
+        before = raw[start + 1 : items[0][0]]
+        after = raw[items[-1][1] : end - 1]
+        sep = raw[items[0][1] : items[1][0]] if len(items) > 1 else "," + before
+        if len(items) == 1 and "\n" not in before:
+            sep = ", "
+    elif "\n" not in raw.strip():
+        before, after, sep = "", "", ", "
+    else:
+        line_start = raw.rfind("\n", 0, start) + 1
+        line = raw[line_start:start]
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        unit = _indent_unit(raw)
+        before, after = "\n" + indent + unit, "\n" + indent
+        sep = "," + before
+    return "[" + before + sep.join(tokens) + after + "]"
+
+
+def _indent_unit(raw: str) -> str:
+    """The notebook's indentation step (nbformat writes 1 space; some tools write 2 or 4)."""
+    for line in raw.splitlines()[1:]:
+        stripped = line.lstrip(" \t")
+        if stripped:
+            return line[: len(line) - len(stripped)] or " "
+    return " "

@@ -40,7 +40,7 @@ import ast
 import re
 import threading
 import warnings
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
@@ -118,7 +118,7 @@ def precheck(
         return verdict
     if _deepest(verdict.tree, max_depth) > max_depth:
         depth, row, byte_col = nesting_depth(verdict.tree, max_depth)
-        from .source import split_lines
+        from .lines import split_lines
 
         lines = split_lines(text)
         line = lines[row - 1] if 0 < row <= len(lines) else ""
@@ -316,9 +316,9 @@ def nesting_depth(tree: ast.AST, limit: int) -> Tuple[int, int, int]:
     while stack:
         node, depth = pop()
         if type(node) is BoolOp:
-            depth += len(node.values)  # type: ignore[attr-defined]
+            depth += len(node.values)
         elif isinstance(node, Comps):
-            depth += 2 * len(node.generators)  # type: ignore[attr-defined]
+            depth += 2 * len(node.generators)
         if depth > best:
             best = depth
             where = (getattr(node, "lineno", where[0]), getattr(node, "col_offset", where[1]))
@@ -347,7 +347,7 @@ _PLANS: dict = {}
 _LEAVES: dict = {}
 
 
-def _plan(node_type: type) -> tuple:
+def _plan(node_type: Type[ast.AST]) -> tuple:
     plan = _PLANS[node_type] = tuple(
         (name, _WRAPPED_FIELDS.get(name, 1))
         for name in node_type._fields
@@ -356,7 +356,7 @@ def _plan(node_type: type) -> tuple:
     return plan
 
 
-def _is_leaf(node_type: type) -> bool:
+def _is_leaf(node_type: Type[ast.AST]) -> bool:
     leaf = _LEAVES[node_type] = not node_type._fields
     return leaf
 
@@ -389,6 +389,7 @@ def _deepest(tree: ast.AST, limit: int) -> int:
             plan = _plan(node_type)
         for name, step in plan:
             value = getattr(node, name, None)
+            items: Sequence[object]
             if type(value) is list:
                 items = value
             elif isinstance(value, AST):

@@ -19,16 +19,19 @@ computes them on demand:
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 
 from .source import Source
 from .walk import children as _children
 
+if TYPE_CHECKING:  # pragma: no cover
+    from libcst.metadata import CodeRange
+
 Span = Tuple[int, int, int, int]  # row, col, end_row, end_col (rows 1-based, cols 0-based)
 
-_COMPOUND = (
+_COMPOUND: Tuple[type, ...] = (
     cst.If,
     cst.For,
     cst.While,
@@ -82,12 +85,12 @@ def _parts(node: cst.CSTNode) -> List[cst.CSTNode]:
 def _make_tracking_state():  # pragma: no cover - trivial, but isolated for the fallback
     from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-    class TrackingState(PositionProvidingCodegenState):  # type: ignore[misc,valid-type]
+    class TrackingState(PositionProvidingCodegenState):
         """libcst's own position bookkeeping, stopped once the wanted nodes are done."""
 
         def after_codegen(self, node: cst.CSTNode) -> None:  # noqa: D401
             super().after_codegen(node)
-            remaining = self.provider.remaining
+            remaining = self.provider.remaining  # type: ignore[attr-defined]  # a _Provider
             if node in remaining:
                 remaining.discard(node)
                 if not remaining:
@@ -106,7 +109,7 @@ class _Provider:
     """Stands in for a metadata provider: the state writes ranges into `_computed`."""
 
     def __init__(self, remaining: Iterable[cst.CSTNode]) -> None:
-        self._computed: Dict[cst.CSTNode, object] = {}
+        self._computed: Dict[cst.CSTNode, "CodeRange"] = {}
         self.remaining = set(remaining)
 
 
@@ -125,8 +128,9 @@ class PositionIndex:
         # Python's tree of the same text, when the engine already has it (parse_guard.py).
         self.ast_tree: Optional[ast.Module] = None
         self._full: Optional[Dict[cst.CSTNode, Span]] = None
-        # anchor -> {id(libcst node): (libcst node, Python's node)} for the anchor's own nodes
-        self._paired: Dict[cst.CSTNode, Dict[int, Tuple[cst.CSTNode, ast.AST]]] = {}
+        # anchor -> {id(libcst node): (libcst node, its span from Python's node)} for the
+        # anchor's own nodes
+        self._paired: Dict[cst.CSTNode, Dict[int, Tuple[cst.CSTNode, Span]]] = {}
         self.fallbacks = 0  # how many nodes needed the whole-module provider (tests read this)
 
     # -- public -------------------------------------------------------------------------------
@@ -223,7 +227,8 @@ class PositionIndex:
         """Spans taken from Python's node paired with each target; returns the targets left."""
         pairs = self._paired.get(anchor)
         if pairs is None:
-            pairs = self._paired[anchor] = self._pair(anchor, where[3])
+            pairs = self._pair(anchor, where[3])
+            self._paired[anchor] = pairs
             own = self._statement_span(where)
             if own is not None:
                 pairs[id(anchor)] = (anchor, own)
@@ -283,10 +288,12 @@ class PositionIndex:
                 continue
             found.sort(key=_DOCUMENT_ORDER)
             fits = _FITS[group]
-            paired = []
+            paired: List[Tuple[cst.CSTNode, Span]] = []
             for node, python in zip(nodes, found):
                 row, end_row = python.lineno, python.end_lineno
                 col, end_col = python.col_offset, python.end_col_offset
+                if end_row is None or end_col is None:
+                    break  # only nodes made by hand lack an end; ast.parse's never do
                 line = line_of(row)
                 end_line = line if end_row == row else line_of(end_row)
                 if not line.isascii():
@@ -462,7 +469,8 @@ def _cst_groups(anchor: cst.CSTNode) -> Dict[int, List[cst.CSTNode]]:
         group = group_of.get(node_type)
         if group is not None:
             if group == _NAME:
-                if node.value in _NOT_EXPRESSION_NAMES or _names_no_expression(node, parent):
+                name = node.value  # type: ignore[attr-defined]  # a Name
+                if name in _NOT_EXPRESSION_NAMES or _names_no_expression(node, parent):
                     group = None
             elif node_type is cst.ConcatenatedString and _has_fstring(node):
                 group = None
@@ -478,7 +486,7 @@ def _cst_groups(anchor: cst.CSTNode) -> Dict[int, List[cst.CSTNode]]:
             continue  # `except E as name`: a string in Python's tree
         kids = _children(node)
         if node_type is cst.Parameters and node.posonly_params:  # type: ignore[attr-defined]
-            kids = _document_ordered_parameters(node)
+            kids = _document_ordered_parameters(node)  # type: ignore[arg-type]
         for child in reversed(kids):
             stack.append((child, node))
     return groups
@@ -502,8 +510,8 @@ def _has_fstring(node: cst.CSTNode) -> bool:
     while stack:
         current = stack.pop()
         if type(current) is cst.ConcatenatedString:
-            stack.append(current.left)  # type: ignore[attr-defined]
-            stack.append(current.right)  # type: ignore[attr-defined]
+            stack.append(current.left)
+            stack.append(current.right)
         elif type(current) is not cst.SimpleString:
             return True
     return False
@@ -514,9 +522,9 @@ def _document_ordered_parameters(params: cst.Parameters) -> List[cst.CSTNode]:
     return head + [k for k in _children(params) if k not in head]
 
 
-def _ast_groups(root: ast.AST) -> Dict[int, List[ast.AST]]:
+def _ast_groups(root: ast.AST) -> Dict[int, List[ast.expr]]:
     """Python's nodes of each kind under the anchor's own node, not in nested statements."""
-    groups: Dict[int, List[ast.AST]] = {}
+    groups: Dict[int, List[ast.expr]] = {}
     group_of = _AST_GROUP_OF
     fields_of = _AST_FIELDS
     AST = ast.AST
@@ -543,11 +551,12 @@ def _ast_groups(root: ast.AST) -> Dict[int, List[ast.AST]]:
         if group is not None and (
             group != _LITERAL or type(node.value) in literal_values  # type: ignore[attr-defined]
         ):
+            # Every kind in _AST_GROUP_OF is an expression.
             found = groups.get(group)
             if found is None:
-                groups[group] = [node]
+                groups[group] = [node]  # type: ignore[list-item]
             else:
-                found.append(node)
+                found.append(node)  # type: ignore[arg-type]
         fields = fields_of.get(node_type)
         if fields is None:
             fields = fields_of[node_type] = tuple(
@@ -627,7 +636,7 @@ def _ANCHOR_ORDER(entry):
 def _ast_anchors(tree: ast.Module) -> list:
     """(row, byte col, kind, ast node) of every statement, except-handler and decorator: the
     statements are followed through their bodies only, never into expressions."""
-    out = []
+    out: List[Tuple[int, int, str, ast.AST]] = []
     append = out.append
     compound = _AST_COMPOUND
     stmt_lists = ("body", "orelse", "finalbody")

@@ -20,11 +20,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity
 from .rules.base import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .selection import Selection
 
 
 @dataclass
@@ -82,14 +85,13 @@ class Project:
         if result is None or key not in result.candidates.get(code, {}):
             return None
         diagnostic = Diagnostic.from_dict(result.candidates[code][key])
-        changes: Dict[str, object] = {}
         if message is not None:
-            changes["message"] = message
+            diagnostic = dataclasses.replace(diagnostic, message=message)
         if severity is not None:
-            changes["severity"] = severity
+            diagnostic = dataclasses.replace(diagnostic, severity=severity)
         if drop_fix:
-            changes["fix"] = None
-        return dataclasses.replace(diagnostic, **changes) if changes else diagnostic
+            diagnostic = dataclasses.replace(diagnostic, fix=None)
+        return diagnostic
 
     def result_of(self, path: Path) -> Optional[FileResult]:
         """The per-file result for `path` (absolute): from the run when the file is part of
@@ -217,8 +219,10 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def run_project_phase(
-    rules: List[Type[Rule]], project: Project
+    rules: Sequence[Type[Rule]], project: Project, selection: "Selection"
 ) -> Tuple[List[Diagnostic], List[RuleCrash]]:
+    """The findings of the project rules among `rules`, each kept only in files where
+    `selection` enables its rule (per-file-ignores), and the rules that crashed."""
     found: List[Diagnostic] = []
     crashes: List[RuleCrash] = []
     for rule in rules:
@@ -231,11 +235,9 @@ def run_project_phase(
                     raise TypeError(
                         f"check_project() must yield Diagnostics, not {type(diagnostic).__name__}"
                     )
-                if rule.code in project.settings.codes_for(diagnostic.path):
+                if rule.code in selection.codes_for(diagnostic.path):
                     mine.append(diagnostic)
             found.extend(mine)  # all or nothing: a rule that fails halfway reports no findings
         except Exception as exc:  # one rule's bug must not stop the run
-            from .engine import _crash
-
-            crashes.append(_crash("<project>", rule.code, exc))
+            crashes.append(RuleCrash.of("<project>", rule.code, exc))
     return found, crashes

@@ -1,6 +1,11 @@
 """Many files: read, check, join across files, fix to a fixpoint, write.
 
-The per-file phase is `check_source` (pure: Source + Settings -> FileResult); everything that
+`run` is those stages in order: `_read` (bytes, sources, the cache's results), `_check` (the
+files the cache does not know), the project phase (`_ProjectPhase`), `_fix_rounds`, and
+`_report_changes` (what changed, written unless only a diff was asked for); then `# noqa` and
+TRL002 over what remains (`_group`).
+
+The per-file phase is `check_source` (pure: Source + Selection -> FileResult); everything that
 touches the disk happens here. Output order never depends on how files were processed: findings
 are sorted by (path, cell, row, column, code).
 
@@ -19,13 +24,23 @@ import stat
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    runtime_checkable,
+)
 
 # Neither libcst nor the engine and its rules are imported here: a run whose files all come from
 # the cache never needs them (they cost more than the rest of such a run).
 from . import noqa
 from .cache import Cache, content_digest
-from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
 from .project import (
@@ -35,10 +50,13 @@ from .project import (
     run_project_phase,
     texts_digest,
 )
-from .rules import all_rules, rule_catalog
+from .selection import Selection
 from .source import Source, SourceError
 
 MAX_FIX_ROUNDS = 10
+# The rule that reports `# noqa` codes that suppress nothing: it runs here, after `# noqa`
+# filtering, over every finding of a file (the project phase's too).
+UNUSED_NOQA = "TRL002"
 
 
 @dataclass
@@ -64,7 +82,7 @@ class RunResult:
     states: Dict[str, FileState] = field(default_factory=dict)
 
     def diff(self) -> str:
-        chunks = []
+        chunks: List[str] = []
         for display, old, new in self.changed:
             chunks.extend(
                 difflib.unified_diff(
@@ -108,7 +126,7 @@ def read_regular_file(path: Path) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-        chunks = []
+        chunks: List[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -118,8 +136,8 @@ def read_regular_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def check_source(source: Source, settings: Settings) -> FileResult:
-    return _engine().check(source, settings)
+def check_source(source: Source, selection: Selection) -> FileResult:
+    return _engine().check(source, selection)
 
 
 def _engine():
@@ -130,7 +148,7 @@ def _engine():
 
 def run(
     files: Sequence[Tuple[Path, str]],
-    settings: Settings,
+    selection: Selection,
     *,
     fix: bool = False,
     unsafe: bool = False,
@@ -148,19 +166,59 @@ def run(
     `whole_project`: `files` are what discovery finds under the project root (the project phase
     then reads their texts from this run instead of walking the tree again)."""
     out = RunResult(files=len(files))
+    counter = _Counter(progress, len(files))
+    out.states, unchecked = _read(files, selection, contents or {}, cache, out, counter)
+    _check(unchecked, selection, jobs, cache, contents or {}, counter)
+    phase = _ProjectPhase(out.states, selection, cache, whole_project)
+    # The phase's findings are kept in the cache (keyed by every file of the run, checked against
+    # what it read outside the run); only for this first phase, before a fix changed a result.
+    joined = phase.run(reuse=not contents)
+    if fix or diff:
+        joined = _fix_rounds(out, selection, unsafe, joined, phase)
+    if _report_changes(out, selection, write=not diff):
+        joined = phase.run()  # a refused write put a file's findings back
+    for state in out.states.values():
+        out.crashes.extend(state.result.crashes)
+    out.crashes.extend(joined.crashes)
+    by_file = _group(out.states, joined.diagnostics, selection)
+    out.diagnostics = sorted(
+        (d for diagnostics in by_file.values() for d in diagnostics), key=Diagnostic.sort_key
+    )
+    return out
+
+
+class _Counter:
+    """Counts the files the per-file phase is done with, for the progress callback."""
+
+    def __init__(self, progress: Optional[Callable[[int, int, str], None]], total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def finished(self, display: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, display)
+
+
+# A readable file the cache does not know: its state, its source, the bytes it was made from.
+Unchecked = Tuple[FileState, Source, bytes]
+
+
+def _read(
+    files: Sequence[Tuple[Path, str]],
+    selection: Selection,
+    contents: Mapping[str, bytes],
+    cache: Optional[Cache],
+    out: RunResult,
+    counter: _Counter,
+) -> Tuple[Dict[str, FileState], List[Unchecked]]:
+    """Read every file; take the results the cache has. (states, files left to check)."""
     states: Dict[str, FileState] = {}
-    to_check: List[FileState] = []  # readable files the cache does not know
-    done = 0
-
-    def finished(display: str) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, len(files), display)
-
+    unchecked: List[Unchecked] = []
     for path, display in files:
         state = FileState(path=path, display=display)
-        given = contents.get(display) if contents else None
+        given = contents.get(display)
         data, source, broken, error = read_source(path, display, given)
         state.original, state.source = data, source
         state.result = FileResult(path=display)
@@ -169,80 +227,110 @@ def run(
             out.errors.append(error)
             state.frozen = True
         elif broken is not None:
-            if "TRL001" in settings.codes_for(display):
+            if "TRL001" in selection.codes_for(display):
                 state.result.diagnostics.append(broken)
             state.frozen = True
-        else:
-            cached = None
-            if cache is not None and given is None:
-                cached = cache.get(display, path, data)  # type: ignore[arg-type]
+        elif source is not None and data is not None:
+            cached = cache.get(display, path, data) if cache is not None and given is None else None
             if cached is None:
-                to_check.append(state)
+                unchecked.append((state, source, data))
                 continue
             state.result = cached
-        finished(display)
+        counter.finished(display)
+    return states, unchecked
+
+
+def _check(
+    unchecked: List[Unchecked],
+    selection: Selection,
+    jobs: int,
+    cache: Optional[Cache],
+    contents: Mapping[str, bytes],
+    counter: _Counter,
+) -> None:
+    """Check the files the cache did not know (in worker processes when worth it), and store
+    their results in the cache (not standard input's)."""
     from .workers import check_all
 
     checked = check_all(
-        [state.source for state in to_check],  # type: ignore[misc]
-        [state.original for state in to_check],  # type: ignore[misc]
-        settings,
+        [source for _, source, _ in unchecked],
+        [data for _, _, data in unchecked],
+        selection,
         jobs,
-        lambda source: check_source(source, settings),
+        lambda source: check_source(source, selection),
     )
     with closing(checked):  # an interrupted run stops its workers at once
         for index, result in checked:
-            state = to_check[index]
+            state, _, data = unchecked[index]
             state.result = result
-            if cache is not None and state.display not in (contents or {}):
-                original: bytes = state.original  # type: ignore[assignment]  # readable
-                cache.put(state.display, state.path, original, result)
-            finished(state.display)
-    out.states = states
+            if cache is not None and state.display not in contents:
+                cache.put(state.display, state.path, data, result)
+            counter.finished(state.display)
 
-    # The phase's findings are kept in the cache (keyed by every file of the run, checked against
-    # what it read outside the run); only for this first phase, before a fix changed a result.
-    project_diags, project_crashes = _project_phase(
-        states, settings, cache, whole_project, reuse=not contents
-    )
-    if fix or diff:
-        for _ in range(MAX_FIX_ROUNDS):
-            changed_any = False
-            by_file = _group(states, project_diags, settings)
-            for display, state in states.items():
-                if state.frozen or state.source is None:
-                    continue
-                candidates = [d for d in by_file.get(display, []) if fixable(d, unsafe)]
-                if not candidates:
-                    continue
-                new_text, applied = apply_fixes(state.source.text, candidates, unsafe)
-                if not applied or new_text == state.source.text:
-                    continue
-                try:
-                    import libcst as cst
 
-                    cst.parse_module(new_text)
-                except Exception:
-                    codes = ", ".join(sorted({d.code for d in applied}))
-                    out.errors.append(
-                        f"{display}: the fix for {codes} produced code that does not parse; "
-                        "it was rolled back (please report this as a trainlint bug)"
-                    )
-                    state.frozen = True
-                    continue
-                new_source = state.source.with_text(new_text, edits_of(applied))
-                state.source = new_source
-                state.fixed += len(applied)
-                state.applied.extend(applied)
-                state.result = check_source(new_source, settings)
-                changed_any = True
-            if not changed_any:
-                break
-            project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
+def _fix_rounds(
+    out: RunResult,
+    selection: Selection,
+    unsafe: bool,
+    joined: ProjectFindings,
+    phase: _ProjectPhase,
+) -> ProjectFindings:
+    """Apply the fixes, re-check, and repeat until no fix applies (at most MAX_FIX_ROUNDS
+    rounds); the project phase's findings after the last round."""
+    for _ in range(MAX_FIX_ROUNDS):
+        by_file = _group(out.states, joined.diagnostics, selection)
+        changed = [
+            _fix_file(state, by_file.get(display, []), selection, unsafe, out)
+            for display, state in out.states.items()
+        ]
+        if not any(changed):
+            break
+        joined = phase.run()
+    return joined
 
-    # Report what changed; write it unless only a diff was asked for.
+
+def _fix_file(
+    state: FileState,
+    findings: List[Diagnostic],
+    selection: Selection,
+    unsafe: bool,
+    out: RunResult,
+) -> bool:
+    """One round of fixes in one file: apply, make sure the result parses, re-check. Whether
+    the text changed."""
+    if state.frozen or state.source is None:
+        return False
+    candidates = [d for d in findings if fixable(d, unsafe)]
+    if not candidates:
+        return False
+    new_text, applied = apply_fixes(state.source.text, candidates, unsafe)
+    if not applied or new_text == state.source.text:
+        return False
+    try:
+        import libcst as cst
+
+        cst.parse_module(new_text)
+    except Exception:
+        codes = ", ".join(sorted({d.code for d in applied}))
+        out.errors.append(
+            f"{state.display}: the fix for {codes} produced code that does not parse; "
+            "it was rolled back (please report this as a trainlint bug)"
+        )
+        state.frozen = True
+        return False
+    new_source = state.source.with_text(new_text, edits_of(applied))
+    state.source = new_source
+    state.fixed += len(applied)
+    state.applied.extend(applied)
+    state.result = check_source(new_source, selection)
+    return True
+
+
+def _report_changes(out: RunResult, selection: Selection, write: bool) -> bool:
+    """Note what the fixes changed in each file, and write it (unless only a diff was asked
+    for). True when a write was refused: that file is back to what is on disk, re-checked."""
     reverted = False
-    for display, state in states.items():
+    for display, state in out.states.items():
         if state.source is None or state.original is None:
             continue
         new_bytes = state.source.to_bytes()
@@ -250,36 +338,51 @@ def run(
             continue
         old_text = state.original.decode(state.source.encoding)
         new_text = new_bytes.decode(state.source.encoding)  # a notebook's JSON, not its cells
-        if diff:
-            out.changed.append((display, old_text, new_text))
-            out.fixed += state.fixed
-            continue
-        try:
-            write_atomic(state.path, new_bytes, state.original)
-        except WriteError as exc:
-            out.errors.append(str(exc))
-            # Nothing was written: what the user has on disk still has every finding.
-            state.source = Source.from_bytes(display, state.original)
-            state.result = check_source(state.source, settings)
-            state.fixed = 0
-            state.applied = []
-            reverted = True
-            continue
+        if write:
+            try:
+                write_atomic(state.path, new_bytes, state.original)
+            except WriteError as exc:
+                out.errors.append(str(exc))
+                # Nothing was written: what the user has on disk still has every finding.
+                state.source = Source.from_bytes(display, state.original)
+                state.result = check_source(state.source, selection)
+                state.fixed = 0
+                state.applied = []
+                reverted = True
+                continue
         out.changed.append((display, old_text, new_text))
         out.fixed += state.fixed
-    if reverted:
-        project_diags, project_crashes = _project_phase(states, settings, cache, whole_project)
-    for state in states.values():
-        out.crashes.extend(state.result.crashes)
-    out.crashes.extend(project_crashes)
-    by_file = _group(states, project_diags, settings)
-    remaining: List[Diagnostic] = [d for diagnostics in by_file.values() for d in diagnostics]
-    remaining.sort(key=Diagnostic.sort_key)
-    out.diagnostics = remaining
-    return out
+    return reverted
 
 
-def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
+NoqaMap = Dict[int, Optional[Tuple[str, ...]]]  # row -> the codes of its `# noqa` (None: bare)
+
+
+@runtime_checkable
+class NoqaChecker(Protocol):
+    """What the runner asks of TRL002: findings for the `# noqa` codes of a file that suppress
+    nothing, given every finding of the file before `# noqa` filtering."""
+
+    def check_noqa(
+        self,
+        source: Source,
+        noqa_map: NoqaMap,
+        diagnostics: Sequence[Diagnostic],
+        selection: Selection,
+    ) -> List[Diagnostic]:
+        """TRL002's findings for one file."""
+
+
+def _unused_noqa(selection: Selection) -> Optional[NoqaChecker]:
+    if UNUSED_NOQA not in selection.enabled:
+        return None
+    rule = selection.rule(UNUSED_NOQA)
+    if not isinstance(rule, NoqaChecker):
+        raise TypeError(f"{UNUSED_NOQA} has no check_noqa()")
+    return rule
+
+
+def _suppressed(diagnostic: Diagnostic, noqa_map: NoqaMap) -> bool:
     row = diagnostic.text_row or diagnostic.row
     if row not in noqa_map:
         return False
@@ -287,31 +390,23 @@ def _suppressed(diagnostic: Diagnostic, noqa_map) -> bool:
 
 
 def _group(
-    states: Dict[str, FileState], project_diags: List[Diagnostic], settings: Settings
+    states: Dict[str, FileState], project_diags: List[Diagnostic], selection: Selection
 ) -> Dict[str, List[Diagnostic]]:
     """display path -> the findings `# noqa` leaves, plus TRL002 for noqa codes left unused."""
+    unused_noqa = _unused_noqa(selection)
     by_file: Dict[str, List[Diagnostic]] = {}
     for display, state in states.items():
         by_file[display] = list(state.result.diagnostics)
     for diagnostic in project_diags:
         by_file.setdefault(diagnostic.path, []).append(diagnostic)
     for display, diagnostics in by_file.items():
-        state = states.get(display)
-        noqa_map = state.result.noqa if state is not None else {}
+        found = states.get(display)
+        noqa_map = found.result.noqa if found is not None else {}
         kept = [d for d in diagnostics if not _suppressed(d, noqa_map)]
-        if noqa_map and state is not None and state.source is not None:
-            kept.extend(_unused_noqa(state.source, noqa_map, diagnostics, settings))
+        if unused_noqa is not None and noqa_map and found is not None and found.source is not None:
+            kept.extend(unused_noqa.check_noqa(found.source, noqa_map, diagnostics, selection))
         by_file[display] = kept
     return by_file
-
-
-def _unused_noqa(source: Source, noqa_map, diagnostics, settings: Settings) -> List[Diagnostic]:
-    from .rules.engine.trl002_unused_noqa import UnusedNoqa
-
-    codes = settings.codes_for(source.path)
-    if UnusedNoqa.code not in codes:
-        return []
-    return UnusedNoqa.check_noqa(source, noqa_map, diagnostics, codes)
 
 
 def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
@@ -324,51 +419,76 @@ def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
     ]
 
 
-def _project_phase(
-    states: Dict[str, FileState],
-    settings: Settings,
-    cache: Optional[Cache],
-    whole_project: bool = False,
-    reuse: bool = False,
-):
-    enabled = settings.enabled_codes()
-    codes = [code for code, rule in rule_catalog().items() if rule.project and code in enabled]
-    if not codes:
-        return [], []
-    key = None
-    if reuse and cache is not None:
-        key = cache.project_key(
-            [(display, state.path, state.original) for display, state in states.items()],
-            whole=whole_project,
+class ProjectFindings(NamedTuple):
+    diagnostics: List[Diagnostic]
+    crashes: List[RuleCrash]
+
+
+class _ProjectPhase:
+    """The project phase over the run's current results; run again after each fix round."""
+
+    def __init__(
+        self,
+        states: Dict[str, FileState],
+        selection: Selection,
+        cache: Optional[Cache],
+        whole_project: bool,
+    ) -> None:
+        self.states = states
+        self.selection = selection
+        self.cache = cache
+        self.whole_project = whole_project
+
+    def run(self, reuse: bool = False) -> ProjectFindings:
+        """The phase's findings; `reuse`: look them up in the cache first, and keep them there
+        (only while every result is the one read from disk, before any fix)."""
+        if not self.selection.project_codes:
+            return ProjectFindings([], [])
+        key = self._cache_key() if reuse else None
+        if key is not None:
+            kept = self._kept(key)
+            if kept is not None:
+                return ProjectFindings(kept, [])
+        states, selection, cache = self.states, self.selection, self.cache
+        settings = selection.settings
+        # Over the whole project its texts are the run's: decoded here, only when the phase runs.
+        texts = _project_texts(states) if self.whole_project else None
+        reads: Dict[str, Optional[str]] = {}
+        project = Project(
+            root=settings.root,
+            settings=settings,
+            results={display: state.result for display, state in states.items()},
+            paths={display: state.path for display, state in states.items()},
+            loader=lambda path: _load_outside_run(path, selection, cache, reads),
+            texts=texts,
         )
-        kept = cache.get_project(
+        found, crashes = run_project_phase(selection.project_rules(), project, selection)
+        crashed = any(state.result.crashes for state in states.values())
+        if key is not None and cache is not None and not crashes and not crashed:
+            # Crashes are never kept (cache.py).
+            walked = texts_digest(project.texts or []) if project.read_texts else None
+            cache.put_project(key, found, project.probes, reads, walked)
+        return ProjectFindings(found, crashes)
+
+    def _cache_key(self) -> Optional[str]:
+        if self.cache is None:
+            return None
+        return self.cache.project_key(
+            [(display, state.path, state.original) for display, state in self.states.items()],
+            whole=self.whole_project,
+        )
+
+    def _kept(self, key: str) -> Optional[List[Diagnostic]]:
+        assert self.cache is not None
+        settings = self.selection.settings
+        return self.cache.get_project(
             key, lambda: texts_digest(read_project_texts(settings.root, settings))
         )
-        if kept is not None:
-            return kept, []
-    rules = [all_rules()[code] for code in codes]
-    # Over the whole project its texts are the run's: decoded here, only when the phase runs.
-    texts = _project_texts(states) if whole_project else None
-    reads: Dict[str, Optional[str]] = {}
-    project = Project(
-        root=settings.root,
-        settings=settings,
-        results={display: state.result for display, state in states.items()},
-        paths={display: state.path for display, state in states.items()},
-        loader=lambda path: _load_outside_run(path, settings, cache, reads),
-        texts=texts,
-    )
-    found, crashes = run_project_phase(rules, project)
-    crashed = any(state.result.crashes for state in states.values())
-    if key is not None and not crashes and not crashed:  # crashes are never kept (cache.py)
-        walked = texts_digest(project.texts or []) if project.read_texts else None
-        cache.put_project(key, found, project.probes, reads, walked)  # type: ignore[union-attr]
-    return found, crashes
 
 
 def _load_outside_run(
     path: Path,
-    settings: Settings,
+    selection: Selection,
     cache: Optional[Cache] = None,
     reads: Optional[Dict[str, Optional[str]]] = None,
 ) -> Optional[FileResult]:
@@ -384,7 +504,7 @@ def _load_outside_run(
         return None
     result = cache.get(display, path, data) if cache is not None else None
     if result is None:
-        result = check_source(source, settings)
+        result = check_source(source, selection)
         if cache is not None:
             cache.put(display, path, data, result)
     return result

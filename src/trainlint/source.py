@@ -16,21 +16,18 @@ import codecs
 import errno
 import io
 import os
-import re
 import stat
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
+from .lines import split_lines
+
 if TYPE_CHECKING:  # pragma: no cover
     from .notebook import Notebook
 
 NOTEBOOK_SUFFIXES = (".ipynb",)
-
-# Python's tokenizer ends lines only at \r\n, \r and \n; str.splitlines() also splits at form feeds,
-# \x1c..\x1e and \u2028, which would shift every row after them.
-_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 class SourceError(Exception):
@@ -67,11 +64,6 @@ def read_regular_file(path: Union[str, "os.PathLike[str]"], limit: Optional[int]
             chunks.append(chunk)
     finally:
         os.close(fd)
-
-
-def split_lines(text: str) -> List[str]:
-    """Lines with their line endings, split exactly where Python's tokenizer splits them."""
-    return _LINE_RE.findall(text)
 
 
 def dominant_newline(text: str) -> str:
@@ -190,9 +182,9 @@ class Source:
 
     def to_bytes(self, text: Optional[str] = None) -> bytes:
         """Encode (new) text the way the file was encoded (BOM included); a notebook is written
-        back as JSON with only its changed cells' `source` replaced (fixes.render_notebook)."""
+        back as JSON with only its changed cells' `source` replaced (notebook.render_notebook)."""
         if self.notebook is not None:
-            from .fixes import render_notebook
+            from .notebook import render_notebook
 
             return render_notebook(self if text is None else self.with_text(text))
         return (self.text if text is None else text).encode(self.encoding)

@@ -18,10 +18,10 @@ import signal
 import sys
 import threading
 from contextlib import closing
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Generator, List, Optional, Sequence, Tuple
 
-from .config import Settings
 from .diagnostics import FileResult
+from .selection import Selection
 from .source import Source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,13 +40,14 @@ MAX_CHUNK = 16
 
 Check = Callable[[Source], FileResult]
 
-_worker_settings: Optional[Settings] = None
+_worker_selection: Optional[Selection] = None
 
 
 def default_jobs() -> int:
     """The CPUs this process may run on (the CPU count where that cannot be asked)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+        # Linux only: mypy checking for macOS or Windows does not know it, for Linux it does.
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 
@@ -58,10 +59,10 @@ def worth_a_pool(sizes: Sequence[int], jobs: int) -> bool:
 def check_all(
     sources: Sequence[Source],
     data: Sequence[bytes],
-    settings: Settings,
+    selection: Selection,
     jobs: int,
     check: Check,
-) -> Iterator[Tuple[int, FileResult]]:
+) -> Generator[Tuple[int, FileResult], None, None]:
     """(index, result) for every source, in the order they finish. `data[i]` is the bytes
     `sources[i]` was made from (what a worker receives); `check` checks one source here. Close
     the generator (contextlib.closing) to stop early."""
@@ -72,7 +73,7 @@ def check_all(
     finished = set()
     # closing(): when the caller stops early (Ctrl-C while it handles a result) the pool stops
     # now, not when the garbage collector gets to this generator.
-    with closing(_in_pool(sources, data, settings, jobs)) as results:
+    with closing(_in_pool(sources, data, selection, jobs)) as results:
         for index, result in results:
             finished.add(index)
             yield index, result
@@ -82,8 +83,8 @@ def check_all(
 
 
 def _in_pool(
-    sources: Sequence[Source], data: Sequence[bytes], settings: Settings, jobs: int
-) -> Iterator[Tuple[int, FileResult]]:
+    sources: Sequence[Source], data: Sequence[bytes], selection: Selection, jobs: int
+) -> Generator[Tuple[int, FileResult], None, None]:
     # Largest files first, so no worker is left with a big file at the end.
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -101,7 +102,7 @@ def _in_pool(
         max_workers=min(jobs, len(chunks)),
         mp_context=_context(),
         initializer=_start_worker,
-        initargs=(settings,),
+        initargs=(selection,),
     )
     try:
         futures = {
@@ -131,9 +132,9 @@ def _context():
     return multiprocessing.get_context()
 
 
-def _start_worker(settings: Settings) -> None:
-    global _worker_settings
-    _worker_settings = settings
+def _start_worker(selection: Selection) -> None:
+    global _worker_selection
+    _worker_selection = selection
     # Ctrl-C reaches every process of the terminal's group: the parent stops the workers and
     # reports it once, instead of each worker printing a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -142,9 +143,9 @@ def _start_worker(settings: Settings) -> None:
 def _check_chunk(items: List[Tuple[str, bytes]]) -> List[FileResult]:
     from .engine import check
 
-    assert _worker_settings is not None
+    assert _worker_selection is not None
     # The parent made a Source of the same bytes already, so this cannot fail here either.
-    return [check(Source.from_bytes(display, data), _worker_settings) for display, data in items]
+    return [check(Source.from_bytes(display, data), _worker_selection) for display, data in items]
 
 
 def _stop(executor: "Executor") -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engine import FileContext
+    from ..context import FileContext
 
 
 class Analysis:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..diagnostics import Diagnostic, Severity
-from . import ReportContext, printable
+from . import printable
+from .context import ReportContext
 from .text import location
 
 COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -47,6 +48,8 @@ def annotation(d: Diagnostic, ctx: ReportContext) -> str:
     ]
     props = ",".join(f"{key}={escape_property(value)}" for key, value in properties)
     message = f"{location(d)}: {d.code} {d.message}"
+    if d.help:
+        message += f"\n{d.help}"
     return printable(f"::{COMMANDS[d.severity]} {props}::{escape_data(message)}")
 
 

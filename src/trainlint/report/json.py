@@ -1,4 +1,4 @@
-"""JSON output in ruff's `--output-format json` schema, plus `severity`, `name` and `cell`.
+"""JSON output in ruff's `--output-format json` schema, plus `severity`, `name`, `cell`, `help`.
 
 Tools that read ruff's JSON read ours: a list of objects with code, message, filename (absolute),
 location/end_location {row, column} (1-based columns), fix {applicability, message, edits
@@ -13,7 +13,8 @@ from typing import Any, Dict, Sequence, TextIO
 
 from .. import rule_url
 from ..diagnostics import Diagnostic
-from . import ReportContext, printable_json
+from . import printable_json
+from .context import ReportContext
 
 
 def to_json(d: Diagnostic) -> Dict[str, Any]:
@@ -37,6 +38,7 @@ def to_json(d: Diagnostic) -> Dict[str, Any]:
         "end_location": {"row": d.end_row, "column": d.end_col + 1},
         "filename": os.path.abspath(d.path),
         "fix": fix,
+        "help": d.help or None,
         "location": {"row": d.row, "column": d.col + 1},
         "message": d.message,
         "name": d.name,

@@ -26,7 +26,8 @@ from urllib.parse import quote
 
 from .. import DOCS_URL, __version__, rule_url
 from ..diagnostics import Diagnostic, Severity
-from . import ReportContext, printable_json
+from . import printable_json
+from .context import ReportContext
 
 SCHEMA_URI = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -54,7 +55,9 @@ def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
     for code, rule in all_rules().items():
         explanation = rule.explanation()
         full = _section(explanation, "What it does") or rule.summary()
-        family = rule.__module__.split(".")[-2]
+        # rules/<family>/trlNNN_name.py; a rule defined elsewhere (a plugin, a test) has none.
+        parts = rule.__module__.split(".")
+        family = parts[-2] if len(parts) > 1 else "other"
         index[code] = len(descriptors)
         descriptors.append(
             {
@@ -66,7 +69,7 @@ def rule_descriptors() -> Tuple[List[Dict[str, Any]], Dict[str, int]]:
                 "helpUri": rule_url(code),
                 "defaultConfiguration": {
                     "level": LEVELS[rule.severity],
-                    "enabled": bool(rule.default_enabled()),
+                    "enabled": bool(rule.default_enabled() and not rule.preview),
                 },
                 "properties": {
                     "tags": ["pytorch", family],
@@ -120,7 +123,7 @@ def _result(
     result: Dict[str, Any] = {
         "ruleId": d.code,
         "level": LEVELS[d.severity],
-        "message": {"text": d.message},
+        "message": {"text": f"{d.message}\n\n{d.help}" if d.help else d.message},
         "locations": [
             {
                 "physicalLocation": {

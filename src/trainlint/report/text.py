@@ -2,7 +2,7 @@
 
 Columns are 1-based here (as in ruff, flake8 and compilers); a notebook finding reads
 `path:cell N:row:col`. `[*]` marks a finding that `--fix` (or `--fix --unsafe-fixes` when that
-flag is given) would fix. Colour (ANSI) only when the context asks for it (cli.py decides:
+flag is given) would fix. Colour (ANSI) only when the context asks for it (cli/output.py decides:
 a terminal, unless NO_COLOR; FORCE_COLOR forces it).
 """
 
@@ -13,7 +13,8 @@ from typing import Dict, List, Sequence, TextIO
 
 from ..diagnostics import Applicability, Diagnostic, Severity
 from ..fixes import apply_edits
-from . import ReportContext, printable
+from . import printable
+from .context import ReportContext
 
 _RESET = "\x1b[0m"
 _STYLES = {
@@ -87,6 +88,8 @@ def report_full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: Text
             cell, row, col = ctx.related_location(path, row, col)
             where = f"{path}:cell {cell}:{row}:{col + 1}" if cell else f"{path}:{row}:{col + 1}"
             out.write(printable(f"   = {paint('note', 'bold', ctx)}: {where}: {note}\n"))
+        if d.help:
+            out.write(printable(f"   = {paint('help', 'bold', ctx)}: {d.help}\n"))
         if d.fix is not None:
             label = "fix" if (d.fix.applicability is Applicability.SAFE) else "unsafe fix"
             out.write(printable(f"   = {paint(label, 'cyan', ctx)}: {d.fix.message}\n"))

@@ -7,6 +7,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Dict, List, Type
 
+from ..config import RuleNames
 from . import catalog
 from .base import Rule
 
@@ -14,8 +15,7 @@ from .base import Rule
 @lru_cache(maxsize=None)
 def _discover() -> Dict[str, Type[Rule]]:
     found: Dict[str, Type[Rule]] = {}
-    package_path = __path__  # type: ignore[name-defined]
-    for family in sorted(pkgutil.iter_modules(package_path), key=lambda m: m.name):
+    for family in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if not family.ispkg:
             continue
         family_pkg = importlib.import_module(f"{__name__}.{family.name}")
@@ -43,23 +43,39 @@ def _discover() -> Dict[str, Type[Rule]]:
     return dict(sorted(found.items()))
 
 
-_DISCOVER = _discover
-
-
 def rule_catalog() -> Dict[str, catalog.RuleInfo]:
     """code -> what the rule is (name, default selection, project phase, module), sorted by
-    code, without importing the rules when catalog.json describes the rules on disk and they
-    are not imported yet (rules/catalog.py)."""
-    if _discover is _DISCOVER and _DISCOVER.cache_info().currsize == 0:
-        stored = catalog.stored()
-        if stored is not None:
-            return stored
+    code, without importing the rules when catalog.json describes the rules on disk
+    (rules/catalog.py)."""
+    stored = catalog.stored()
+    if stored is not None:
+        return stored
     return catalog.from_rules(all_rules())
+
+
+def rule_names() -> RuleNames:
+    """The rules as configuration knows them: codes, and (imported on demand) their options."""
+    return RuleNames(tuple(rule_catalog()), _declared_options)
+
+
+def _declared_options() -> Dict[str, type]:
+    options: Dict[str, type] = {}
+    for rule in all_rules().values():
+        options.update(rule.options)
+    return options
 
 
 def all_rules() -> Dict[str, Type[Rule]]:
     """code -> rule class, sorted by code."""
     return _discover()
+
+
+def load_rule(info: catalog.RuleInfo) -> Type[Rule]:
+    """The class `info` describes, importing its module only (not every rule)."""
+    rule = getattr(importlib.import_module(info.module), info.qualname)
+    if not (isinstance(rule, type) and issubclass(rule, Rule) and rule.code == info.code):
+        raise RuntimeError(f"{info.module}.{info.qualname} is not rule {info.code}")
+    return rule
 
 
 def get_rule(code: str) -> Type[Rule]:

@@ -2,6 +2,16 @@
 
 import sys
 
-from .catalog import main
+from . import all_rules, catalog
 
-sys.exit(main())
+
+def main() -> int:
+    rules = all_rules()
+    with open(catalog.CATALOG_PATH, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(catalog.render(rules))
+    print(f"wrote {catalog.CATALOG_PATH} ({len(rules)} rules)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

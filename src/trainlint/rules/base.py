@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     # comments) must not import libcst in a run served by the cache.
     import libcst as cst
 
-    from ..engine import EditSpec, FileContext
+    from ..context import EditSpec, FileContext
     from ..project import Project
 
 
@@ -47,9 +47,9 @@ class PendingFix:
 
 
 class PendingReport:
-    __slots__ = ("rule", "node", "end_node", "message", "severity", "fix", "related")
+    __slots__ = ("rule", "node", "end_node", "message", "severity", "fix", "related", "help")
 
-    def __init__(self, rule, node, end_node, message, severity, fix, related):
+    def __init__(self, rule, node, end_node, message, severity, fix, related, help=""):
         self.rule = rule
         self.node = node
         self.end_node = end_node
@@ -57,6 +57,7 @@ class PendingReport:
         self.severity = severity
         self.fix = fix
         self.related = related
+        self.help = help
 
 
 class Rule:
@@ -74,6 +75,10 @@ class Rule:
     options: ClassVar[Dict[str, type]] = {}
     # True for rules whose findings need other files (they implement check_project).
     project: ClassVar[bool] = False
+    # A preview rule is not in the default set until its measured precision on real code it was
+    # never tuned on reaches the bar (benchmarks/precision.py); `--preview` / `preview = true`
+    # adds it, or its exact code in `select`/`extend-select`.
+    preview: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -91,10 +96,21 @@ class Rule:
         severity: Optional[Severity] = None,
         end_node: Optional[cst.CSTNode] = None,
         related: Iterable[Tuple[cst.CSTNode, str]] = (),
+        help: str = "",
     ) -> None:
+        """Report `node`. `message` is the headline: what is wrong, in about 100 characters,
+        claiming only what the analysis established; `help` says what happens at run time (the
+        PyTorch error) and how to fix it; `related` points at the other sites that prove it."""
         self.reports.append(
             PendingReport(
-                self, node, end_node, message, severity or self.severity, fix, tuple(related)
+                self,
+                node,
+                end_node,
+                message,
+                severity or self.severity,
+                fix,
+                tuple(related),
+                help,
             )
         )
 
@@ -152,6 +168,15 @@ class Rule:
     @classmethod
     def default_enabled(cls) -> bool:
         return cls.severity is not Severity.INFO
+
+    @classmethod
+    def default_label(cls) -> str:
+        """Whether a run without any selection runs the rule, as the docs say it."""
+        if not cls.default_enabled():
+            return "off (select it to enable)"
+        if cls.preview:
+            return "preview (on with `--preview`, or select its code)"
+        return "on"
 
     @classmethod
     def fix_label(cls) -> str:

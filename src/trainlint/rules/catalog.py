@@ -19,7 +19,7 @@ import os
 from functools import lru_cache
 from typing import Dict, NamedTuple, Optional
 
-FORMAT = 1
+FORMAT = 2
 RULES_DIR = os.path.dirname(os.path.abspath(__file__))
 CATALOG_PATH = os.path.join(RULES_DIR, "catalog.json")
 
@@ -29,6 +29,7 @@ class RuleInfo(NamedTuple):
     name: str
     default_enabled: bool
     project: bool  # the rule has a project phase (`check_project`)
+    preview: bool  # on by default only in preview mode (see Rule.preview)
     module: str
     qualname: str
 
@@ -51,8 +52,8 @@ def from_rules(rules) -> Dict[str, RuleInfo]:
     """The table of rule classes (code -> class), as imported."""
     return {
         code: RuleInfo(
-            code, rule.name, rule.default_enabled(), rule.project, rule.__module__,
-            rule.__qualname__,
+            code, rule.name, rule.default_enabled(), rule.project, rule.preview,
+            rule.__module__, rule.__qualname__,
         )
         for code, rule in rules.items()
     }
@@ -80,13 +81,3 @@ def render(rules) -> str:
         "rules": {code: list(info)[1:] for code, info in table.items()},
     }
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
-
-
-def main() -> int:
-    from . import _discover
-
-    text = render(_discover())
-    with open(CATALOG_PATH, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(text)
-    print(f"wrote {CATALOG_PATH} ({len(_discover())} rules)")
-    return 0

@@ -6,32 +6,14 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.calls import argument, int_list, method_call, needs_parentheses
-from ...analysis.devices import Device, Devices
-from ...analysis.names import dotted_name
+from ...analysis.base.calls import argument, int_list, method_call, needs_parentheses
+from ...analysis.base.names import dotted_name
+from ...analysis.base.vocabulary import DTYPE_WORDS
+from ...analysis.device.expressions import Device, Devices
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
 DATA_PARALLEL = "torch.nn.DataParallel"
-_DTYPE_WORDS = {
-    "float",
-    "float16",
-    "float32",
-    "float64",
-    "half",
-    "double",
-    "bfloat16",
-    "int8",
-    "uint8",
-    "int16",
-    "int32",
-    "int64",
-    "long",
-    "bool",
-    "complex64",
-    "complex128",
-    "channels_last",
-}
 
 
 class DataParallelWrapThenMove(Rule):
@@ -159,7 +141,7 @@ class DataParallelWrapThenMove(Rule):
         args[index] = args[index].with_changes(value=moved)
         new_wrap = wrap.with_changes(args=args, lpar=move.lpar, rpar=move.rpar)
         code = self.ctx.module.code_for_node(new_wrap)
-        module_text = self.ctx.module.code_for_node(args[index].value.func.value)
+        module_text = self.ctx.module.code_for_node(module_expr)  # what `moved` moves
         if "\n" in module_text or len(module_text) > 40:
             module_text = "module"
         wrapper = self.ctx.code(wrap.func)
@@ -244,7 +226,7 @@ class DataParallelWrapThenMove(Rule):
         if device_expr is None:
             return None  # .to(dtype=...) or .to(memory_format=...)
         name = dotted_name(device_expr) or ""
-        if name.split(".")[-1] in _DTYPE_WORDS and name.startswith("torch."):
+        if name.split(".")[-1] in DTYPE_WORDS and name.startswith("torch."):
             return None  # `.to(torch.float16)` casts, it does not move
         device = self.devices.device_of(device_expr)
         if device is not None and device.kind not in ("cuda", "unknown"):
@@ -259,7 +241,7 @@ class DataParallelWrapThenMove(Rule):
         literal = int_list(ids)
         if literal:
             return literal[0], None
-        if type(ids) in (cst.List, cst.Tuple) and ids.elements:
+        if (type(ids) is cst.List or type(ids) is cst.Tuple) and ids.elements:
             return None, self.ctx.code(ids.elements[0].value)
         return None, self.ctx.code(ids)
 

@@ -6,8 +6,8 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.calls import argument, is_none
-from ...analysis.parallel import DATA_PARALLEL, Parallel
+from ...analysis.base.calls import argument, is_none
+from ...analysis.parallel.parallel import DATA_PARALLEL, Parallel
 from ...diagnostics import Severity
 from ..base import Rule
 

@@ -7,10 +7,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.modules import Modules, forward_reach
-from ...analysis.state_writes import HookWrite, StateWrite, StateWrites
-from ...analysis.wraps import DP_KIND, Wraps
+from ...analysis.parallel.state_writes import HookWrite, StateWrite, StateWrites
+from ...analysis.parallel.wraps import DP_KIND, Wraps
+from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
 
@@ -79,6 +79,8 @@ class ForwardMutatesModuleState(Rule):
         def forward(self, x):
             depth = self.backbone(x)
             return depth, self.features["layer4"]
+
+    model = nn.DataParallel(DepthModel(resnet_backbone()).cuda())
     ```
 
     ## Use instead
@@ -98,11 +100,15 @@ class ForwardMutatesModuleState(Rule):
             finally:
                 handle.remove()
             return depth, features["layer4"]
+
+    model = nn.DataParallel(DepthModel(resnet_backbone()).cuda())
     ```
     or return the values from `forward`, or train with DistributedDataParallel.
 
     ## Fix safety
-    No fix: where the values should go instead is a design decision.
+    No fix: where the values should go instead (returned from `forward`, kept local to it, or a
+    switch to DistributedDataParallel) is the author's choice, and no single edit is safe for
+    all of them (see docs/architecture.md, "Fixes and fix safety").
     """
 
     code = "TRL203"

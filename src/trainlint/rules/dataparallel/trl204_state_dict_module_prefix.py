@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import method_call
-from ...analysis.names import dotted_name
-from ...analysis.parallel import Parallel, WrapState
+from ...analysis.base.calls import method_call
+from ...analysis.base.names import dotted_name
+from ...analysis.parallel.parallel import Parallel, WrapState
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -47,6 +47,8 @@ class StateDictModulePrefix(Rule):
 
     ## Use instead
     ```python
+    model = DDP(model, device_ids=[local_rank])
+    ...
     torch.save({"model": model.module.state_dict(), "epoch": epoch}, "last.pt")
     ```
 

@@ -8,8 +8,10 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import Moves
-from ...analysis.loops import BatchFlow, Element, Flow, Unmoved
+from ...analysis.device.moves import Moves
+from ...analysis.loop.batchflow import BatchFlow
+from ...analysis.loop.batchvalues import Element, Flow, Unmoved
+from ...analysis.project.hierarchy import module_file
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
 
@@ -74,6 +76,9 @@ class BatchNotOnDevice(Rule):
 
     ## Example
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
         images = images.to(device, non_blocking=True)
         logits = model(images)
@@ -82,9 +87,12 @@ class BatchNotOnDevice(Rule):
 
     ## Use instead
     ```python
+    device = torch.device("cuda")
+    model = resnet50(num_classes=100).to(device)
+    criterion = nn.CrossEntropyLoss()
     for images, labels in train_loader:
-        labels = labels.to(device, non_blocking=True)
         images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
         logits = model(images)
         loss = criterion(logits, labels)
     ```
@@ -127,9 +135,11 @@ class BatchNotOnDevice(Rule):
         element = finding.element
         message = self._message(flow, finding)
         fix = self._fix(flow, element)
-        related = [(flow.source.binding_statement, "the batch is unpacked here")]
+        bound_at = flow.source.binding_statement
+        assert bound_at is not None  # every BatchSource records its loop or `next()` assignment
+        related: List[Tuple[cst.CSTNode, str]] = [(bound_at, "the batch is unpacked here")]
         carrier = next((e for e in element.lineage() if e.via is not None), None)
-        if carrier is not None:
+        if carrier is not None and carrier.via is not None:
             related.append((carrier.via, f"passed to this function as `{carrier.name}`"))
         first_move = next((m.call for m in flow.moves), None)
         if first_move is not None:
@@ -146,6 +156,7 @@ class BatchNotOnDevice(Rule):
     def _message(self, flow: Flow, finding: Unmoved) -> str:
         element = finding.element
         source = flow.source
+        assert source.binding_statement is not None  # set for every BatchSource
         loader = _short(source.loader_text, 40)
         sink = self._describe(finding.sink, finding.use)
         named = element
@@ -285,7 +296,7 @@ class BatchNotOnDevice(Rule):
 
     def _insertion(self, bound_at: cst.CSTNode, line: str):
         moves = self.ctx.analysis(Moves)
-        if type(bound_at) in (cst.For, cst.While):
+        if type(bound_at) is cst.For or type(bound_at) is cst.While:
             body = bound_at.body
             if type(body) is not cst.IndentedBlock or not body.body:
                 return None
@@ -330,7 +341,7 @@ class BatchNotOnDevice(Rule):
         for display, data in facts.items():
             importer = project.paths.get(display)
             for entry in data.get("deferred", []):
-                target = _resolve(entry["helper"], importer, project.root, modules)
+                target = _helper_file(entry["helper"], importer, project, modules)
                 if target is None or target not in facts:
                     continue  # cannot know what the helper does: stay quiet
                 module, function = target, entry["helper"].rsplit(".", 1)[-1]
@@ -370,7 +381,7 @@ def _names(node: cst.CSTNode):
 
 def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
     """The statements at the start of `statements` that only move things to the device."""
-    run = []
+    run: List[cst.CSTNode] = []
     for statement in statements:
         if type(statement) is not cst.SimpleStatementLine:
             break
@@ -394,42 +405,15 @@ def _module_index(project) -> Dict[Path, str]:
     return index
 
 
-def _resolve(helper: str, importer: Optional[Path], root: Path, modules: Dict[Path, str]):
+def _helper_file(helper: str, importer: Optional[Path], project, modules: Dict[Path, str]):
     """The display path of the project file that defines `helper` (a qualified name such as
     `utils.to_cuda` or `.misc.to_cuda`), or None when it is not among the files of the run."""
     module = helper.rsplit(".", 1)[0] if "." in helper.lstrip(".") else ""
     if not module or importer is None:
         return None
-    here = Path(os.path.realpath(importer)).parent
-    if module.startswith("."):
-        level = len(module) - len(module.lstrip("."))
-        base = here
-        for _ in range(level - 1):
-            base = base.parent
-        bases = [base]
-        module = module.lstrip(".")
-    else:
-        bases = [here, *[p for p in here.parents if _within(p, root)]]
-        if Path(os.path.realpath(root)) not in bases:
-            bases.append(Path(os.path.realpath(root)))
-    parts = module.split(".")
-    for base in bases:
-        for candidate in (
-            base.joinpath(*parts).with_suffix(".py"),
-            base.joinpath(*parts, "__init__.py"),
-        ):
-            found = modules.get(candidate)
-            if found is not None:
-                return found
-    return None
-
-
-def _within(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(os.path.realpath(root))
-        return True
-    except ValueError:
-        return False
+    root = Path(os.path.abspath(project.root))
+    found = module_file(module, Path(os.path.abspath(importer)), root, project.is_file)
+    return modules.get(Path(os.path.realpath(found))) if found is not None else None
 
 
 __all__ = ["BatchNotOnDevice"]

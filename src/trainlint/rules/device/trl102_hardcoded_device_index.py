@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.devices import DeviceChoices, HardcodedIndex
+from ...analysis.device.choices import DeviceChoices, HardcodedIndex
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,8 +6,8 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import DeviceChoice, DeviceChoices, Placement
-from ...analysis.frameworks import Frameworks
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.device.choices import DeviceChoice, DeviceChoices, Placement
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -52,6 +52,8 @@ class DeviceIndexWithoutSetDevice(Rule):
 
     ## Use instead
     ```python
+    from mmcv.ops import nms
+
     device = torch.device("cuda:1")
     torch.cuda.set_device(device)
     model = Detector().to(device)
@@ -126,7 +128,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         custom = choices.custom_ops()
         for choice, placements in groups.values():
             node = choice.made.name if type(choice.made) is cst.Param else choice.made
-            related = [(placements[0].call, "placed on it here")]
+            related: List[Tuple[cst.CSTNode, str]] = [(placements[0].call, "placed on it here")]
             if choice.source is not None:
                 related.append((choice.source, "its default comes from here"))
             self.report(
@@ -224,7 +226,9 @@ class DeviceIndexWithoutSetDevice(Rule):
         if not self._torch_bound(anchor):
             return None
         made = choice.made
-        if choice.name is not None and type(choice.statement) in (cst.Assign, cst.AnnAssign):
+        if choice.name is not None and (
+            type(choice.statement) is cst.Assign or type(choice.statement) is cst.AnnAssign
+        ):
             if choice.is_index and not _never_none(made):
                 return None
             code = self._set_device(choice, choice.name)

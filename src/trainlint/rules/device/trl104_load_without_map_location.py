@@ -6,7 +6,8 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.devices import DeviceChoices, reads_of_binding
+from ...analysis.base.scopes import reads_of_binding
+from ...analysis.device.choices import DeviceChoices
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

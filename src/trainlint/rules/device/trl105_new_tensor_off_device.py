@@ -7,15 +7,12 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.devices import (
-    COMBINING_FUNCTIONS,
-    COMBINING_METHODS,
-    DeviceTensors,
-    is_test_file,
-    reads_of_binding,
-)
-from ...analysis.frameworks import Frameworks
-from ...analysis.names import dotted_name
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.base.scopes import reads_of_binding
+from ...analysis.base.vocabulary import LOSS_FUNCTIONS
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.device.tensors import COMBINING_FUNCTIONS, COMBINING_METHODS, DeviceTensors
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -39,27 +36,6 @@ _ACCELERATOR_HINTS = (
 # Short backend names count only as words: "npu" is in "input", "mps" in "dumps".
 _SHORT_ACCELERATOR_HINTS = re.compile(r"(?<![A-Za-z])(?:mps|xla|xpu|npu)(?![A-Za-z])")
 _DEFAULT_DEVICE_CONTEXTS = ("torch.set_default_device", "torch.device context")
-_LOSS_FUNCTIONS = frozenset(
-    {
-        "cross_entropy",
-        "nll_loss",
-        "mse_loss",
-        "l1_loss",
-        "smooth_l1_loss",
-        "huber_loss",
-        "binary_cross_entropy",
-        "binary_cross_entropy_with_logits",
-        "kl_div",
-        "cosine_embedding_loss",
-        "margin_ranking_loss",
-        "soft_margin_loss",
-        "multilabel_soft_margin_loss",
-        "triplet_margin_loss",
-        "poisson_nll_loss",
-        "gaussian_nll_loss",
-        "cosine_similarity",
-    }
-)
 # Stops: past these the value is no longer a CPU tensor next to device tensors.
 _STOP_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "size", "dim", "numel"})
 
@@ -95,18 +71,34 @@ class NewTensorOffDevice(Rule):
 
     ## Example
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1))[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1))[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Use instead
     ```python
-    def forward(self, x, lengths):
-        mask = torch.arange(x.size(1), device=x.device)[None, :] < lengths[:, None]
-        noise = torch.randn(x.shape, device=x.device)
-        return self.encoder(x + noise, mask)
+    class Tagger(nn.Module):
+        def __init__(self, dim, num_tags):
+            super().__init__()
+            self.encoder = nn.TransformerEncoderLayer(dim, nhead=4, batch_first=True)
+            self.head = nn.Linear(dim, num_tags)
+
+        def forward(self, x, lengths):
+            padding = torch.arange(x.size(1), device=x.device)[None, :] >= lengths[:, None]
+            noise = torch.randn(x.shape, device=x.device)
+            return self.head(self.encoder(x + noise, src_key_padding_mask=padding))
+
+    model = Tagger(256, 17).to("cuda")
     ```
 
     ## Fix safety
@@ -218,7 +210,7 @@ class NewTensorOffDevice(Rule):
                 continue
             if type(parent) in (cst.Element, cst.StarredElement):
                 container = self.ctx.parent(parent)
-                if type(container) in (cst.List, cst.Tuple):
+                if type(container) is cst.List or type(container) is cst.Tuple:
                     current = container
                     continue
                 return None
@@ -235,22 +227,21 @@ class NewTensorOffDevice(Rule):
                     partners = tensors.device_partners(parent.target, scope)
                     return parent, partners, "operand"
                 return None
-            if type(parent) in (cst.Assign, cst.AnnAssign) and parent.value is current:
-                targets = (
-                    [t.target for t in parent.targets]
-                    if type(parent) is cst.Assign
-                    else [parent.target]
-                )
-                for target in targets:
-                    if type(target) is not cst.Name:
-                        continue
-                    for use in reads_of_binding(self.ctx, target, parent):
-                        if self.tensors.scope_node(use) is not scope:
-                            continue
-                        found = self._use_sink(use, scope, depth + 1, seen)
-                        if found is not None:
-                            return found
+            if type(parent) is cst.Assign and parent.value is current:
+                targets = [t.target for t in parent.targets]
+            elif type(parent) is cst.AnnAssign and parent.value is current:
+                targets = [parent.target]
+            else:
                 return None
+            for target in targets:
+                if type(target) is not cst.Name:
+                    continue
+                for use in reads_of_binding(self.ctx, target, parent):
+                    if self.tensors.scope_node(use) is not scope:
+                        continue
+                    found = self._use_sink(use, scope, depth + 1, seen)
+                    if found is not None:
+                        return found
             return None
 
     def _use_sink(self, use: cst.Name, scope, depth, seen):
@@ -327,7 +318,7 @@ class NewTensorOffDevice(Rule):
     def _is_loss(self, func: cst.CSTNode) -> bool:
         dotted = dotted_name(func) or ""
         leaf = dotted.split(".")[-1].lower()
-        if leaf in _LOSS_FUNCTIONS:
+        if leaf in LOSS_FUNCTIONS:
             return True
         return "loss" in leaf or "criterion" in leaf
 

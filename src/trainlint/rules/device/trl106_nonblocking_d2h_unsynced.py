@@ -6,8 +6,9 @@ from typing import List, Optional
 
 import libcst as cst
 
-from ...analysis.devices import Devices, reads_of_binding
-from ...analysis.names import dotted_name
+from ...analysis.base.names import dotted_name
+from ...analysis.base.scopes import reads_of_binding
+from ...analysis.device.expressions import Devices
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

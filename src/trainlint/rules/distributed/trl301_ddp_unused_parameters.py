@@ -7,18 +7,18 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...analysis.devices import is_test_file
-from ...analysis.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.mmconfig import (
-    MM_CONFIG_MARKERS,
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.mmconfig import (
     MMConfig,
+    MM_CONFIG_MARKERS,
     Resolved,
     resolve,
     tolerates_unused,
     type_names,
 )
-from ...analysis.modules import ALL, Modules, escaped
-from ...analysis.wraps import Wraps, is_local, local_name
+from ...analysis.parallel.wraps import Wraps, is_local, local_name
+from ...analysis.project.modules import ALL, Modules, escaped
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -79,11 +79,20 @@ class DdpUnusedParameters(Rule):
     ```
 
     ## Use instead
-    Use the parameter in `forward`, or delete it. If parameters are unused on purpose (a branch
-    taken on some iterations only), tell DDP:
+    Use the parameter in `forward`, or delete it:
     ```python
-    model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
+    class DETRHead(nn.Module):
+        def __init__(self, embed_dims, num_classes):
+            super().__init__()
+            self.cls_branch = nn.Linear(embed_dims, num_classes)
+
+        def forward(self, query):
+            return self.cls_branch(query)
+
+    model = DDP(DETRHead(256, 80).to(device), device_ids=[local_rank])
     ```
+    If parameters are unused on purpose (a branch taken on some iterations only), tell DDP:
+    `DDP(model, device_ids=[local_rank], find_unused_parameters=True)`.
 
     ## Fix safety
     The fix adds `find_unused_parameters=True` to the DDP call when that call is in the file of
@@ -203,7 +212,7 @@ _MM_TOLERANT = re.compile(
 
 class MMConfigs:
     """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
-    its `_base_` chain once (analysis/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
+    its `_base_` chain once (analysis/project/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
     so a config that builds a class (`type='DETRHead'`, in it or in a base) makes the finding
     an error, and one whose merged DDP wrap tolerates unused parameters drops it. Configs are
     found by their text, so a run given only some files answers like a whole-tree run; their

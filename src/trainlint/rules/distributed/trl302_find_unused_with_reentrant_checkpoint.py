@@ -10,17 +10,17 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.hierarchy import Hierarchy, import_qualnames
-from ...analysis.calls import argument, has_star_args, is_true, keyword
-from ...analysis.mmconfig import (
+from ...analysis.base.calls import argument, has_star_args, is_true, keyword
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...analysis.project.mmconfig import (
     MMConfig,
     Resolved,
     checkpointed_layers,
     find_unused_setting,
     resolve,
 )
-from ...analysis.names import dotted_name
-from ...analysis.parallel import DDP_NAMES
+from ...analysis.base.names import dotted_name
+from ...analysis.parallel.parallel import DDP_NAMES
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -319,7 +319,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         """In `["--ddp_find_unused_parameters", "True"]`, the element after the flag."""
         element = self.ctx.parent(string)
         sequence = self.ctx.parent(element) if element is not None else None
-        if type(sequence) not in (cst.List, cst.Tuple):
+        if not (type(sequence) is cst.List or type(sequence) is cst.Tuple):
             return None
         elements = list(sequence.elements)
         index = next((i for i, e in enumerate(elements) if e is element), None)
@@ -500,7 +500,7 @@ def _origin(leaf: Dict[str, Any], display: str) -> str:
 def _check_code(code: str, project) -> Iterable[Diagnostic]:
     """Reentrant checkpoint calls of a file of the run that a script with
     `find_unused_parameters=True` imports (directly, or through other project modules such as a
-    package `__init__.py`), the script in the run or not (analysis/hierarchy.py resolves the
+    package `__init__.py`), the script in the run or not (analysis/project/hierarchy.py resolves the
     imports and reads files outside the run). A file that sets both is reported by itself."""
     hierarchy = Hierarchy(project, code)
     for display, data in sorted(project.facts(code).items()):
@@ -515,7 +515,9 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
         if script is None:
             continue
         script_display = hierarchy.display(script)
-        first = hierarchy.facts_at(script)["find_unused"][0]
+        script_facts = hierarchy.facts_at(script)
+        assert script_facts is not None  # memoised: the facts that chose `script` above
+        first = script_facts["find_unused"][0]
         for site in data["checkpoints"]:
             diagnostic = project.candidate(
                 display,

@@ -6,11 +6,11 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ...analysis.calls import argument, is_false, is_none
-from ...analysis.frameworks import Frameworks
-from ...analysis.loops import LoaderFlow, LoaderUse, is_torch_dataloader
-from ...analysis.names import dotted_name
-from ...analysis.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
+from ...analysis.base.calls import argument, is_false, is_none
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
+from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -42,6 +42,8 @@ class SamplerSetEpochMissing(Rule):
 
     ## Use instead
     ```python
+    train_sampler = DistributedSampler(train_set)
+    train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
     for epoch in range(args.epochs):
         train_sampler.set_epoch(epoch)
         train_one_epoch(model, train_loader, optimizer)
@@ -132,8 +134,10 @@ class SamplerSetEpochMissing(Rule):
                         inner, holder = self.flow._climb(batch_ref)
                         if type(holder) is cst.Arg and holder.value is inner:
                             loader = self.ctx.parent(holder)
-                            if is_torch_dataloader(names, loader) and _arg_is(
-                                loader, holder, 4, "batch_sampler"
+                            if (
+                                type(loader) is cst.Call
+                                and is_torch_dataloader(names, loader)
+                                and _arg_is(loader, holder, 4, "batch_sampler")
                             ):
                                 out.append((loader, "batch"))
             elif type(parent) is cst.DictElement and parent.value is node:

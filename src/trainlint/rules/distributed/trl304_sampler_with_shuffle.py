@@ -6,8 +6,8 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import arg_node, argument, has_star_args, is_none
-from ...analysis.loops import is_torch_dataloader
+from ...analysis.base.calls import arg_node, argument, has_star_args, is_none
+from ...analysis.loop.loaders import is_torch_dataloader
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -37,6 +37,7 @@ class SamplerWithShuffle(Rule):
 
     ## Use instead
     ```python
+    train_sampler = DistributedSampler(train_set) if args.distributed else None
     train_loader = DataLoader(
         train_set, batch_size=64, sampler=train_sampler, shuffle=(train_sampler is None)
     )

@@ -7,9 +7,9 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import argument, keyword
-from ...analysis.frameworks import Frameworks
-from ...analysis.parallel import INIT_PROCESS_GROUP, Parallel
+from ...analysis.base.calls import argument, keyword
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.parallel.parallel import INIT_PROCESS_GROUP, Parallel
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import libcst as cst
 
-from ...analysis.calls import keyword, method_call
-from ...analysis.frameworks import Frameworks
-from ...analysis.parallel import Parallel
+from ...analysis.base.calls import keyword, method_call
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.parallel.parallel import Parallel
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -105,14 +105,21 @@ class LocalRankArgparseOnly(Rule):
                 out.append(arg)
         return out
 
-    def _fix(self, call: cst.Call, flags, spellings, default) -> Optional[PendingFix]:
+    def _fix(
+        self,
+        call: cst.Call,
+        flags: List[cst.Arg],
+        spellings: set[Optional[str]],
+        default: Optional[cst.BaseExpression],
+    ) -> Optional[PendingFix]:
         if keyword(call, "action") is not None:
             return None
         os_name = self.parallel.module_name("os", call)
         if os_name is None:
             return None
         flag = flags[-1].value
-        quote = flag.value[-1]  # type: ignore[attr-defined]
+        assert type(flag) is cst.SimpleString  # _flag_args keeps only simple-string flags
+        quote = flag.value[-1]
         edits = []
         missing = "--local-rank" if "--local-rank" not in spellings else "--local_rank"
         if len(spellings) < 2:

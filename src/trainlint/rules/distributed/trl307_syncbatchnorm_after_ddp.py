@@ -6,8 +6,13 @@ from typing import Optional
 
 import libcst as cst
 
-from ...analysis.calls import argument
-from ...analysis.parallel import CONVERT_SYNC_BATCHNORM, MODULE_RETURNING, Parallel, WrapState
+from ...analysis.base.calls import argument
+from ...analysis.parallel.parallel import (
+    CONVERT_SYNC_BATCHNORM,
+    MODULE_RETURNING,
+    Parallel,
+    WrapState,
+)
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -43,14 +48,18 @@ class SyncBatchNormAfterDdp(Rule):
 
     ## Example
     ```python
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = build_segmentor(cfg).cuda(local_rank)
+    model = DDP(model, device_ids=[local_rank])
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     ```
 
     ## Use instead
     ```python
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = DDP(model.cuda(local_rank), device_ids=[local_rank])
+    model = build_segmentor(cfg).cuda(local_rank)
+    if args.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model, device_ids=[local_rank])
     ```
 
     ## Fix safety
@@ -93,6 +102,7 @@ class SyncBatchNormAfterDdp(Rule):
             inner = True
         direct = parallel.wrap_kind(target)
         if direct is not None:  # convert_sync_batchnorm(DataParallel(m)) / (DDP(m))
+            assert type(target) is cst.Call  # wrap_kind names only wrap calls
             state = WrapState(every=True, some=True, kinds={direct}, sites=[target])
         else:
             state = parallel.wrapper_state(target, call)

@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import libcst as cst
 
-from ...analysis.calls import argument, has_star_args, is_none
-from ...analysis.frameworks import Frameworks
-from ...analysis.loops import LoaderFlow, is_torch_dataloader
-from ...analysis.names import dotted_name
-from ...analysis.parallel import Parallel
+from ...analysis.base.calls import argument, has_star_args, is_none
+from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.loaders import LoaderFlow, is_torch_dataloader
+from ...analysis.parallel.parallel import Parallel
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -48,17 +48,24 @@ class DdpWithoutDistributedSampler(Rule):
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
     for epoch in range(epochs):
         for x, y in train_loader:
-            ...
+            loss = criterion(model(x.to(local_rank)), y.to(local_rank))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     ```
 
     ## Use instead
     ```python
+    model = DDP(model.to(local_rank), device_ids=[local_rank])
     train_sampler = DistributedSampler(train_set)
     train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
     for epoch in range(epochs):
         train_sampler.set_epoch(epoch)
         for x, y in train_loader:
-            ...
+            loss = criterion(model(x.to(local_rank)), y.to(local_rank))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     ```
 
     ## Fix safety
@@ -148,9 +155,9 @@ class DdpWithoutDistributedSampler(Rule):
             words.append(node.value)
         return " ".join(words)
 
-    def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[object]]:
+    def _classes_built(self, expr: cst.BaseExpression) -> List[Optional[cst.ClassDef | str]]:
         """The classes a dataset expression constructs: a same-file ClassDef or a dotted name."""
-        out: List[Optional[object]] = []
+        out: List[Optional[cst.ClassDef | str]] = []
         if type(expr) is not cst.Call:
             return out
         func = expr.func

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 import tokenize
-from typing import Collection, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from ... import noqa
 from ...diagnostics import Applicability, Diagnostic, Edit, Fix, Severity
 from ..base import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...selection import Selection
 
 
 class UnusedNoqa(Rule):
@@ -59,13 +62,15 @@ class UnusedNoqa(Rule):
         source,
         noqa_map: Dict[int, Optional[Tuple[str, ...]]],
         diagnostics: Sequence[Diagnostic],
-        enabled: Collection[str],
+        selection: "Selection",
     ) -> List[Diagnostic]:
         """TRL002 findings for one file: `noqa_map` from the file's text, `diagnostics` every
-        finding of the file before `# noqa` filtering, `enabled` the codes enabled for it."""
-        from .. import rule_catalog
-
-        known = list(rule_catalog())
+        finding of the file before `# noqa` filtering, `selection` the run's rule selection
+        (which codes exist, which are enabled for this file)."""
+        enabled = selection.codes_for(source.path)
+        if cls.code not in enabled:
+            return []
+        known = selection.known
         used: Dict[int, Set[str]] = {}
         for d in diagnostics:
             row = d.text_row or d.row

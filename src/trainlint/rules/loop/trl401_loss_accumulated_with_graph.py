@@ -7,8 +7,10 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps, events_of, name_leaves
+from ...analysis.base.dataflow import events_of
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.stepexprs import name_leaves
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -67,6 +69,12 @@ class LossAccumulatedWithGraph(Rule):
 
     ## Use instead
     ```python
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
         total_loss += loss.item()
     ```
 
@@ -94,7 +102,7 @@ class LossAccumulatedWithGraph(Rule):
 
     def finish(self) -> None:
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
-        self._graph_names_cache = {}
+        self._graph_names_cache: dict[cst.CSTNode, Set[str]] = {}
         candidates: List[Tuple[cst.CSTNode, str, cst.BaseExpression, str]] = []
         for node in self.ctx.nodes(cst.AugAssign):
             if type(node.operator) in (cst.AddAssign, cst.SubtractAssign):
@@ -105,13 +113,13 @@ class LossAccumulatedWithGraph(Rule):
             if len(node.targets) != 1 or type(node.value) is not cst.BinaryOperation:
                 continue
             target = dotted_name(node.targets[0].target)
-            value = node.value
+            binary = node.value
             if (
                 target
-                and type(value.operator) in (cst.Add, cst.Subtract)
-                and dotted_name(value.left) == target
+                and type(binary.operator) in (cst.Add, cst.Subtract)
+                and dotted_name(binary.left) == target
             ):
-                candidates.append((node, target, value.right, "sum"))
+                candidates.append((node, target, binary.right, "sum"))
         for node in self.ctx.nodes(cst.Call):
             func = node.func
             if (
@@ -208,7 +216,8 @@ class LossAccumulatedWithGraph(Rule):
                 continue
             if type(assign) is cst.Assign and self._is_self_accumulation(assign, target):
                 continue
-            statement_block = self.ctx.parent(self.ctx.parent(assign))
+            line = self.ctx.parent(assign)
+            statement_block = self.ctx.parent(line) if line is not None else None
             if statement_block in enclosing:
                 return False
         return True
@@ -217,14 +226,14 @@ class LossAccumulatedWithGraph(Rule):
         value = assign.value
         return type(value) is cst.BinaryOperation and dotted_name(value.left) == target
 
-    def _assignments(self, target: str, within) -> List[cst.CSTNode]:
-        out = []
+    def _assignments(self, target: str, within) -> List[cst.Assign | cst.AnnAssign]:
+        out: List[cst.Assign | cst.AnnAssign] = []
         for node in self.ctx.tree.descendants(within):
             if type(node) is cst.Assign:
                 if any(dotted_name(t.target) == target for t in node.targets):
                     out.append(node)
                 elif any(
-                    type(t.target) in (cst.Tuple, cst.List)
+                    (type(t.target) is cst.Tuple or type(t.target) is cst.List)
                     and any(dotted_name(e.value) == target for e in t.target.elements)
                     for t in node.targets
                 ):
@@ -324,7 +333,7 @@ class LossAccumulatedWithGraph(Rule):
         if loss is None:
             return None
         tensor = self.steps.backward_tensor(backward)
-        if dotted_name(tensor) != target:
+        if tensor is None or dotted_name(tensor) != target:
             return None
         numeric = self._numeric(target, self.steps.enclosing_loops(node)[0], ignore=backward)
         read = "item()" if numeric else "detach()"

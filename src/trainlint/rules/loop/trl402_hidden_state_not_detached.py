@@ -7,8 +7,8 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -76,7 +76,11 @@ class HiddenStateNotDetached(Rule):
     hidden = model.init_hidden(batch_size)
     for data, targets in batches:
         hidden = repackage_hidden(hidden)
-        ...
+        optimizer.zero_grad()
+        output, hidden = model(data, hidden)
+        loss = criterion(output, targets)
+        loss.backward()
+        optimizer.step()
     ```
 
     Not reported: a state reset or detached each batch (any re-binding of it inside the loop,
@@ -132,7 +136,7 @@ class HiddenStateNotDetached(Rule):
             text = dotted_name(value)
             if text is not None:
                 passed.add(text)
-            elif type(value) in (cst.Tuple, cst.List):
+            elif type(value) is cst.Tuple or type(value) is cst.List:
                 for element in value.elements:
                     inner = dotted_name(element.value)
                     if inner is not None:
@@ -222,7 +226,7 @@ class HiddenStateNotDetached(Rule):
 
     def _passed_in_tuple(self, call: cst.Call, names: List[str]) -> bool:
         for arg in call.args:
-            if type(arg.value) in (cst.Tuple, cst.List):
+            if type(arg.value) is cst.Tuple or type(arg.value) is cst.List:
                 for element in arg.value.elements:
                     if dotted_name(element.value) in names:
                         return True
@@ -276,7 +280,7 @@ def _target_names(target: cst.BaseExpression) -> List[str]:
     if text is not None:
         return [text]
     out: List[str] = []
-    if type(target) in (cst.Tuple, cst.List):
+    if type(target) is cst.Tuple or type(target) is cst.List:
         for element in target.elements:
             out.extend(_target_names(element.value))
     elif type(target) is cst.StarredElement:

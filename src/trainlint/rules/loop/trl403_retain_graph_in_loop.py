@@ -6,8 +6,9 @@ from typing import List, Set
 
 import libcst as cst
 
-from ...analysis.calls import keyword
-from ...analysis.steps import TrainingSteps, events_of
+from ...analysis.base.calls import keyword
+from ...analysis.base.dataflow import events_of
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -39,8 +40,9 @@ class RetainGraphInLoop(Rule):
 
     ## Use instead
     ```python
+    hidden = model.init_hidden(batch_size)
     for data, targets in batches:
-        hidden = repackage_hidden(hidden)  # detach from the previous batch
+        hidden = tuple(h.detach() for h in hidden)  # cut the graph of the previous batch
         output, hidden = model(data, hidden)
         loss = criterion(output, targets)
         optimizer.zero_grad()

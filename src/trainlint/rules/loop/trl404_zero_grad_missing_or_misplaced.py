@@ -6,8 +6,9 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, run
+from ...analysis.base.dataflow import Event, Repeat, events_of, run
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 

@@ -6,8 +6,10 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import Event, Repeat, TrainingSteps, events_of, mode_free_model, run
+from ...analysis.base.dataflow import Event, Repeat, events_of, run
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.modes import mode_free_model
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -34,12 +36,12 @@ class EvalModeMissing(Rule):
     def validate(model, val_loader):
         correct = 0
         for images, labels in val_loader:
-            correct += (model(images).argmax(1) == labels).sum().item()
+            correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
         return correct
 
     for epoch in range(epochs):
-        train_one_epoch(model, train_loader)   # never calls model.train()
-        evaluate(model, val_loader)            # calls model.eval()
+        train_one_epoch(model, train_loader, optimizer)
+        print(f"epoch {epoch}: {validate(model, val_loader)} correct")
     ```
 
     ## Use instead
@@ -47,8 +49,15 @@ class EvalModeMissing(Rule):
     @torch.no_grad()
     def validate(model, val_loader):
         model.eval()
-        ...
+        correct = 0
+        for images, labels in val_loader:
+            correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
         model.train()
+        return correct
+
+    for epoch in range(epochs):
+        train_one_epoch(model, train_loader, optimizer)
+        print(f"epoch {epoch}: {validate(model, val_loader)} correct")
     ```
 
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the

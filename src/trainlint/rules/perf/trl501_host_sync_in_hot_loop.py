@@ -7,8 +7,9 @@ from typing import Dict, Optional, Set
 
 import libcst as cst
 
-from ...analysis.names import dotted_name
-from ...analysis.steps import TrainingSteps, is_test_file
+from ...analysis.base.names import dotted_name
+from ...analysis.base.vocabulary import is_test_file
+from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -56,6 +57,11 @@ class HostSyncInHotLoop(Rule):
 
     ## Use instead
     ```python
+    for step, (x, y) in enumerate(loader):
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
         running_loss += loss.detach()          # stays on the GPU, no sync
         if step % log_interval == 0:
             pbar.set_postfix(loss=loss.item())  # one sync every log_interval steps
@@ -82,7 +88,7 @@ class HostSyncInHotLoop(Rule):
             type(c.func) is cst.Attribute and c.func.attr.value == "backward" for c in calls
         ):
             return
-        if is_test_file(self.ctx.source.path):
+        if is_test_file(self.ctx):
             return  # tests read values to assert on them; speed is not the point
         if not self._names_an_accelerator():
             return  # a CPU-only script: nothing to wait for
@@ -173,15 +179,16 @@ class HostSyncInHotLoop(Rule):
         return True
 
     def _inner_sync(self, expr: cst.CSTNode) -> bool:
-        while type(expr) in (cst.Call, cst.Attribute, cst.Subscript):
+        while True:
             if type(expr) is cst.Call:
                 func = expr.func
                 if type(func) is cst.Attribute and func.attr.value in _SYNC_METHODS:
                     return True
                 expr = func.value if type(func) is cst.Attribute else func
-            else:
+            elif type(expr) is cst.Attribute or type(expr) is cst.Subscript:
                 expr = expr.value
-        return False
+            else:
+                return False
 
     def _graph_names(self, loop) -> Set[str]:
         found = self._graph.get(loop)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...analysis.steps import is_test_file
+from ...analysis.base.vocabulary import is_test_file
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -58,7 +58,7 @@ class PreferDDP(Rule):
     markers = ("DataParallel", "data_parallel")
 
     def visit_Call(self, node: cst.Call) -> None:
-        if is_test_file(self.ctx.source.path):
+        if is_test_file(self.ctx):
             return  # tests exercise DataParallel support on purpose
         names = self.ctx.names
         if names.is_(node.func, *_DATA_PARALLEL):

@@ -1,0 +1,71 @@
+"""The dev / holdout split of the precision corpus, redrawn from repos.toml.
+
+    python benchmarks/precision/draw_split.py           # print the holdout the draw gives
+    python benchmarks/precision/draw_split.py --check   # exit 1 if repos.toml's splits differ
+
+Each repository falls in one stratum, the first of its categories that names one: "notebooks"
+(notebook-heavy courses and tutorials), then "pre-2021" (the pinned snapshot's HEAD is older than
+2021-03-01), else "other" (research and framework code since then). From each stratum a seeded
+random draw over the sorted names takes HOLDOUT_PER_STRATUM of them (a third, rounded), so the
+held-back repositories are as mixed as the whole set. The seed and the counts are fixed here; the
+split is recorded in repos.toml and this script only re-derives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the same parser, packaged for older Pythons
+    import tomli as tomllib
+from pathlib import Path
+from typing import Dict, List
+
+REPOS_TOML = Path(__file__).resolve().parent / "repos.toml"
+SEED = 16
+STRATA = ("notebooks", "pre-2021")
+HOLDOUT_PER_STRATUM = {"notebooks": 4, "pre-2021": 5, "other": 5}
+
+
+def stratum(categories: List[str]) -> str:
+    for name in STRATA:
+        if name in categories:
+            return name
+    return "other"
+
+
+def draw(repos: List[dict]) -> Dict[str, str]:
+    """Name -> "dev" | "holdout" for every repository."""
+    by_stratum: Dict[str, List[str]] = {}
+    for repo in repos:
+        by_stratum.setdefault(stratum(repo["categories"]), []).append(repo["name"])
+    rng = random.Random(SEED)
+    split = {repo["name"]: "dev" for repo in repos}
+    for name in sorted(by_stratum):
+        for held in rng.sample(sorted(by_stratum[name]), HOLDOUT_PER_STRATUM[name]):
+            split[held] = "holdout"
+    return split
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with repos.toml's splits")
+    args = parser.parse_args(argv)
+    repos = tomllib.loads(REPOS_TOML.read_text())["repo"]
+    split = draw(repos)
+    if args.check:
+        wrong = [r["name"] for r in repos if r["split"] != split[r["name"]]]
+        for name in wrong:
+            print(f"{name}: repos.toml says {dict((r['name'], r['split']) for r in repos)[name]}, "
+                  f"the draw says {split[name]}")
+        return 1 if wrong else 0
+    for repo in repos:
+        if split[repo["name"]] == "holdout":
+            print(f"{stratum(repo['categories']):10} {repo['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The dataflow kernel the loop rules share: a block of code as a small tree of events, and a
+fixpoint run of abstract states through it.
+
+A flow is `Ev` (one `Event`: a backward, an optimizer step, a gradient reset, a mode switch),
+`Seq`, `Alt` (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
+(continue/break/return/raise) or `Helper` (the body of a same-file function it calls, where
+`return` only leaves the helper). `run()` pushes a set of abstract states through a flow with a
+rule's transfer function, so "a `zero_grad()` between `backward()` and `step()` on some path" or
+"an `eval()` reaching the next `backward()`" is decided on the loop as a whole (statements inside
+if/with/try, helpers, the wrap-around to the next iteration). `loop/steps.py` builds the flows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional, Set, Tuple
+
+import libcst as cst
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    """Something a call or assignment does to the training state."""
+
+    kind: str  # backward, step, zero, eval, train
+    node: cst.CSTNode  # the call or assignment
+    receiver: Optional[str]  # optimizer / module text in the analysed block's terms
+    site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)
+    via: Tuple[cst.FunctionDef, ...] = ()
+    full: bool = True  # zero: the whole model or optimizer, not one parameter
+    closure: bool = False  # step(closure): the closure runs its own forward and backward
+
+
+# -- flows ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Ev:
+    event: Event
+
+
+@dataclass(frozen=True, eq=False)
+class Seq:
+    items: Tuple[object, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Alt:
+    branches: Tuple[object, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Repeat:
+    body: object
+    node: cst.CSTNode
+
+
+@dataclass(frozen=True, eq=False)
+class Exit:
+    kind: str  # continue, break, return, raise
+
+
+@dataclass(frozen=True, eq=False)
+class Helper:
+    body: object
+    call: cst.Call
+
+
+@dataclass
+class Outcome:
+    normal: Set = field(default_factory=set)
+    cont: Set = field(default_factory=set)
+    brk: Set = field(default_factory=set)
+    ret: Set = field(default_factory=set)
+
+
+Transfer = Callable[[Event, object], Iterable[object]]
+
+
+def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
+    """Push abstract states through a flow; `transfer(event, state)` gives the next states."""
+    current = set(states)
+    if isinstance(flow, Ev):
+        out: Set[object] = set()
+        for state in current:
+            out.update(transfer(flow.event, state))
+        return Outcome(normal=out)
+    if isinstance(flow, Seq):
+        result = Outcome()
+        for item in flow.items:
+            if not current:
+                break
+            step = run(item, current, transfer)
+            result.cont |= step.cont
+            result.brk |= step.brk
+            result.ret |= step.ret
+            current = step.normal
+        result.normal = current
+        return result
+    if isinstance(flow, Alt):
+        result = Outcome()
+        for branch in flow.branches:
+            step = run(branch, current, transfer)
+            result.normal |= step.normal
+            result.cont |= step.cont
+            result.brk |= step.brk
+            result.ret |= step.ret
+        return result
+    if isinstance(flow, Repeat):
+        entry = set(current)
+        brk: Set = set()
+        ret: Set = set()
+        for _ in range(8):  # states are small finite sets: a few rounds reach the fixpoint
+            step = run(flow.body, entry, transfer)
+            brk |= step.brk
+            ret |= step.ret
+            grown = entry | step.normal | step.cont
+            if grown == entry:
+                break
+            entry = grown
+        return Outcome(normal=entry | brk, ret=ret)
+    if isinstance(flow, Exit):
+        if flow.kind == "continue":
+            return Outcome(cont=current)
+        if flow.kind == "break":
+            return Outcome(brk=current)
+        if flow.kind == "return":
+            return Outcome(ret=current)
+        return Outcome()  # raise: this path ends
+    if isinstance(flow, Helper):
+        step = run(flow.body, current, transfer)
+        return Outcome(normal=step.normal | step.ret)
+    return Outcome(normal=current)
+
+
+def events_of(flow) -> Iterator[Event]:
+    """The flow's events in document order."""
+    if isinstance(flow, Ev):
+        yield flow.event
+    elif isinstance(flow, Seq):
+        for item in flow.items:
+            yield from events_of(item)
+    elif isinstance(flow, Alt):
+        for branch in flow.branches:
+            yield from events_of(branch)
+    elif isinstance(flow, (Repeat, Helper)):
+        yield from events_of(flow.body)
+
+
+def own_events(flow) -> Iterator[Event]:
+    """Events of one iteration that do not run inside a nested loop (including helpers' loops)."""
+    if isinstance(flow, Ev):
+        yield flow.event
+    elif isinstance(flow, Seq):
+        for item in flow.items:
+            yield from own_events(item)
+    elif isinstance(flow, Alt):
+        for branch in flow.branches:
+            yield from own_events(branch)
+    elif isinstance(flow, Helper):
+        yield from own_events(flow.body)

@@ -1,0 +1,175 @@
+"""Qualified names through imports and aliases.
+
+`nn.DataParallel`, `DP` (from `from torch.nn import DataParallel as DP`),
+`torch.nn.parallel.DataParallel` and `torch.nn.parallel.data_parallel.DataParallel` all resolve
+to the canonical `torch.nn.DataParallel`. Resolution follows the bindings in effect where the
+expression is evaluated (imports inside functions count; a local `class DataParallel` is not
+torch's), simple alias assignments (`DP = nn.DataParallel`) and star imports.
+
+This is a small import-alias table over the `Scopes` analysis; libcst's QualifiedNameProvider
+would cost more than the parse itself.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
+
+import libcst as cst
+
+from .scopes import Scope, Scopes
+from .. import Analysis
+
+
+# Public re-exports and defining modules -> the name users see in the docs.
+CANONICAL = {
+    "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel": (
+        "torch.nn.parallel.DistributedDataParallel"
+    ),
+    "torch.nn.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.modules.module.Module": "torch.nn.Module",
+    "torch.nn.modules.Module": "torch.nn.Module",
+    "torch.nn.parameter.Parameter": "torch.nn.Parameter",
+    "torch.utils.data.dataloader.DataLoader": "torch.utils.data.DataLoader",
+    "torch.utils.data.distributed.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.utils.data.sampler.DistributedSampler": "torch.utils.data.DistributedSampler",
+    "torch.nn.modules.batchnorm.SyncBatchNorm": "torch.nn.SyncBatchNorm",
+    "torch.distributed.distributed_c10d.init_process_group": (
+        "torch.distributed.init_process_group"
+    ),
+    "torch.cuda.device_count": "torch.cuda.device_count",
+}
+
+# Samplers, datasets and launchers the distributed rules (TRL3xx) look for.
+CANONICAL.update(
+    {
+        "torch.utils.data.sampler.BatchSampler": "torch.utils.data.BatchSampler",
+        "torch.utils.data.dataset.IterableDataset": "torch.utils.data.IterableDataset",
+        "torch.multiprocessing.spawn.spawn": "torch.multiprocessing.spawn",
+        "torch.distributed.elastic.multiprocessing.start_processes": (
+            "torch.multiprocessing.start_processes"
+        ),
+    }
+)
+
+LOCAL_PREFIX = "<local>."  # qualified name of something defined in this file
+
+
+def canonical(qualname: str) -> str:
+    found = CANONICAL.get(qualname)
+    if found is not None:
+        return found
+    # Prefix forms: torch.nn.parallel.data_parallel.DataParallel.forward etc.
+    parts = qualname.split(".")
+    for cut in range(len(parts) - 1, 1, -1):
+        head = ".".join(parts[:cut])
+        if head in CANONICAL:
+            return CANONICAL[head] + "." + ".".join(parts[cut:])
+    return qualname
+
+
+def dotted_name(node: cst.CSTNode) -> Optional[str]:
+    """`a.b.c` for Name/Attribute chains, else None (calls, subscripts, ...)."""
+    parts = []
+    # Exact types: a parsed tree holds exactly these classes, and isinstance on a libcst class
+    # is a Python-level ABCMeta call (this runs for most calls of every file).
+    while type(node) is cst.Attribute:
+        parts.append(node.attr.value)  # type: ignore[attr-defined]
+        node = node.value  # type: ignore[attr-defined]
+    if type(node) is not cst.Name:
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+class Names(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        # id(node) -> (node, its names): a node's hash is a Python-level call, id() is not; the
+        # node is kept with its entry, so its id cannot be reused while the entry lives.
+        self._cache: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = {}
+
+    def qualified(self, node: cst.CSTNode) -> FrozenSet[str]:
+        """Every canonical qualified name `node` may denote (empty when unknown)."""
+        entry = self._cache.get(id(node))
+        if entry is not None and entry[0] is node:
+            return entry[1]
+        found = frozenset(self._resolve(node, set()))
+        self._cache[id(node)] = (node, found)
+        return found
+
+    def is_(self, node: cst.CSTNode, *qualnames: str) -> bool:
+        entry = self._cache.get(id(node))
+        found = entry[1] if entry is not None and entry[0] is node else self.qualified(node)
+        return not found.isdisjoint(qualnames)
+
+    def matches_suffix(self, node: cst.CSTNode, *suffixes: str) -> bool:
+        """True when a qualified name ends with one of `suffixes` (e.g. "DataLoader")."""
+        return any(q == s or q.endswith("." + s) for q in self.qualified(node) for s in suffixes)
+
+    def imports(self, prefix: str) -> bool:
+        """Does the file import `prefix` or something under it (anywhere)?"""
+        for scope in self.scopes.iter_scopes():
+            for bindings in scope.bindings.values():
+                for b in bindings:
+                    if (
+                        b.kind == "import"
+                        and b.qualname
+                        and (b.qualname == prefix or b.qualname.startswith(prefix + "."))
+                    ):
+                        return True
+            for star in scope.star_imports:
+                if star == prefix or star.startswith(prefix + "."):
+                    return True
+        return False
+
+    def imported_names(self) -> Iterable[str]:
+        for scope in self.scopes.iter_scopes():
+            for bindings in scope.bindings.values():
+                for b in bindings:
+                    if b.kind == "import" and b.qualname:
+                        yield b.qualname
+
+    # -- resolution ---------------------------------------------------------------------------
+
+    def _resolve(self, node: cst.CSTNode, seen: Set[cst.CSTNode]) -> Set[str]:
+        if node in seen:
+            return set()
+        seen.add(node)
+        if type(node) is cst.Name:
+            return self._resolve_name(node, seen)
+        if type(node) is cst.Attribute:
+            return {
+                canonical(f"{base}.{node.attr.value}") for base in self._resolve(node.value, seen)
+            }
+        return set()
+
+    def _resolve_name(self, node: cst.Name, seen: Set[cst.CSTNode]) -> Set[str]:
+        bindings = self.scopes.lookup(node.value, node)
+        out: Set[str] = set()
+        if not bindings:
+            for star in self._star_imports_for(node):
+                out.add(canonical(f"{star}.{node.value}"))
+            return out
+        for binding in bindings:
+            if binding.kind == "import" and binding.qualname:
+                out.add(canonical(binding.qualname))
+            elif (
+                binding.kind in ("assign", "annassign")
+                and binding.value is not None
+                and type(binding.value) in (cst.Name, cst.Attribute)
+            ):
+                # `DP = nn.DataParallel`: an alias, not a new object.
+                resolved = self._resolve(binding.value, seen)
+                out.update(resolved or {LOCAL_PREFIX + node.value})
+            else:
+                out.add(LOCAL_PREFIX + node.value)
+        return out
+
+    def _star_imports_for(self, node: cst.CSTNode):
+        scope: Optional[Scope] = self.scopes.scope_of(node)
+        while scope is not None:
+            yield from scope.star_imports
+            scope = scope.parent

@@ -1,0 +1,712 @@
+"""What puts a value, or a module, on the device (TRL101).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...walk import children
+from ..base.callgraph import CallGraph
+from ..base.calls import argument, is_true, keyword
+from ..base.names import Names, dotted_name
+from ..base.nodes import is_self_attr, names_in, subtree, target_names
+from ..base.scopes import Scopes
+from ..base.vocabulary import DTYPE_WORDS
+from .expressions import Devices
+from .. import Analysis
+
+
+# == Moves (TRL101): what puts a value, or a module, on the device ===============================
+#
+# Kept apart from `Devices` (what a device expression *is*): this part answers where a value ends
+# up. `move(call)` recognises one move (`.to(dev)`, `.cuda()`, `.type_as(t)`,
+# `torch.as_tensor(x, device=dev)`); `is_moved(expr)` says whether an expression's value is on the
+# device (a move, a chain over one, a comprehension or `map` that moves every item, a helper that
+# moves its argument); `moved_params(function)` is a function summary (which parameters a function
+# of this file moves); `placement(expr)` says where a module lives (moved, wrapped in DDP/DP, left
+# where it was built, unknown), following parameters to the same-file call sites that pass them.
+
+# Helpers that move a (nested) batch to a device, under the names libraries and users give them.
+WELL_KNOWN_MOVERS = frozenset(
+    {
+        "send_to_device",  # accelerate.utils
+        "move_to_device",
+        "to_device",
+        "batch_to_device",
+        "recursive_to",
+        "move_to",
+        "move_data_to_device",  # lightning.fabric.utilities
+        "transfer_batch_to_device",
+        "to_cuda",
+        "to_gpu",
+    }
+)
+_CPU_METHODS = frozenset({"cpu", "numpy", "item", "tolist"})
+# Method calls `move()` may take for a move.
+_MOVE_METHODS = frozenset({"to", "cuda", "type_as"})
+# Module methods that return the module itself (`model.train()`, `model.half()`).
+_MODULE_RETURNS_SELF = frozenset(
+    {"train", "eval", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory"}
+)
+_DDP = "torch.nn.parallel.DistributedDataParallel"
+_DP = "torch.nn.DataParallel"
+_FSDP = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+)
+
+# Placements of a module (`placement()`):
+MOVED = "moved"  # on the device; its inputs must be there too
+WRAPPED = "wrapped"  # DataParallel / DDP(device_ids=...) / FSDP: on the device, moves its inputs
+UNPLACED = "unplaced"  # built and never moved (CPU unless something we cannot see moves it)
+UNKNOWN_PLACEMENT = "unknown"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move: `receiver.to(device, non_blocking=...)`, `receiver.cuda(...)`, `.type_as(t)`."""
+
+    call: cst.Call
+    receiver: Optional[cst.BaseExpression]  # None for torch.as_tensor(x, device=...)
+    method: str  # "to", "cuda", "type_as", "tensor"
+    device: Optional[cst.BaseExpression]  # the device argument (None: `.cuda()`, `.type_as`)
+    non_blocking: bool
+
+
+class Moves(Analysis):
+    """Where values and modules end up (see the section comment above)."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.names: Names = ctx.analysis(Names)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self.devices: Devices = ctx.analysis(Devices)
+        extra = ctx.settings.options.get("device-movers") or []
+        self.mover_names: FrozenSet[str] = WELL_KNOWN_MOVERS | frozenset(
+            str(name) for name in extra
+        )
+        self._summaries: Dict[cst.FunctionDef, FrozenSet[int]] = {}
+        self._in_progress: Set[cst.FunctionDef] = set()
+        self._placements: Dict[Tuple[cst.CSTNode, int], FrozenSet[str]] = {}
+        self.callgraph: CallGraph = ctx.analysis(CallGraph)
+        # id(call) -> (call, its move or None): every analysis asks for the moves of the same
+        # calls (the dataflow, the summaries, the placements). The entry keeps the call alive,
+        # so its id is not reused while it is remembered.
+        self._moves: Dict[int, Tuple[cst.Call, Optional[Move]]] = {}
+        self._move_calls: Optional[bool] = None
+        self._may_move: Optional[bool] = None
+
+    # -- whole file ---------------------------------------------------------------------------
+
+    def has_move_calls(self) -> bool:
+        """Can any call of this file be a move? (a `.to`/`.cuda`/`.type_as` method call, or a
+        call with a `device=` keyword: what `move()` needs.) False: `move()` is None for every
+        node, and `moves_in()` empty."""
+        found = self._move_calls
+        if found is None:
+            found = False
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in _MOVE_METHODS:
+                    found = True
+                    break
+                if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+                    found = True
+                    break
+            self._move_calls = found
+        return found
+
+    def may_move(self) -> bool:
+        """Can anything in this file put a value on the device? Every `is_moved` bottoms out in
+        a move, or in a mover's name (well-known or configured: its last part is in the text),
+        directly or through the summary of a function of this file. False: `is_moved()` is
+        False for every expression and every function's `moved_params()` is empty."""
+        found = self._may_move
+        if found is None:
+            text = self.ctx.source.text
+            found = self._may_move = self.has_move_calls() or any(
+                name.rsplit(".", 1)[-1] in text for name in self.mover_names
+            )
+        return found
+
+    # -- one move -----------------------------------------------------------------------------
+
+    def move(self, node: cst.CSTNode) -> Optional[Move]:
+        """The move `node` performs, if it is one (moves to the CPU are not moves)."""
+        if type(node) is not cst.Call:
+            return None
+        entry = self._moves.get(id(node))
+        if entry is None:
+            entry = self._moves[id(node)] = (node, self._move(node))
+        return entry[1]
+
+    def _move(self, node: cst.Call) -> Optional[Move]:
+        func = node.func
+        non_blocking = is_true(keyword(node, "non_blocking"))
+        if type(func) is cst.Attribute:
+            attr = func.attr.value
+            if attr == "cuda":
+                device = argument(node, 0, "device")
+                return Move(node, func.value, "cuda", device, non_blocking)
+            if attr == "type_as" and node.args:
+                return Move(node, func.value, "type_as", None, non_blocking)
+            if attr == "to":
+                device = self._to_device_arg(node)
+                if device is None:
+                    return None
+                return Move(node, func.value, "to", device, non_blocking)
+        if self.names.is_(func, "torch.as_tensor", "torch.tensor", "torch.from_numpy"):
+            device = keyword(node, "device")
+            if device is None or self._is_cpu(device):
+                return None
+            receiver = node.args[0].value if node.args else None
+            return Move(node, receiver, "tensor", device, non_blocking)
+        return None
+
+    def _to_device_arg(self, call: cst.Call) -> Optional[cst.BaseExpression]:
+        device = keyword(call, "device")
+        if device is None:
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            if not positional:
+                return None  # .to(dtype=...), .to(memory_format=...)
+            device = positional[0]
+        if self._is_dtype(device) or self._is_cpu(device):
+            return None
+        return device
+
+    def _is_dtype(self, expr: cst.BaseExpression) -> bool:
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return False
+        leaf = dotted.split(".")[-1]
+        return leaf in DTYPE_WORDS or leaf.endswith("dtype") or leaf.endswith("_type")
+
+    def _is_cpu(self, expr: cst.BaseExpression, _depth: int = 0) -> bool:
+        """Is `expr` surely the CPU? (a literal, or a name only ever assigned one; a parameter
+        whose default is "cpu" is not: callers pass the real device)"""
+        if type(expr) is cst.Name:
+            if _depth > 3:
+                return False
+            bindings = self.scopes.lookup(expr.value, expr)
+            return bool(bindings) and all(
+                b.kind in ("assign", "annassign")
+                and b.value is not None
+                and self._is_cpu(b.value, _depth + 1)
+                for b in bindings
+            )
+        if type(expr) is cst.IfExp:
+            return self._is_cpu(expr.body, _depth + 1) and self._is_cpu(expr.orelse, _depth + 1)
+        if type(expr) not in (cst.SimpleString, cst.ConcatenatedString, cst.Call):
+            return False
+        found = self.devices.device_of(expr)
+        return found is not None and found.kind == "cpu"
+
+    # -- values -------------------------------------------------------------------------------
+
+    def is_moved(self, expr: Optional[cst.CSTNode], _depth: int = 0) -> bool:
+        """Is the value of `expr` on the device? (a move, or made of moves)"""
+        if expr is None or _depth > 6 or not self.may_move():
+            return False
+        depth = _depth + 1
+        if type(expr) is cst.Call:
+            if self.move(expr) is not None:
+                return True
+            func = expr.func
+            if type(func) is cst.Attribute:
+                if func.attr.value in _CPU_METHODS:
+                    return False
+                if self.is_moved(func.value, depth):
+                    return True  # x.to(dev).float()
+            if self.mover_call(expr):
+                return True
+            if self._is_map_of_mover(expr, depth):
+                return True
+            # tuple(t.to(dev) for t in batch), list(...), type(batch)(...)
+            if (
+                type(func) is cst.Call
+                or (type(func) is cst.Name and func.value in ("tuple", "list", "dict", "set"))
+            ) and expr.args:
+                return self.is_moved(expr.args[0].value, depth)
+            return False
+        if (
+            type(expr) is cst.ListComp
+            or type(expr) is cst.SetComp
+            or type(expr) is cst.GeneratorExp
+        ):
+            return self.is_moved(expr.elt, depth)
+        if type(expr) is cst.DictComp:
+            return self.is_moved(expr.value, depth)
+        if type(expr) is cst.List or type(expr) is cst.Tuple or type(expr) is cst.Set:
+            items = [e.value for e in expr.elements]
+            return bool(items) and all(self.is_moved(item, depth) for item in items)
+        if type(expr) is cst.Dict:
+            values = [e.value for e in expr.elements if type(e) is cst.DictElement]
+            return bool(values) and all(self.is_moved(v, depth) for v in values)
+        if type(expr) is cst.IfExp:
+            return self.is_moved(expr.body, depth) or self.is_moved(expr.orelse, depth)
+        if type(expr) is cst.Subscript:
+            return self.is_moved(expr.value, depth)
+        return False
+
+    def moves_in(self, expr: cst.CSTNode) -> List[Move]:
+        """Every move call under `expr` (itself included)."""
+        found: List[Move] = []
+        if not self.has_move_calls():
+            return found
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            move = self.move(node)
+            if move is not None:
+                found.append(move)
+            stack.extend(reversed(children(node)))
+        return found
+
+    def _is_map_of_mover(self, call: cst.Call, depth: int) -> bool:
+        """`map(lambda t: t.to(dev), batch)`, `map(to_device, batch)`."""
+        if not (type(call.func) is cst.Name and call.func.value == "map" and call.args):
+            return False
+        return self.is_mover_function(call.args[0].value, depth)
+
+    def is_mover_function(self, expr: cst.BaseExpression, _depth: int = 0) -> bool:
+        """Is `expr` a callable that moves its argument (a lambda, a helper, a summary)?"""
+        if type(expr) is cst.Lambda:
+            return self.is_moved(expr.body, _depth + 1)
+        if type(expr) is cst.Call:  # functools.partial(to_device, device=dev)
+            if self.names.is_(expr.func, "functools.partial") and expr.args:
+                return self.is_mover_function(expr.args[0].value, _depth + 1)
+            return False
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return False
+        if self._mover_name(dotted):
+            return True
+        function = self.callgraph.function_for(expr)
+        return function is not None and 0 in self.moved_params(function)
+
+    # -- helpers that move their arguments ----------------------------------------------------
+
+    def mover_call(self, call: cst.Call, arg_index: Optional[int] = None) -> bool:
+        """A call of a helper that moves its argument (`arg_index`, or any) and returns it:
+        a well-known name, a name configured with `device-movers`, or a function of this file
+        whose body moves that parameter."""
+        dotted = dotted_name(call.func)
+        if dotted is not None and self._mover_name(dotted):
+            return True
+        function = self.callgraph.function_for(call.func)
+        if function is None:
+            return False
+        moved = self.moved_params(function)
+        if not moved:
+            return False
+        offset = 1 if _is_method_call(call, function) else 0
+        if arg_index is None:
+            return any(
+                self._param_index(function, call, i, offset) in moved for i in range(len(call.args))
+            )
+        return self._param_index(function, call, arg_index, offset) in moved
+
+    def _mover_name(self, dotted: str) -> bool:
+        leaf = dotted.split(".")[-1]
+        return leaf in self.mover_names or dotted in self.mover_names
+
+    def _param_index(self, function, call: cst.Call, arg_index: int, offset: int) -> int:
+        arg = call.args[arg_index]
+        if arg.keyword is not None:
+            for i, param in enumerate(_positional_params(function)):
+                if param.name.value == arg.keyword.value:
+                    return i
+            return -1
+        return arg_index + offset
+
+    def moved_params(self, function: cst.FunctionDef) -> FrozenSet[int]:
+        """Indices of the positional parameters whose values `function` moves to a device
+        (directly, through names derived from them, or by handing them to a mover)."""
+        cached = self._summaries.get(function)
+        if cached is not None:
+            return cached
+        if function in self._in_progress:
+            return frozenset()  # recursion: the base case decides
+        self._in_progress.add(function)
+        try:
+            result = self._summarise(function)
+        finally:
+            self._in_progress.discard(function)
+        self._summaries[function] = result
+        return result
+
+    def _summarise(self, function: cst.FunctionDef) -> FrozenSet[int]:
+        params = [p.name.value for p in _positional_params(function)]
+        if not params or not self.may_move():
+            return frozenset()
+        nodes = list(subtree(function.body))
+        derived: Dict[str, Set[str]] = {}
+        moved: Set[int] = set()
+        for node in nodes:
+            node_type = type(node)
+            if node_type is not cst.Call and node_type is not cst.Assign:
+                continue
+            if node_type is cst.Call:
+                if self.move(node) is None and not self.is_moved(node):
+                    continue
+                mentioned = self._data_names(node)
+            elif type(node) is cst.Assign and any(
+                type(t.target) in (cst.Subscript, cst.Attribute) for t in node.targets
+            ):
+                # batch[k] = batch[k].to(dev): moved in place
+                if not self.is_moved(node.value):
+                    continue
+                mentioned = set()
+                for t in node.targets:
+                    mentioned |= names_in(t.target)
+            else:
+                continue
+            if not derived:
+                derived = self._derived_names(params, nodes)
+            for index, param in enumerate(params):
+                if mentioned & derived[param]:
+                    moved.add(index)
+        return frozenset(moved)
+
+    def _derived_names(
+        self, params: List[str], nodes: List[cst.CSTNode]
+    ) -> Dict[str, Set[str]]:
+        """Each parameter -> the names bound from it (`for k, v in batch.items()`, `t =
+        batch[k]`), followed three bindings deep; what each binding's value mentions does not
+        change between rounds. Built only for a function that moves something."""
+        derived: Dict[str, Set[str]] = {p: {p} for p in params}
+        bindings = [
+            (targets, self._names_outside_devices(value))
+            for node in nodes
+            for targets, value in _binding_pairs(node)
+        ]
+        for _ in range(3):
+            for targets, mentioned in bindings:
+                for param, names in derived.items():
+                    if mentioned & names:
+                        names.update(targets)
+        return derived
+
+    def _names_outside_devices(self, expr: cst.CSTNode) -> Set[str]:
+        """Names in `expr`, except those only used as the device of a move (`x.to(device)`
+        derives from `x`, not from `device`)."""
+        skip: Set[cst.CSTNode] = set()
+        for move in self.moves_in(expr):
+            if move.device is not None:
+                skip.update(subtree(move.device))
+        return {n.value for n in subtree(expr) if type(n) is cst.Name and n not in skip}
+
+    def _data_names(self, expr: cst.CSTNode, _depth: int = 0) -> Set[str]:
+        """Names whose values a moving expression moves (its receiver, the items of a
+        comprehension or map, a helper's first argument), not the device argument."""
+        if _depth > 8:
+            return set()
+        d = _depth + 1
+        if type(expr) is cst.Name:
+            return {expr.value}
+        if type(expr) is cst.Attribute or type(expr) is cst.Subscript:
+            return self._data_names(expr.value, d)
+        if type(expr) is cst.Call:
+            move = self.move(expr)
+            if move is not None:
+                return self._data_names(move.receiver, d) if move.receiver is not None else set()
+            func = expr.func
+            positional = [a.value for a in expr.args if a.keyword is None]
+            if type(func) is cst.Name and func.value == "map":
+                return set().union(*(self._data_names(a, d) for a in positional[1:]))
+            if type(func) is cst.Attribute and self.is_moved(func.value):
+                return self._data_names(func.value, d)
+            return self._data_names(positional[0], d) if positional else set()
+        if (
+            type(expr) is cst.ListComp
+            or type(expr) is cst.SetComp
+            or type(expr) is cst.GeneratorExp
+            or type(expr) is cst.DictComp
+        ):
+            names: Set[str] = set()
+            comp: Optional[cst.CompFor] = expr.for_in
+            while comp is not None:
+                names |= names_in(comp.iter)
+                comp = comp.inner_for_in
+            inner = expr.value if type(expr) is cst.DictComp else expr.elt
+            return names | self._data_names(inner, d)
+        if type(expr) is cst.List or type(expr) is cst.Tuple or type(expr) is cst.Set:
+            return set().union(*(self._data_names(e.value, d) for e in expr.elements))
+        if type(expr) is cst.IfExp:
+            return self._data_names(expr.body, d) | self._data_names(expr.orelse, d)
+        return names_in(expr)
+
+    # -- same-file functions ------------------------------------------------------------------
+
+    # -- modules ------------------------------------------------------------------------------
+
+    def placement(self, expr: cst.BaseExpression, _depth: int = 0) -> FrozenSet[str]:
+        """Where the module `expr` lives: a set of MOVED / WRAPPED / UNPLACED / UNKNOWN_PLACEMENT
+        (several when different assignments reach `expr`)."""
+        key = (expr, _depth)
+        cached = self._placements.get(key)
+        if cached is None:
+            self._placements[key] = frozenset({UNKNOWN_PLACEMENT})  # cycles
+            cached = self._placements[key] = frozenset(self._placement(expr, _depth))
+        return cached
+
+    def _placement(self, expr: cst.BaseExpression, depth: int) -> Set[str]:
+        if depth > 12:
+            return {UNKNOWN_PLACEMENT}
+        if type(expr) is cst.Name:
+            return self._name_placement(expr, depth)
+        if type(expr) is cst.Attribute:
+            base = expr.value
+            if type(base) is cst.Name and base.value == "self":
+                return self._self_attribute_placement(expr, depth)
+            inner = self.placement(base, depth + 1)
+            # `model.module`, `model.encoder`: a part of the module, never the wrapper itself.
+            return {MOVED if p == WRAPPED else p for p in inner}
+        return self._value_placement(expr, depth)
+
+    def _value_placement(self, value: cst.BaseExpression, depth: int) -> Set[str]:
+        move = self.move(value)
+        if move is not None and move.method in ("to", "cuda"):
+            receiver = move.receiver
+            if type(receiver) is cst.Call and self.names.is_(receiver.func, _DP, _DDP, *_FSDP):
+                return {WRAPPED}  # DataParallel(model).to(device): still the wrapper
+            return {MOVED}
+        if type(value) is cst.Call:
+            func = value.func
+            inner = value.args[0].value if value.args else None
+            if self.names.is_(func, _DP, *_FSDP):
+                return {WRAPPED}
+            if self.names.is_(func, _DDP):
+                if keyword(value, "device_ids") is not None or len(value.args) > 1:
+                    return {WRAPPED}
+                return set(self.placement(inner, depth + 1)) if inner is not None else set()
+            if self.names.is_(func, "torch.compile", "torch.jit.script") and inner is not None:
+                return set(self.placement(inner, depth + 1))
+            if type(func) is cst.Attribute and func.attr.value in _MODULE_RETURNS_SELF:
+                return set(self.placement(func.value, depth + 1))
+            if type(func) is cst.Attribute and func.attr.value == "to":
+                return {UNPLACED}  # model.to("cpu") / .to(torch.float16)
+            return {UNPLACED}
+        if type(value) in (cst.Name, cst.Attribute):
+            return set(self.placement(value, depth + 1))
+        if type(value) is cst.IfExp:
+            return set(self.placement(value.body, depth + 1)) | set(
+                self.placement(value.orelse, depth + 1)
+            )
+        return {UNKNOWN_PLACEMENT}
+
+    def _name_placement(self, name: cst.Name, depth: int) -> Set[str]:
+        bindings = self.scopes.lookup(name.value, name)
+        if not bindings:
+            return {UNKNOWN_PLACEMENT}
+        found: Set[str] = set()
+        for binding in bindings:
+            if binding.kind in ("assign", "annassign") and binding.value is not None:
+                found |= self._value_placement(binding.value, depth + 1)
+            elif binding.kind == "param":
+                found |= self._param_placement(binding, depth + 1)
+            else:
+                found.add(UNKNOWN_PLACEMENT)
+        scope = bindings[0].scope
+        if scope is not None:
+            in_place = self._in_place(name.value, scope.node, name)
+            if in_place is not None:
+                position, kind = in_place
+                index = self.ctx.tree.index
+                latest = max(index.get(b.statement or b.node, -1) for b in bindings)
+                if position is None:  # moved in another function (`main()` moves a global)
+                    if UNPLACED in found or UNKNOWN_PLACEMENT in found:
+                        found.discard(UNPLACED)
+                        found.add(MOVED)
+                elif position > latest:  # model = Net(); model.to(device)
+                    return {kind}
+        return found
+
+    def _param_placement(self, binding, depth: int) -> Set[str]:
+        function = binding.statement
+        if type(function) is not cst.FunctionDef:
+            return {UNKNOWN_PLACEMENT}
+        params = _positional_params(function)
+        names = [p.name.value for p in params]
+        if binding.name not in names:
+            return {UNKNOWN_PLACEMENT}
+        index = names.index(binding.name)
+        found: Set[str] = set()
+        sites = self.callgraph.callers(function)
+        for call in sites:
+            offset = 1 if _is_method_call(call, function) else 0
+            arg = keyword(call, binding.name)
+            if arg is None:
+                positional = [a for a in call.args if a.keyword is None]
+                if any(a.star for a in positional[: index - offset + 1]):
+                    found.add(UNKNOWN_PLACEMENT)
+                    continue
+                if 0 <= index - offset < len(positional):
+                    arg = positional[index - offset].value
+            if arg is None:
+                found.add(UNKNOWN_PLACEMENT)
+            else:
+                found |= set(self.placement(arg, depth + 1))
+        if not sites and not found:
+            found.add(UNKNOWN_PLACEMENT)
+        return found
+
+    def _self_attribute_placement(self, expr: cst.Attribute, depth: int) -> Set[str]:
+        cls = None
+        for ancestor in self.ctx.ancestors(expr):
+            if type(ancestor) is cst.ClassDef:
+                cls = ancestor
+                break
+        if cls is None:
+            return {UNKNOWN_PLACEMENT}
+        attr = expr.attr.value
+        found: Set[str] = set()
+        events: List[cst.CSTNode] = []
+        for node in subtree(cls.body):
+            if type(node) is cst.Assign:
+                if any(is_self_attr(target.target, attr) for target in node.targets):
+                    events.append(node)
+            elif type(node) is cst.Call:
+                move = self.move(node)
+                if move is not None and move.method in ("to", "cuda"):
+                    if move.receiver is not None and is_self_attr(move.receiver, attr):
+                        events.append(node)
+        here = self.scopes.enclosing_function(expr)
+        for node in _last_word_per_method(self, events, here):
+            if type(node) is cst.Assign:
+                found |= self._value_placement(node.value, depth + 1)
+            else:
+                found.add(MOVED)
+        if MOVED in found:
+            found.discard(UNPLACED)
+        return found or {UNKNOWN_PLACEMENT}
+
+    def _in_place(
+        self, name: str, scope_node: cst.CSTNode, at: cst.CSTNode
+    ) -> Optional[Tuple[Optional[int], str]]:
+        """What `model.to(device)` / `model.cuda()` / `model.cpu()` statements (Module.to
+        works in place) say about `name` at `at`: (position, MOVED or UNPLACED), or None when
+        there are none. In the function of `at`, the last such statement before it decides;
+        one in another function (a `main()` that moves a global model) counts wherever it is
+        (position None)."""
+        body = getattr(scope_node, "body", None)
+        if body is None:
+            return None
+        index = self.ctx.tree.index
+        use = index.get(at, -1)
+        here = self.scopes.enclosing_function(at)
+        last: Optional[Tuple[int, str]] = None
+        elsewhere: Optional[str] = None
+        for node in self._call_statements(scope_node).get(name, ()):
+            kind = self._placement_statement(node.value, name)
+            if kind is None:
+                continue
+            if self.scopes.enclosing_function(node) is here:
+                position = index.get(node, -1)
+                if position < use and (last is None or position > last[0]):
+                    last = (position, kind)
+            elif kind == MOVED:
+                elsewhere = MOVED
+        if last is not None:
+            return last
+        return (None, elsewhere) if elsewhere is not None else None
+
+    def _call_statements(self, scope_node: cst.CSTNode) -> Dict[str, List[cst.Expr]]:
+        """The expression statements that are method calls on a name (`model.cuda()`) under a
+        scope, by that name, in document order: no other statement can be a placement
+        statement of a name. Indexed once per file from the tree's Expr nodes (each under
+        every def/class around it and the module), not by a walk of each scope: `_in_place`
+        asks for every name of every model call."""
+        index = self.__dict__.get("_call_statements_index")
+        if index is None:
+            index = self.__dict__["_call_statements_index"] = {}
+            holders = (cst.Module, cst.FunctionDef, cst.ClassDef)
+            for node in self.ctx.nodes(cst.Expr):
+                call = node.value
+                if type(call) is not cst.Call:
+                    continue
+                func = call.func
+                if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+                    continue
+                name = func.value.value
+                for ancestor in self.ctx.ancestors(node):
+                    if type(ancestor) in holders:
+                        index.setdefault(id(ancestor), {}).setdefault(name, []).append(node)
+        return index.get(id(scope_node), {})
+
+    def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
+        func = call.func
+        if not (
+            type(func) is cst.Attribute
+            and type(func.value) is cst.Name
+            and func.value.value == name
+        ):
+            return None
+        move = self.move(call)
+        if move is not None and move.method in ("to", "cuda"):
+            return MOVED
+        if func.attr.value == "cpu":
+            return UNPLACED
+        if func.attr.value == "to" and call.args and self._is_cpu(call.args[0].value):
+            return UNPLACED
+        return None
+
+
+def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> List[cst.CSTNode]:
+    """The assignments and moves of one `self.<attr>` that another method can observe: in a
+    method other than `here` whose last such event is an assignment run unconditionally (a
+    statement of the method's own body, no `return` before it), only that last one
+    (`self.model = Net(); self.model.to(dev); self.model = DDP(self.model, device_ids=[0])`);
+    everything elsewhere."""
+    by_function: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
+    for node in events:
+        by_function.setdefault(moves.scopes.enclosing_function(node), []).append(node)
+    out: List[cst.CSTNode] = []
+    for function, nodes in by_function.items():
+        last = nodes[-1]
+        if (
+            function is None
+            or function is here
+            or len(nodes) == 1
+            or type(last) is not cst.Assign
+            or type(function) is not cst.FunctionDef
+        ):
+            out.extend(nodes)
+            continue
+        statement = moves.ctx.parent(last)
+        body = function.body
+        top = type(body) is cst.IndentedBlock and statement in body.body
+        returns = any(
+            type(n) is cst.Return and moves.ctx.tree.is_before(n, last)
+            for n in subtree(body)
+        )
+        out.extend([last] if top and not returns else nodes)
+    return out
+
+
+def _positional_params(function: cst.FunctionDef) -> List[cst.Param]:
+    return list(function.params.posonly_params) + list(function.params.params)
+
+
+def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:
+    params = _positional_params(function)
+    return (
+        type(call.func) is cst.Attribute
+        and bool(params)
+        and params[0].name.value in ("self", "cls")
+    )
+
+
+def _binding_pairs(node: cst.CSTNode):
+    """(names bound, expression they come from) for assignments and loops."""
+    if type(node) is cst.Assign:
+        names: Set[str] = set()
+        for t in node.targets:
+            names |= target_names(t.target)
+        return [(names, node.value)]
+    if type(node) is cst.For or type(node) is cst.CompFor:
+        return [(target_names(node.target), node.iter)]
+    return []

@@ -1,0 +1,431 @@
+"""Batch elements through a training loop's body (TRL101): `BatchFlow.flow(source)` follows
+the names a batch source binds and records where an element that was never moved to the device
+meets one (the values and words are in `batchvalues.py`, the walk in `batchwalk.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ..base.frameworks import Frameworks, loaders_prepared_by_framework
+from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..base.nodes import target_names
+from ..base.scopes import Scopes
+from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
+from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
+from .batchvalues import Flow, MODULE_NOT_FORWARD, MOVING_LOADER, TORCH_JOIN, name_words
+from .batchwalk import BatchWalker
+from .structure import BatchSource, Loops, following_statements
+from .. import Analysis
+
+
+class BatchFlow(Analysis):
+    """Batch elements through the loop body (see the section comment above)."""
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+
+        self.loops: Loops = ctx.analysis(Loops)
+        self.moves = ctx.analysis(Moves)
+        self.frameworks = ctx.analysis(Frameworks)
+        self.names: Names = ctx.analysis(Names)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self._flows: Dict[cst.CSTNode, Flow] = {}
+        # id(callee expression) -> (it, may be a model, its placement, named like a model);
+        # the entry keeps the node alive, so the id stays its own.
+        self._callees: Dict[int, Tuple[cst.CSTNode, bool, FrozenSet[str], bool]] = {}
+
+        self._prepared = loaders_prepared_by_framework(ctx)
+
+    def flows(self) -> List[Flow]:
+        return [self.flow(source) for source in self.loops.batch_sources()]
+
+    def flow(self, source: BatchSource) -> Flow:
+        found = self._flows.get(source.node)
+        if found is None:
+            found = self._flows[source.node] = self._run(source)
+        return found
+
+    # -- one source ---------------------------------------------------------------------------
+
+    def _run(self, source: BatchSource) -> Flow:
+        flow = Flow(source)
+        managed = self.frameworks.managed(source.node) or self._prepared
+        if managed is not None:
+            flow.quiet = f"managed by {managed}"
+            return flow
+        reason = self._loader_moves(source, flow)
+        if reason is not None:
+            flow.quiet = reason
+            return flow
+        body = self._body(source)
+        walker = BatchWalker(self, source, flow, body)
+        walker.start()
+        walker.block(body)
+        flow.bound_names = _bound_names(walker.body_nodes())
+        return flow
+
+    def _body(self, source: BatchSource) -> List[cst.BaseStatement]:
+        """The statements that see the batch: the loop body, or what follows `next(...)` (also
+        after the `try`/`if` that holds it, up to the enclosing loop or function)."""
+        body = list(source.body)
+        if type(source.node) is cst.For:
+            return body
+        statement = self.ctx.parent(source.node)
+        current = statement
+        for _ in range(3):
+            block = self.ctx.parent(current) if current is not None else None
+            owner = self.ctx.parent(block) if block is not None else None
+            if type(owner) not in (cst.Try, cst.If, cst.ExceptHandler, cst.Else, cst.Finally):
+                break
+            if type(owner) in (cst.ExceptHandler, cst.Else, cst.Finally):
+                owner = self.ctx.parent(owner)
+            if type(owner) is cst.If and type(self.ctx.parent(owner)) is cst.If:
+                break
+            body.extend(following_statements(self.ctx, owner))
+            current = owner
+        return body
+
+    # -- loaders that deliver batches on the device -------------------------------------------
+
+    def _loader_moves(self, source: BatchSource, flow: Flow) -> Optional[str]:
+        start = source.node.iter if type(source.node) is cst.For else source.node.value
+        for call in self._loader_chain(start):
+            dotted = dotted_name(call.func) or ""
+            leaf = dotted.split(".")[-1]
+            if MOVING_LOADER.search(leaf):
+                return f"`{leaf}` delivers batches on the device"
+            if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+                return f"`{leaf}(..., device=...)` delivers batches on the device"
+            local = self._local_definition(call.func)
+            if type(local) is cst.ClassDef and self.moves.moves_in(local):
+                return f"`{leaf}` moves the batches"
+            if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
+                reason = self._dataloader_moves(call, flow)
+                if reason is not None:
+                    return reason
+        return None
+
+    def _loader_chain(self, expr: cst.CSTNode, depth: int = 0) -> List[cst.Call]:
+        """Calls that make the iterated object: wrappers, the DataLoader, through names."""
+        out: List[cst.Call] = []
+        if depth > 4 or expr is None:
+            return out
+        for node in [expr, *self.ctx.tree.descendants(expr)]:
+            if type(node) is cst.Call:
+                out.append(node)
+            elif type(node) is cst.Name:
+                for binding in self.scopes.lookup(node.value, node):
+                    value = binding.value
+                    if binding.kind == "unpack" and type(binding.statement) is cst.Assign:
+                        value = binding.statement.value  # train_iter, val_iter = make(...)
+                    if binding.kind in ("assign", "annassign", "unpack") and value is not None:
+                        out.extend(self._loader_chain(value, depth + 1))
+            elif type(node) is cst.Attribute and _is_self(node.value):
+                for value in self._self_assignments(node):
+                    out.extend(self._loader_chain(value, depth + 1))
+        return out
+
+    def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
+        cls = next((a for a in self.ctx.ancestors(attr) if type(a) is cst.ClassDef), None)
+        if cls is None:
+            return []
+        out = []
+        for node in self.ctx.tree.descendants(cls.body):
+            if type(node) is cst.Assign:
+                for target in node.targets:
+                    t = target.target
+                    if (
+                        type(t) is cst.Attribute
+                        and _is_self(t.value)
+                        and t.attr.value == attr.attr.value
+                    ):
+                        out.append(node.value)
+        return out
+
+    def _dataloader_moves(self, call: cst.Call, flow: Flow) -> Optional[str]:
+        collate = None
+        dataset = call.args[0].value if call.args and call.args[0].keyword is None else None
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "collate_fn":
+                collate = arg.value
+            if arg.keyword is not None and arg.keyword.value == "dataset":
+                dataset = arg.value
+        if collate is not None:
+            if type(collate) is cst.Lambda and self.moves.moves_in(collate.body):
+                return "its collate_fn moves the batch"
+            local = self._local_definition(collate)
+            if local is not None and self.moves.moves_in(local):
+                return "its collate_fn moves the batch"
+            if local is None and not _in_worker_processes(call):
+                # An imported collate_fn of the project may move the batch; with worker
+                # processes it cannot (CUDA cannot be used in forked workers).
+                helper = self.project_helper(collate)
+                if helper is not None:
+                    flow.helper = (helper, -1)
+        if type(dataset) is cst.Name:
+            for binding in self.scopes.lookup(dataset.value, dataset):
+                value = binding.value
+                if type(value) is cst.Call:
+                    local = self._local_definition(value.func)
+                    if type(local) is cst.ClassDef and self.moves.moves_in(local):
+                        return "its dataset returns tensors on the device"
+        return None
+
+    def _local_definition(self, func: cst.BaseExpression) -> Optional[cst.CSTNode]:
+        """The def/class of this file that `func` names, if any."""
+        if type(func) is cst.Name:
+            for binding in self.scopes.lookup(func.value, func):
+                if type(binding.node) in (cst.FunctionDef, cst.ClassDef):
+                    return binding.node
+        if type(func) is cst.Attribute and _is_self(func.value):
+            found = self.loops.callgraph.functions_named(func.attr.value)
+            if len(found) == 1:
+                return found[0]
+        return None
+
+    # -- imported helpers ---------------------------------------------------------------------
+
+    def project_helper(self, func: cst.BaseExpression) -> Optional[str]:
+        """The qualified name of an imported function that may belong to this project (so that
+        only the project phase can tell whether it moves its argument), else None."""
+        qualified = self.names.qualified(func)
+        if not qualified:
+            return None
+        for qualname in sorted(qualified):
+            if qualname.startswith(LOCAL_PREFIX):
+                return None
+            if qualname.startswith("."):
+                return qualname
+            top = qualname.split(".")[0]
+            if top in _THIRD_PARTY or top in _STDLIB:
+                return None
+            return qualname
+        return None
+
+    # -- what a callee is ---------------------------------------------------------------------
+
+    def model_call(
+        self, call: cst.Call, args_on_device: bool, siblings_moved: bool = False
+    ) -> Tuple[bool, bool]:
+        """(its output is on the device, its inputs must be) for a call that may run a model.
+
+        A model is on the device when it was moved (or wrapped), or, for a callee named like a
+        model (`model`, `net`, `self.encoder`, ...), when it gets moved tensors or the loop
+        moves other items of the same batch (docs/architecture.md, "Evidence model": the model
+        or the siblings were moved). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper
+        are moved by it."""
+        target = call.func
+        if type(target) is cst.Attribute and target.attr.value == "forward":
+            target = target.value
+        # What the callee is does not depend on the call's arguments: the walk of each source
+        # (and a helper's body, followed from each call) asks again for the same calls.
+        known = self._callees.get(id(target))
+        if known is None:
+            if self._may_be_model(target):
+                known = (target, True, self.moves.placement(target), _model_like(target))
+            else:
+                known = (target, False, frozenset(), False)
+            self._callees[id(target)] = known
+        _, may_be_model, placement, modelish = known
+        if not may_be_model:
+            return False, False
+        plain = MOVED in placement
+        wrapped = WRAPPED in placement
+        # Sibling moves say nothing about a model seen built and never moved (`net =
+        # TrainerNet()` whose forward ships inputs elsewhere itself).
+        siblings = siblings_moved and UNPLACED not in placement
+        evidence = modelish and (args_on_device or siblings)
+        on_device = plain or wrapped or (modelish and args_on_device)
+        inputs = plain or (evidence and not wrapped)
+        return on_device, inputs
+
+    def _may_be_model(self, target: cst.BaseExpression) -> bool:
+        dotted = dotted_name(target)
+        if dotted is None:
+            return False
+        if type(target) is cst.Attribute and target.attr.value in MODULE_NOT_FORWARD:
+            return False
+        root = dotted.split(".")[0]
+        if root in ("self", "cls"):
+            functions_named = self.loops.callgraph.functions_named
+            if type(target) is cst.Attribute and functions_named(target.attr.value):
+                return False  # a method of the class, not a submodule
+            return True
+        head = target
+        while type(head) is cst.Attribute:
+            head = head.value
+        for binding in self.scopes.lookup(root, head):
+            if binding.kind in ("import", "def", "class"):
+                return False
+        return bool(self.scopes.lookup(root, head)) or not self.names.qualified(target)
+
+    def is_loss(self, call: cst.Call) -> bool:
+        func = call.func
+        if type(func) is cst.Call:  # nn.CrossEntropyLoss()(logits, labels)
+            return any(q.endswith("Loss") for q in self.names.qualified(func.func))
+        if any(is_functional_loss(q) for q in self.names.qualified(func)):
+            return True
+        dotted = dotted_name(func)
+        if dotted is None:
+            return False
+        if not LOSS_CALLEE.search(dotted.split(".")[-1]):
+            return self._bound_to_loss_class(func)
+        root = dotted.split(".")[0]
+        if root in ("self", "cls"):
+            functions_named = self.loops.callgraph.functions_named
+            if type(func) is cst.Attribute and functions_named(func.attr.value):
+                return False
+            return True
+        head = func
+        while type(head) is cst.Attribute:
+            head = head.value
+        bindings = self.scopes.lookup(root, head)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if binding.kind in ("import", "def", "class"):
+                return False  # a function: it may move or convert what it gets
+            if binding.kind in ("assign", "annassign") and type(binding.value) is cst.Call:
+                local = self._local_definition(binding.value.func)
+                if type(local) is cst.ClassDef and self.moves.moves_in(local):
+                    return False  # a criterion of this file that moves its targets itself
+        return True
+
+    def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
+        """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound
+        only to instances of a class named `...Loss` (not one of this file that moves things)."""
+        if type(func) is not cst.Name:
+            return False
+        bindings = self.scopes.lookup(func.value, func)
+        if not bindings:
+            return False
+        for binding in bindings:
+            value = binding.value
+            if binding.kind not in ("assign", "annassign") or type(value) is not cst.Call:
+                return False
+            if type(value.func) is cst.Call:
+                return False
+            names = set(self.names.qualified(value.func))
+            dotted = dotted_name(value.func)
+            if dotted:
+                names.add(dotted)
+            if not any(n.split(".")[-1].endswith("Loss") for n in names):
+                return False
+            local = self._local_definition(value.func)
+            if type(local) is cst.ClassDef and self.moves.moves_in(local):
+                return False
+        return True
+
+    def is_join(self, call: cst.Call) -> bool:
+        return self.names.is_(call.func, *TORCH_JOIN)
+
+    def is_torch_function(self, call: cst.Call) -> bool:
+        return any(q.startswith("torch.") for q in self.names.qualified(call.func))
+
+
+# -- helpers for the dataflow -----------------------------------------------------------------
+
+_STDLIB = frozenset(
+    getattr(
+        __import__("sys"),
+        "stdlib_module_names",
+        {"os", "sys", "re", "json", "math", "time", "random", "logging", "functools", "copy"},
+    )
+)
+_THIRD_PARTY = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "scipy",
+        "pandas",
+        "sklearn",
+        "PIL",
+        "cv2",
+        "tqdm",
+        "wandb",
+        "tensorboard",
+        "tensorboardX",
+        "transformers",
+        "datasets",
+        "tokenizers",
+        "accelerate",
+        "timm",
+        "lightning",
+        "pytorch_lightning",
+        "mmcv",
+        "mmengine",
+        "mmdet",
+        "mmseg",
+        "mmpretrain",
+        "detectron2",
+        "ignite",
+        "deepspeed",
+        "apex",
+        "einops",
+        "matplotlib",
+        "yaml",
+        "omegaconf",
+        "hydra",
+        "clip",
+        "open_clip",
+        "fairseq",
+        "peft",
+        "evaluate",
+        "torchmetrics",
+        "kornia",
+        "albumentations",
+        "h5py",
+        "pycocotools",
+    }
+)
+
+
+def _bound_names(nodes: Sequence[cst.CSTNode]) -> Set[str]:
+    """Names bound by `nodes` (the own nodes of some statements)."""
+    found: Set[str] = set()
+    for node in nodes:
+        node_type = type(node)
+        if node_type is cst.Assign:
+            for t in node.targets:
+                found |= target_names(t.target)
+        elif node_type in _TARGET_BINDERS:
+            found |= target_names(node.target)
+        elif node_type is cst.AsName:
+            found |= target_names(node.name)
+    return found
+
+
+_TARGET_BINDERS = frozenset({cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor})
+
+
+def _in_worker_processes(call: cst.Call) -> bool:
+    """Does this DataLoader(...) load in worker processes (num_workers given and not 0)?"""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "num_workers":
+            value = arg.value
+            return not (type(value) is cst.Integer and int(value.value, 0) == 0)
+    return False
+
+
+def _is_self(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Name and node.value == "self"
+
+
+def _model_like(target: cst.BaseExpression) -> bool:
+    dotted = dotted_name(target) or ""
+    for part in dotted.split("."):
+        if part in ("self", "cls"):
+            continue
+        for word in name_words(part):
+            if word in MODEL_WORDS or word.endswith("net") or word.startswith("model"):
+                return True
+        if re.match(r"^net[A-Z]", part):
+            return True
+    return False

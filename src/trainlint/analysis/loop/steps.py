@@ -1,0 +1,858 @@
+"""What one iteration of a training or evaluation loop does: the facts the loop rules share.
+
+Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file call graph
+(`base/callgraph.py`) and the dataflow kernel (`base/dataflow.py`).
+
+1. Events. `event(node)` says what a call or assignment does to training state:
+   - `backward`: `loss.backward()`, `scaler.scale(loss).backward()`, `torch.autograd.backward`,
+     `accelerator.backward(loss)` / `engine.backward(loss)` (the receiver tells them apart);
+   - `step`: an optimizer step, `optimizer.step()`, `scaler.step(optimizer)`; with a closure
+     argument (LBFGS) the step runs its own forward/backward (`closure=True`);
+   - `zero`: `optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`, `p.grad.zero_()`,
+     `del p.grad`, `torch._foreach_zero_`, a call to a helper named like `zero_grad`/`reset_grad`;
+     `full` is False for one parameter's gradient (freezing tricks between backward and step);
+   - `eval` / `train`: `model.eval()`, `model.train()`, `model.train(False)`,
+     `model = Net().eval()`.
+   Receivers are given in the analysed loop's own terms: inside a helper, a parameter is replaced
+   by the argument of the call that reached it (`evaluate(net, ...)` -> `net.eval()`).
+
+2. Flows. `flow(node)` turns a loop body (or any block) into a tree of the dataflow kernel
+   (`base/dataflow.py`), with the bodies of same-file functions it calls two levels deep, so
+   that a rule's transfer function decides on the loop as a whole.
+
+3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
+   decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
+   the function, or because every same-file caller of the enclosing function is).
+
+4. Loops. `step_loops()` (loops that run `backward()` and an optimizer `step()`),
+   `is_step_loop(loop)` (a `backward()` runs in the loop's own iteration, not only in a nested
+   loop: the "hot" loop), `graph_names(loop)` (names holding tensors with an autograd graph:
+   backpropagated losses and what is computed from them or from loss functions),
+   `eval_loops()` (evaluation loops: over a validation/test loader or in an evaluation function,
+   calling a model, with no backward/step).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ...walk import children, own_nodes
+from ..base.calls import keyword, positional
+from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
+from ..base.frameworks import Frameworks
+from ..base.names import Names, dotted_name
+from ..base.scopes import Scopes
+from ..base.vocabulary import (
+    EVAL_FUNCTION,
+    EVAL_LOADER,
+    LOSS_FUNCTIONS,
+    LOSS_NAME,
+    MODEL_NAME,
+    NOT_MODEL_NAME,
+    NOT_OPTIMIZER_NAME,
+    OPTIMIZER_CLASSES,
+    OPTIMIZER_NAME,
+    disables_grad,
+)
+from ..parallel.parallel import module_root
+from .stepexprs import grad_owner, is_grad, is_loss_key, name_leaves, peel_iterable, strip_wrapper
+from .structure import Loops
+from .. import Analysis
+
+
+# -- recognising things ---------------------------------------------------------------------------
+
+_SCALER_NAME = re.compile(r"scaler", re.I)
+_ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
+# Detaching reads: what they return holds no autograd graph.
+_DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
+_DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
+_TRAIN_WORD = re.compile(r"train", re.I)
+
+
+_EMPTY = Seq(())
+# The arguments of a loop's own flow (`flow()`): no parameter mapping, no call site, not reached
+# through a helper, helpers followed two levels deep.
+_TOP = (None, None, (), 2)
+
+
+class TrainingSteps(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.names: Names = ctx.analysis(Names)
+        self.scopes: Scopes = ctx.analysis(Scopes)
+        self.loops: Loops = ctx.analysis(Loops)
+        self._flows: Dict[cst.CSTNode, object] = {}
+        self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
+        self._module_like: Optional[Set[str]] = None
+        self._trained: Optional[Set[str]] = None
+        self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
+        self._backpropagates: Optional[bool] = None
+
+    # -- recognising calls --------------------------------------------------------------------
+
+    def is_backward(self, call: cst.CSTNode) -> bool:
+        if type(call) is not cst.Call:
+            return False
+        func = call.func
+        if type(func) is cst.Attribute and func.attr.value == "backward":
+            return True
+        return self.names.is_(func, "torch.autograd.backward")
+
+    def is_autograd_grad(self, call: cst.CSTNode) -> bool:
+        return type(call) is cst.Call and (
+            self.names.is_(call.func, "torch.autograd.grad")
+            or (dotted_name(call.func) or "").endswith("autograd.grad")
+        )
+
+    def backward_tensor(self, call: cst.Call) -> Optional[cst.BaseExpression]:
+        """What is backpropagated: `x` of `x.backward()`, `scaler.scale(x).backward()`,
+        `accelerator.backward(x)`, `torch.autograd.backward(x)`."""
+        func = call.func
+        if type(func) is cst.Attribute and func.attr.value == "backward":
+            receiver = func.value
+            if type(receiver) is cst.Call and type(receiver.func) is cst.Attribute:
+                if receiver.func.attr.value == "scale" and receiver.args:  # GradScaler
+                    return receiver.args[0].value
+            if self._is_engine(receiver) and call.args:
+                return call.args[0].value
+            return receiver
+        if call.args:
+            return call.args[0].value
+        return None
+
+    def _is_engine(self, expr: cst.BaseExpression) -> bool:
+        """`accelerator.backward(loss)`, `engine.backward(loss)`, `fabric.backward(loss)`."""
+        text = (dotted_name(expr) or "").split(".")[-1].lower()
+        return any(word in text for word in ("accelerat", "engine", "fabric", "trainer"))
+
+    def is_optimizer(self, expr: cst.CSTNode) -> bool:
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return False
+        key = (dotted, self.ctx.tree.index.get(expr, -1))
+        found = self._optimizer_cache.get(key)
+        if found is None:
+            found = self._optimizer_cache[key] = self._is_optimizer(expr, dotted)
+        return found
+
+    def _is_optimizer(self, expr: cst.CSTNode, dotted: str) -> bool:
+        leaf = dotted.split(".")[-1]
+        if type(expr) is cst.Name:
+            for binding in self.scopes.lookup(expr.value, expr):
+                value = binding.value
+                if type(value) is cst.Call:
+                    if self._optimizer_constructor(value):
+                        return True
+                    if self._scheduler_constructor(value):
+                        return False
+        if NOT_OPTIMIZER_NAME.search(leaf):
+            return False
+        return bool(OPTIMIZER_NAME.search(leaf))
+
+    def _optimizer_constructor(self, call: cst.Call) -> bool:
+        for qualname in self.names.qualified(call.func):
+            if qualname.startswith("torch.optim.") and ".lr_scheduler" not in qualname:
+                if "swa_utils" not in qualname:
+                    return True
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        return leaf in OPTIMIZER_CLASSES
+
+    def _scheduler_constructor(self, call: cst.Call) -> bool:
+        for qualname in self.names.qualified(call.func):
+            if "lr_scheduler" in qualname:
+                return True
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        return "Scheduler" in leaf or leaf.endswith("LR") or "schedule" in leaf
+
+    def optimizer_modules(self, optimizer: str) -> Set[str]:
+        """Texts of the modules whose parameters an optimizer (by its dotted text) updates."""
+        found: Set[str] = set()
+        for assign in self.ctx.nodes(cst.Assign):
+            if type(assign.value) is not cst.Call:
+                continue
+            if not any(dotted_name(t.target) == optimizer for t in assign.targets):
+                continue
+            if not self._optimizer_constructor(assign.value):
+                continue
+            params = positional(assign.value, 0) or keyword(assign.value, "params")
+            if params is None:
+                continue
+            for node in [params, *self.ctx.tree.descendants(params)]:
+                if type(node) is cst.Call and type(node.func) is cst.Attribute:
+                    if node.func.attr.value in ("parameters", "named_parameters"):
+                        owner = dotted_name(node.func.value)
+                        if owner:
+                            found.add(strip_wrapper(owner))
+                            found.update(self._attribute_aliases(owner, assign))
+        return found
+
+    def _attribute_aliases(self, name: str, at: cst.CSTNode) -> Set[str]:
+        """`self.model = model` in the function of `at`: "self.model" for "model"."""
+        function = self.scopes.enclosing_function(at)
+        if function is None or "." in name:
+            return set()
+        out = set()
+        for node in self.ctx.tree.descendants(function):
+            if type(node) is cst.Assign and dotted_name(node.value) == name:
+                for target in node.targets:
+                    text = dotted_name(target.target)
+                    if text and text.startswith("self."):
+                        out.add(text)
+        return out
+
+    # -- events -------------------------------------------------------------------------------
+
+    def event(
+        self,
+        node: cst.CSTNode,
+        mapping: Optional[Dict[str, str]] = None,
+        site: Optional[cst.CSTNode] = None,
+        via: Tuple[cst.FunctionDef, ...] = (),
+    ) -> Optional[Event]:
+        """What `node` (a Call, Assign, AugAssign, Del) does to training state, if anything."""
+        site = site or node
+        if type(node) is cst.Call:
+            return self._call_event(node, mapping, site, via)
+        if type(node) is cst.Assign or type(node) is cst.AnnAssign:
+            targets = (
+                [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+            )
+            for target in targets:
+                if type(target) is cst.Attribute and target.attr.value == "grad":
+                    return self._grad_reset(node, target.value, mapping, site, via)
+            return None
+        if type(node) is cst.Del:
+            target = node.target
+            if type(target) is cst.Attribute and target.attr.value == "grad":
+                return self._grad_reset(node, target.value, mapping, site, via)
+        return None
+
+    def _grad_reset(self, node, param, mapping, site, via) -> Event:
+        """`p.grad = None` / `p.grad.zero_()`: every parameter's gradient when it runs in a loop
+        over `model.parameters()`, else one parameter's (a freezing trick)."""
+        owner = self.parameters_loop_owner(node, param)
+        if owner is not None:
+            return Event("zero", node, self._map(owner, mapping), site, via, full=True)
+        return Event("zero", node, self._map(param, mapping), site, via, full=False)
+
+    def parameters_loop_owner(self, node, param) -> Optional[cst.CSTNode]:
+        """For `for p in model.parameters(): p.grad = None`: `model`."""
+        name = dotted_name(param)
+        for ancestor in self.ctx.ancestors(node):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Module):
+                return None
+            if type(ancestor) in (cst.ListComp, cst.GeneratorExp, cst.SetComp):
+                ancestor = ancestor.for_in
+            if type(ancestor) in (cst.For, cst.CompFor):
+                target = ancestor.target
+                if dotted_name(target) != name:
+                    continue
+                iterable = ancestor.iter
+                if type(iterable) is cst.Call and type(iterable.func) is cst.Attribute:
+                    if iterable.func.attr.value == "parameters":
+                        return iterable.func.value
+                return None
+        return None
+
+    def _call_event(self, call, mapping, site, via) -> Optional[Event]:
+        func = call.func
+        if self.is_backward(call):
+            receiver = func.value if type(func) is cst.Attribute else None
+            if self.names.is_(func, "torch.autograd.backward"):
+                receiver = None
+            return Event("backward", call, self._map(receiver, mapping), site, via)
+        if type(func) is cst.Attribute:
+            attr = func.attr.value
+            owner = func.value
+            if attr == "step":
+                if self.is_optimizer(owner):
+                    closure = bool(call.args) and not any(
+                        a.keyword is not None and a.keyword.value != "closure" for a in call.args
+                    )
+                    return Event(
+                        "step", call, self._map(owner, mapping), site, via, closure=closure
+                    )
+                leaf = (dotted_name(owner) or "").split(".")[-1]
+                if _SCALER_NAME.search(leaf) and call.args:
+                    target = call.args[0].value
+                    return Event("step", call, self._map(target, mapping), site, via)
+                return None
+            if attr == "zero_grad":
+                return Event("zero", call, self._map(owner, mapping), site, via)
+            if attr in ("zero_", "fill_") and is_grad(owner):
+                return self._grad_reset(call, grad_owner(owner), mapping, site, via)
+            if attr == "eval" and not call.args:
+                return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
+            if attr == "train":
+                mode = positional(call, 0) or keyword(call, "mode")
+                if mode is None or (type(mode) is cst.Name and mode.value == "True"):
+                    return Event(
+                        "train", call, self._mode_receiver(call, owner, mapping), site, via
+                    )
+                if type(mode) is cst.Name and mode.value == "False":
+                    return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
+                return None
+            if _ZERO_HELPER.search(attr):
+                return Event("zero", call, None, site, via)
+            return None
+        if type(func) is cst.Name:
+            if func.value == "_foreach_zero_" or self.names.is_(func, "torch._foreach_zero_"):
+                return Event("zero", call, None, site, via, full=False)
+            if _ZERO_HELPER.search(func.value):
+                return Event("zero", call, None, site, via)
+        elif self.names.is_(func, "torch._foreach_zero_"):
+            return Event("zero", call, None, site, via, full=False)
+        return None
+
+    def _mode_receiver(self, call, owner, mapping) -> Optional[str]:
+        """`model.eval()` -> "model"; `model = Net().eval()` -> "model";
+        `model.to(device).train()` -> "model"."""
+        parent = self.ctx.parent(call)
+        if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
+            return self._map(parent.targets[0].target, mapping)
+        return self._map(module_root(owner), mapping)
+
+    def _map(self, expr, mapping: Optional[Dict[str, str]]) -> Optional[str]:
+        if expr is None:
+            return None
+        text = dotted_name(expr)
+        if text is None:
+            return None
+        if mapping:
+            root, _, rest = text.partition(".")
+            if root in mapping:
+                mapped = mapping[root]
+                return f"{mapped}.{rest}" if rest else mapped
+        return text
+
+    # -- flows --------------------------------------------------------------------------------
+
+    def flow(self, node: cst.CSTNode):
+        """The flow of one iteration of a For/While loop, or of any statement or block."""
+        found = self._flows.get(node)
+        if found is None:
+            if type(node) is cst.For:
+                found = self._block(node.body, None, None, (), 2)
+            elif type(node) is cst.While:
+                found = Seq(
+                    (
+                        self._expr(node.test, None, None, (), 2),
+                        self._block(node.body, None, None, (), 2),
+                    )
+                )
+            else:
+                found = self._statement(node, None, None, (), 2)
+            self._flows[node] = found
+        return found
+
+    def _block(self, body, mapping, site, via, follow):
+        if type(body) in (cst.IndentedBlock, cst.SimpleStatementSuite):
+            statements = body.body
+        elif isinstance(body, (list, tuple)):
+            statements = body
+        else:
+            statements = [body]
+        return Seq(tuple(self._statement(s, mapping, site, via, follow) for s in statements))
+
+    def _statement(self, stmt, mapping, site, via, follow):
+        args = (mapping, site, via, follow)
+        if type(stmt) in (cst.SimpleStatementLine, cst.SimpleStatementSuite):
+            return Seq(tuple(self._small(s, *args) for s in stmt.body))
+        if type(stmt) is cst.If:
+            orelse = _EMPTY
+            if type(stmt.orelse) is cst.If:
+                orelse = self._statement(stmt.orelse, *args)
+            elif type(stmt.orelse) is cst.Else:
+                orelse = self._block(stmt.orelse.body, *args)
+            return Seq((self._expr(stmt.test, *args), Alt((self._block(stmt.body, *args), orelse))))
+        if type(stmt) is cst.For:
+            if args == _TOP:
+                body = self.flow(stmt)  # a nested loop's own flow: built once, shared
+            else:
+                body = self._block(stmt.body, *args)
+            items = [self._expr(stmt.iter, *args), Repeat(body, stmt)]
+            if stmt.orelse is not None:
+                items.append(self._block(stmt.orelse.body, *args))
+            return Seq(tuple(items))
+        if type(stmt) is cst.While:
+            if args == _TOP:
+                body = self.flow(stmt)
+            else:
+                body = Seq((self._expr(stmt.test, *args), self._block(stmt.body, *args)))
+            items = [Repeat(body, stmt)]
+            if stmt.orelse is not None:
+                items.append(self._block(stmt.orelse.body, *args))
+            return Seq(tuple(items))
+        if type(stmt) is cst.With:
+            items = [self._expr(item.item, *args) for item in stmt.items]
+            return Seq(tuple(items) + (self._block(stmt.body, *args),))
+        if type(stmt) is cst.Try or type(stmt).__name__ == "TryStar":
+            main = [self._block(stmt.body, *args)]
+            if stmt.orelse is not None:
+                main.append(self._block(stmt.orelse.body, *args))
+            branches = [Seq(tuple(main))]
+            for handler in stmt.handlers:
+                branches.append(self._block(handler.body, *args))
+            items = [Alt(tuple(branches))]
+            if stmt.finalbody is not None:
+                items.append(self._block(stmt.finalbody.body, *args))
+            return Seq(tuple(items))
+        if type(stmt).__name__ == "Match":
+            return Seq(
+                (
+                    self._expr(stmt.subject, *args),
+                    Alt(tuple(self._block(case.body, *args) for case in stmt.cases) + (_EMPTY,)),
+                )
+            )
+        return _EMPTY  # def, class: their bodies do not run here
+
+    def _small(self, small, mapping, site, via, follow):
+        items = []
+        own = self.event(small, mapping, site, via) if site is not None else self.event(small)
+        if own is not None:
+            items.append(Ev(own))
+        items.append(self._expr(small, mapping, site, via, follow))
+        if type(small) is cst.Continue:
+            items.append(Exit("continue"))
+        elif type(small) is cst.Break:
+            items.append(Exit("break"))
+        elif type(small) is cst.Return:
+            items.append(Exit("return"))
+        elif type(small) is cst.Raise:
+            items.append(Exit("raise"))
+        return Seq(tuple(items))
+
+    def _expr(self, node, mapping, site, via, follow):
+        items = []
+        for child in own_nodes(node):
+            if type(child) is not cst.Call:
+                continue
+            event = self.event(child, mapping, site or child, via)
+            if event is not None:
+                items.append(Ev(event))
+            if follow > 0:
+                target = self.loops.callgraph.callee(child)
+                if target is not None and target not in via:
+                    inner_map = self._parameter_map(child, target, mapping)
+                    body = self._block(
+                        target.body, inner_map, site or child, via + (target,), follow - 1
+                    )
+                    items.append(Helper(body, child))
+        return Seq(tuple(items))
+
+    def _parameter_map(self, call: cst.Call, target: cst.FunctionDef, mapping) -> Dict[str, str]:
+        """Parameter name -> the caller's argument text (in the caller's own terms)."""
+        params = list(target.params.posonly_params) + list(target.params.params)
+        if (
+            params
+            and params[0].name.value in ("self", "cls")
+            and type(call.func) is cst.Attribute
+        ):
+            params = params[1:]
+        out: Dict[str, str] = {}
+        index = 0
+        for arg in call.args:
+            if arg.star:
+                break
+            if arg.keyword is not None:
+                name = arg.keyword.value
+            elif index < len(params):
+                name = params[index].name.value
+                index += 1
+            else:
+                continue
+            text = self._map(arg.value, mapping)
+            if text is not None:
+                out[name] = text
+        for param in params + list(target.params.kwonly_params):
+            # Unbound parameters keep their own name only if it cannot be confused.
+            out.setdefault(param.name.value, "<param:" + param.name.value + ">")
+        return out
+
+    # -- grad mode ----------------------------------------------------------------------------
+
+    def grad_disabled(self, node: cst.CSTNode, _depth: int = 2) -> bool:
+        """Does `node` run with autograd off (no graph is recorded)?"""
+        if self.loops.under_no_grad(node) or self._spelled_no_grad(node):
+            return True
+        function = self.scopes.enclosing_function(node)
+        if self._disabled_before(node, function):
+            return True
+        if function is None or _depth <= 0:
+            return False
+        cached = self._no_grad_functions.get(function)
+        if cached is None:
+            callers = self.callers(function)
+            cached = bool(callers) and all(self.grad_disabled(c, _depth - 1) for c in callers)
+            self._no_grad_functions[function] = cached
+        return cached
+
+    def _spelled_no_grad(self, node: cst.CSTNode) -> bool:
+        """`with torch.no_grad():` where `torch` comes from a star import (names do not
+        resolve): trust the spelling."""
+        for ancestor in self.ctx.ancestors(node):
+            items = []
+            if type(ancestor) is cst.With:
+                items = [item.item for item in ancestor.items]
+            elif type(ancestor) is cst.FunctionDef:
+                items = [d.decorator for d in ancestor.decorators]
+            for expr in items:
+                func = expr.func if type(expr) is cst.Call else expr
+                text = dotted_name(func) or ""
+                if text.split(".")[-1] in ("no_grad", "inference_mode"):
+                    return True
+        return False
+
+    def _disabled_before(self, node, function) -> bool:
+        """`torch.set_grad_enabled(False)` or `stack.enter_context(torch.no_grad())` earlier in
+        the same function (or module), at the function's top level."""
+        index = self.ctx.tree.index
+        at = index.get(node, -1)
+        scope_node = function if function is not None else self.ctx.module
+        for call in self.ctx.nodes(cst.Call):
+            if index.get(call, -1) >= at or index.get(call, -1) < index.get(scope_node, 0):
+                continue
+            if self.scopes.enclosing_function(call) is not function:
+                continue
+            if self.names.is_(
+                call.func, "torch.set_grad_enabled", "torch.autograd.set_grad_enabled"
+            ):
+                arg = positional(call, 0)
+                parent = self.ctx.parent(call)
+                if (
+                    type(arg) is cst.Name
+                    and arg.value == "False"
+                    and type(parent) is cst.Expr
+                ):
+                    return True
+            if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
+                inner = positional(call, 0)
+                if type(inner) is cst.Call and disables_grad(self.names, inner):
+                    return True
+        return False
+
+    def callers(self, function: cst.FunctionDef) -> List[cst.Call]:
+        """Same-file call sites that run `function` (see `CallGraph`)."""
+        return self.loops.callgraph.callers(function)
+
+    # -- loops --------------------------------------------------------------------------------
+
+    def library_owned(self, node: cst.CSTNode) -> Optional[str]:
+        """The framework that runs the loop, the optimizer and the train/eval modes around
+        `node`: Lightning `LightningModule` hooks, HF Trainer / MMEngine / detectron2
+        subclasses, ignite handlers. Accelerate, Fabric and DeepSpeed run the user's own loop
+        (they do not detach totals, reset gradients for Accelerate/Fabric, or set eval mode), so
+        their code is not owned; DeepSpeed's `engine.backward`/`engine.step` is recognised by
+        the rules themselves."""
+
+        frameworks: Frameworks = self.ctx.analysis(Frameworks)
+        reason = frameworks.managed(node)
+        if reason in ("transformers", "mmengine", "detectron2", "ignite"):
+            return reason
+        if reason == "lightning":
+            for ancestor in self.ctx.ancestors(node):
+                if type(ancestor) is cst.ClassDef and frameworks.class_framework(ancestor):
+                    return reason
+        return None
+
+    def file_backpropagates(self) -> bool:
+        """Cheap: does anything in the file call `.backward(...)` or `autograd.backward`?"""
+        found = self._backpropagates
+        if found is None:
+            found = self._backpropagates = any(
+                type(call.func) is cst.Attribute and call.func.attr.value == "backward"
+                for call in self.ctx.nodes(cst.Call)
+            )
+        return found
+
+    def all_loops(self) -> List[cst.CSTNode]:
+        loops = list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While))
+        index = self.ctx.tree.index
+        loops.sort(key=lambda n: index.get(n, 0))
+        return loops
+
+    def has_backward(self, loop: cst.CSTNode) -> bool:
+        return any(e.kind == "backward" for e in events_of(self.flow(loop)))
+
+    def is_step_loop(self, loop: cst.CSTNode) -> bool:
+        """A backward runs in the loop's own iteration (not only inside a nested loop)."""
+        return any(e.kind == "backward" for e in own_events(self.flow(loop)))
+
+    def is_batch_loop(self, loop: cst.CSTNode) -> bool:
+        """A `for` over a DataLoader (each iteration is one batch)."""
+        return any(source.node is loop for source in self.loops.batch_sources())
+
+    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        return self.loops.enclosing_loops(node)
+
+    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
+        backpropagated there, what a loss function or loss attribute returns, and what is
+        computed from those without detaching."""
+        names: Set[str] = set()
+        for event in events_of(self.flow(loop)):
+            if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
+                tensor = self.backward_tensor(event.node)
+                for leaf in name_leaves(tensor):
+                    names.add(leaf)
+        assigns = [
+            n
+            for n in self.ctx.tree.descendants(loop)
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign)
+        ]
+        for _ in range(3):
+            grown = False
+            for assign in assigns:
+                value = assign.value
+                if value is None:
+                    continue
+                if not self.carries_graph(value, names):
+                    continue
+                targets = (
+                    [t.target for t in assign.targets]
+                    if type(assign) is cst.Assign
+                    else [assign.target]
+                )
+                for target in targets:
+                    if type(target) is cst.Tuple or type(target) is cst.List:
+                        # `loss, logs = compute(...)`: only loss-named parts.
+                        for element in target.elements:
+                            text = dotted_name(element.value)
+                            if text and LOSS_NAME.search(text.split(".")[-1]):
+                                if text not in names:
+                                    names.add(text)
+                                    grown = True
+                        continue
+                    text = dotted_name(target)
+                    if text and text not in names:
+                        names.add(text)
+                        grown = True
+            if not grown:
+                break
+        return names
+
+    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 3) -> bool:
+        """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
+        or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
+        `loss = outputs.loss` outside the block holds no graph.)"""
+        root = leaf
+        while (type(root) is cst.Attribute or type(root) is cst.Subscript):
+            root = root.value
+        if type(root) is not cst.Name or _depth <= 0:
+            return False
+        bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
+        if not bindings:
+            return False
+        loops = self.loops.enclosing_loops(root)
+        if loops:
+            # Bound earlier in the same iteration: that binding is the one in effect.
+            index = self.ctx.tree.index
+            at = index.get(root, -1)
+            inside = [
+                b
+                for b in bindings
+                if index.get(b.statement, -1) < at
+                and loops[0] in set(self.ctx.ancestors(b.statement))
+            ]
+            if inside:
+                bindings = [max(inside, key=lambda b: index.get(b.statement, -1))]
+        for binding in bindings:
+            if binding.kind not in ("assign", "unpack", "annassign", "with", "for"):
+                return False
+            statement = binding.statement
+            if self.grad_disabled(statement):
+                continue
+            value = getattr(statement, "value", None)
+            if binding.kind == "assign" and value is not None:
+                if self._detaching(value):
+                    continue
+                if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
+                    if self.recorded_without_grad(value, _depth - 1):
+                        continue
+            return False
+        return True
+
+    def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
+        """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
+        return any(True for _ in self.graph_leaves(expr, names))
+
+    def graph_leaves(self, expr: cst.CSTNode, names: Set[str]) -> Iterator[cst.CSTNode]:
+        """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if self._detaching(node):
+                continue
+            text = dotted_name(node)
+            if text is not None and text in names:
+                yield node
+                continue
+            if type(node) is cst.Call and self._is_loss_call(node):
+                yield node
+                continue
+            if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
+                yield node
+                continue
+            if type(node) is cst.Subscript and is_loss_key(node):
+                yield node
+                continue
+            if type(node) in (cst.Lambda, cst.FunctionDef):
+                continue
+            if type(node) is cst.Call:
+                # Arguments of an unknown call may or may not reach its result: follow only
+                # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
+                func = node.func
+                if type(func) is cst.Attribute:
+                    stack.append(func.value)
+                if self._tensor_function(node):
+                    stack.extend(a.value for a in node.args)
+                continue
+            stack.extend(children(node))
+
+    def _detaching(self, node: cst.CSTNode) -> bool:
+        if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
+            return True
+        if type(node) is cst.Call:
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value in _DETACHING_ATTRS:
+                return True
+            if type(func) is cst.Name and func.value in _DETACHING_CALLS:
+                return True
+            dotted = dotted_name(func) or ""
+            if dotted.startswith(("np.", "numpy.", "math.")):
+                return True
+        return False
+
+    def _is_loss_call(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        leaf = dotted.split(".")[-1]
+        if leaf in LOSS_FUNCTIONS:
+            return True
+        return bool(re.search(r"loss|criterion", leaf, re.I)) and not leaf.startswith(
+            ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
+        )
+
+    def _tensor_function(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
+
+    # -- models -------------------------------------------------------------------------------
+
+    def module_like(self) -> Set[str]:
+        """Dotted texts used like nn.Modules in this file (`.eval()`, `.train()`,
+        `.parameters()`, `.state_dict()`, `.load_state_dict()`, `.zero_grad()`)."""
+        if self._module_like is None:
+            found: Set[str] = set()
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in (
+                    "eval",
+                    "train",
+                    "parameters",
+                    "named_parameters",
+                    "state_dict",
+                    "load_state_dict",
+                    "zero_grad",
+                    "modules",
+                    "children",
+                ):
+                    text = dotted_name(func.value)
+                    if text and not self.is_optimizer(func.value):
+                        found.add(text)
+            self._module_like = found
+        return self._module_like
+
+    def is_model(self, expr: cst.CSTNode) -> bool:
+        text = dotted_name(expr)
+        if text is None:
+            return False
+        leaf = text.split(".")[-1]
+        if NOT_MODEL_NAME.search(leaf) or leaf.startswith("_"):
+            return False
+        if text in self.module_like():
+            return True
+        return bool(MODEL_NAME.search(leaf))
+
+    def trained_models(self) -> Set[str]:
+        """Modules trained in this file: `.train()` is called on them, or their parameters go
+        to an optimizer."""
+        if self._trained is None:
+            found: Set[str] = set()
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if type(func) is not cst.Attribute:
+                    continue
+                if func.attr.value == "train":
+                    mode = positional(call, 0) or keyword(call, "mode")
+                    if mode is None or (type(mode) is cst.Name and mode.value == "True"):
+                        text = dotted_name(func.value)
+                        if text:
+                            found.add(strip_wrapper(text))
+                elif self._optimizer_constructor(call):
+                    params = positional(call, 0) or keyword(call, "params")
+                    if params is None:
+                        continue
+                    for node in [params, *self.ctx.tree.descendants(params)]:
+                        if type(node) is cst.Call and type(node.func) is cst.Attribute:
+                            if node.func.attr.value in ("parameters", "named_parameters"):
+                                owner = dotted_name(node.func.value)
+                                if owner:
+                                    found.add(strip_wrapper(owner))
+            # Modules called in a loop that backpropagates in its own iteration.
+            for loop in self.all_loops():
+                if not self.file_backpropagates() or not self.is_step_loop(loop):
+                    continue
+                for node in own_nodes(loop.body):
+                    if type(node) is cst.Call and self.is_model(node.func):
+                        text = dotted_name(node.func)
+                        if text:
+                            found.add(strip_wrapper(text))
+            self._trained = found
+        return self._trained
+
+    # -- evaluation loops ---------------------------------------------------------------------
+
+    def eval_loops(self) -> List[Tuple[cst.For, cst.Call]]:
+        """(loop, first model call) for evaluation loops: over a validation/test loader or in an
+        evaluation function, calling a model, with no backward/step/autograd.grad."""
+        out = []
+        for loop in self.ctx.nodes(cst.For):
+            call = self.eval_loop_model_call(loop)
+            if call is not None:
+                out.append((loop, call))
+        return out
+
+    def eval_loop_model_call(self, loop: cst.For) -> Optional[cst.Call]:
+        function = self.scopes.enclosing_function(loop)
+        function_name = function.name.value if function is not None else ""
+        if _TRAIN_WORD.search(function_name):
+            return None
+        iterable = peel_iterable(loop.iter)
+        loader_text = dotted_name(iterable) or self.ctx.code(iterable)
+        over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
+        eval_named = bool(EVAL_FUNCTION.search(function_name))
+        eval_loader = over_loader and bool(EVAL_LOADER.search(loader_text))
+        if not (eval_loader or (eval_named and over_loader)):
+            return None
+        if _TRAIN_WORD.search(loader_text):
+            return None
+        for event in events_of(self.flow(loop)):
+            if event.kind in ("backward", "step"):
+                return None
+        for node in self.ctx.tree.descendants(loop.body):
+            if type(node) is cst.Call and self.is_autograd_grad(node):
+                return None
+        for node in own_nodes(loop.body):
+            if type(node) is cst.Call and self.is_model(node.func):
+                return node
+        return None
+
+    def _loader_name_unwrapped(self, loop: cst.For) -> Optional[str]:
+        for source in self.loops.batch_sources():
+            if source.node is loop:
+                return source.loader_text
+        return None

@@ -1,0 +1,241 @@
+"""DP/DDP wrap sites of a file, the class each one wraps, and "this file trains with DDP".
+
+Built on parallel.py (which recognises the wrap calls). For each wrap call this finds the class
+of the wrapped object when the file shows it: `DDP(Net())`, `model = Net(...).to(d)` then
+`DDP(model, ...)`, `model = DDP(model)` after `model = Net()`, `self.model = DDP(self.model)`, or
+a `build_model()` of this file that returns `Net(...)`. Classes are qualified names
+(`<local>.Net` for a class of this file, `models.head.Head` for an imported one); hierarchy.py
+resolves them across files.
+
+It also records what the project phase needs about DDP in general:
+
+- `signals`: why this file trains with DDP (a DDP wrap, `init_process_group`, torchrun or
+  `torch.distributed.launch` usage, a `LOCAL_RANK` read);
+- `finds_unused`: the file asks DDP to tolerate unused parameters somewhere
+  (`find_unused_parameters=True` on DDP, Lightning's `DDPStrategy`, Accelerate's
+  `DistributedDataParallelKwargs`, HF `ddp_find_unused_parameters=True`, the
+  `"ddp_find_unused_parameters_true"` strategy) or uses `static_graph=True` (an MM-style
+  config's `find_unused_parameters = True` applies to the models it names, not to the file);
+- `frozen`: attribute names frozen from outside their class (`model.backbone.requires_grad_(False)`,
+  `for p in model.backbone.parameters(): p.requires_grad = False`), ALL when parameters are
+  frozen by name patterns we cannot follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set
+
+import libcst as cst
+
+from ..base.calls import has_star_args, is_false, keyword, positional
+from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..project.modules import ALL, freezes, frozen_by_loop
+from .parallel import INIT_PROCESS_GROUP, Parallel, module_root
+from .. import Analysis
+
+
+DDP_KIND = "DistributedDataParallel"
+DP_KIND = "DataParallel"
+# Keywords that make DDP tolerate parameters without gradients.
+TOLERANT_KEYWORDS = ("find_unused_parameters", "ddp_find_unused_parameters", "static_graph")
+LAUNCHER_TEXT = ("torchrun", "torch.distributed.launch", "torch.distributed.run")
+
+
+@dataclass
+class WrapSite:
+    kind: str  # DDP_KIND or DP_KIND
+    call: cst.Call
+    classes: Set[str] = field(default_factory=set)  # qualified names; empty: unknown
+    # keyword -> "true" / "false" / "unknown" (an expression) for find_unused_parameters and
+    # static_graph; absent when not given. With **kwargs both are "unknown".
+    options: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tolerates_unused(self) -> bool:
+        """DDP will not fail on unused parameters (or the file does not say)."""
+        return any(self.options.get(k) in ("true", "unknown") for k in TOLERANT_KEYWORDS)
+
+    def to_facts(self) -> Dict[str, object]:
+        return {"kind": self.kind, "classes": sorted(self.classes), "options": self.options}
+
+
+class Wraps(Analysis):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.names: Names = ctx.analysis(Names)
+        self.parallel: Parallel = ctx.analysis(Parallel)
+        self.sites: List[WrapSite] = []
+        for call, kind in self.parallel.wrap_calls():
+            site = WrapSite(kind, call)
+            module = call.args[0].value if call.args and not call.args[0].keyword else None
+            module = keyword(call, "module") or module
+            if module is not None:
+                site.classes = self.classes_of(module)
+            if has_star_args(call):
+                site.options = {k: "unknown" for k in ("find_unused_parameters", "static_graph")}
+            for name in ("find_unused_parameters", "static_graph"):
+                value = keyword(call, name)
+                if value is not None:
+                    site.options[name] = _truth(value)
+            self.sites.append(site)
+        self.signals = self._signals()
+        self.finds_unused = self._finds_unused()
+        self.frozen = self._frozen_outside()
+
+    def facts(self) -> Dict[str, object]:
+        return {
+            "wraps": [site.to_facts() for site in self.sites],
+            "signals": sorted(self.signals),
+            "finds_unused": self.finds_unused,
+            "frozen": sorted(self.frozen),
+        }
+
+    def ddp_sites(self) -> List[WrapSite]:
+        return [site for site in self.sites if site.kind == DDP_KIND]
+
+    # -- what is wrapped ----------------------------------------------------------------------
+
+    def classes_of(self, expr: cst.CSTNode, depth: int = 0) -> Set[str]:
+        """Qualified names of the classes `expr` may be an instance of (empty: unknown)."""
+        if depth > 4:
+            return set()
+        expr = module_root(expr)
+        if type(expr) is cst.Call:
+            if self.parallel.wrap_kind(expr) is not None and expr.args:
+                return self.classes_of(expr.args[0].value, depth + 1)
+            out: Set[str] = set()
+            if type(expr.func) is cst.Name:
+                for binding in self.ctx.scopes.lookup(expr.func.value, expr.func):
+                    if type(binding.node) is cst.FunctionDef:
+                        out |= self._returned_classes(binding.node, depth)
+            if out:
+                return out
+            for qualified in self.names.qualified(expr.func):
+                if qualified.split(".")[-1][:1].isupper():
+                    out.add(qualified)
+            return out
+        if type(expr) in (cst.Name, cst.Attribute):
+            values = self.parallel.bound_values(expr, self.parallel.evaluation_point(expr))
+            out = set()
+            for value in values or ():
+                if value is not None and value is not expr:
+                    out |= self.classes_of(value, depth + 1)
+            if not out and type(expr) is cst.Name:
+                out = self._argument_classes(expr, depth)
+            return out
+        return set()
+
+    def _argument_classes(self, name: cst.Name, depth: int) -> Set[str]:
+        """A parameter of a function of this file (`def parallelize(config, model)`): the
+        classes of what the file's calls of that function pass for it."""
+        out: Set[str] = set()
+        for binding in self.ctx.scopes.lookup(name.value, name):
+            function = binding.statement
+            if binding.kind != "param" or type(function) is not cst.FunctionDef:
+                continue
+            params = list(function.params.posonly_params) + list(function.params.params)
+            index = next((i for i, p in enumerate(params) if p.name.value == name.value), None)
+            for call in self.ctx.nodes(cst.Call):
+                if not (type(call.func) is cst.Name and call.func.value == function.name.value):
+                    continue
+                value = keyword(call, name.value)
+                if value is None and index is not None:
+                    value = positional(call, index)
+                if value is not None:
+                    out |= self.classes_of(value, depth + 1)
+        return out
+
+    def _returned_classes(self, function: cst.FunctionDef, depth: int) -> Set[str]:
+        """Classes a helper of this file returns (`def build_model(): return Net(...)`)."""
+        out: Set[str] = set()
+        for node in self.ctx.tree.descendants(function.body):
+            if type(node) is cst.Return and node.value is not None:
+                if self.ctx.scopes.enclosing_function(node) is function:
+                    out |= self.classes_of(node.value, depth + 1)
+        return out
+
+    # -- the file as a whole ------------------------------------------------------------------
+
+    def _signals(self) -> Set[str]:
+        found: Set[str] = set()
+        if any(site.kind == DDP_KIND for site in self.sites):
+            found.add("a DistributedDataParallel wrap")
+        if any(self.names.is_(call.func, INIT_PROCESS_GROUP) for call in self.ctx.nodes(cst.Call)):
+            found.add("init_process_group")
+        text = self.ctx.source.text
+        if any(launcher in text for launcher in LAUNCHER_TEXT):
+            found.add("torchrun / torch.distributed.launch")
+        if self.parallel.reads_env("LOCAL_RANK"):
+            found.add("LOCAL_RANK")
+        return found
+
+    def _finds_unused(self) -> bool:
+        """Code that makes DDP tolerate unused parameters (keywords, strategies, static graph).
+        An MM-style config's top-level `find_unused_parameters = True` is not counted here: it
+        applies to the models the config builds (TRL301 matches them by `type=`)."""
+        for call in self.ctx.nodes(cst.Call):
+            for name in TOLERANT_KEYWORDS:
+                value = keyword(call, name)
+                if value is not None and not is_false(value):
+                    return True
+            if type(call.func) is cst.Attribute and call.func.attr.value == "_set_static_graph":
+                return True
+        for string in self.ctx.nodes(cst.SimpleString):
+            if "find_unused_parameters_true" in string.value:
+                return True
+        return False
+
+    def _frozen_outside(self) -> Set[str]:
+        found: Set[str] = set()
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                if freezes(call):
+                    _add_frozen(found, func.value)
+        for loop in self.ctx.nodes(cst.For):
+            receiver = frozen_by_loop(self.ctx, loop)
+            if receiver is None or self._in_class(loop):
+                # A class freezing a module handed to it (`backbone.named_parameters()` in
+                # BackboneBase.__init__) freezes that object, not the attributes of others.
+                continue
+            walk = loop.iter.func.attr.value  # type: ignore[attr-defined]
+            if walk == "named_parameters" and _add_frozen(set(), receiver) is None:
+                found.add(ALL)  # frozen by name patterns over the whole model
+            else:
+                _add_frozen(found, receiver)
+        return found
+
+    def _in_class(self, node: cst.CSTNode) -> bool:
+        return any(type(a) is cst.ClassDef for a in self.ctx.ancestors(node))
+
+
+def _add_frozen(found: Set[str], receiver: cst.CSTNode) -> Optional[str]:
+    """`model.backbone` -> "backbone" (added to `found` and returned). `self.x` is the class's
+    own business (modules.py); a whole model (`teacher.requires_grad_(False)`, `model.module`)
+    names no attribute: None."""
+    chain = dotted_name(receiver)
+    if chain is None:
+        return None
+    parts = chain.split(".")
+    if parts[0] == "self" or len(parts) < 2 or parts[-1] == "module":
+        return None
+    found.add(parts[-1])
+    return parts[-1]
+
+
+def _truth(value: cst.CSTNode) -> str:
+    if type(value) is cst.Name and value.value in ("True", "False"):
+        return value.value.lower()
+    return "unknown"
+
+
+def is_local(qualname: str) -> bool:
+    return qualname.startswith(LOCAL_PREFIX)
+
+
+def local_name(qualname: str) -> str:
+    return qualname[len(LOCAL_PREFIX) :]
+
+
+__all__ = ["DDP_KIND", "DP_KIND", "WrapSite", "Wraps", "is_local", "local_name"]

@@ -1,0 +1,524 @@
+"""Classes across the files of a project: bases resolved through imports, families, DDP signals.
+
+The per-file phase records `file_facts(ctx)` (plain data: the classes of modules.py, the file's
+module-level imports, the wrap sites and DDP signals of wraps.py, attribute names read from
+outside `self`). In the project phase `Hierarchy` joins them: a base class named
+`models.base.BaseHead`, `.base.BaseHead` or `base.BaseHead` is looked up in the project (the
+importing file's folder, the project root, root/src; packages' `__init__.py` re-exports are
+followed), reading files outside the run through `Project.facts_of`, so that a run given only
+train.py (pre-commit) sees the classes train.py builds on.
+
+A base that resolves to no file of the project (an installed library: mmdet's `BaseModule`,
+timm's `VisionTransformer`) is unknown: `Family.complete` is False and rules stay quiet rather
+than guess what its methods read. `torch.nn.Module` is known and reads nothing of a subclass;
+`nn.Sequential` / `nn.ModuleList` / `nn.ModuleDict` parents reach every submodule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ..base.names import LOCAL_PREFIX
+from ..parallel.wraps import DDP_KIND, Wraps
+from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
+
+
+# Bases that are plain Python: known, and they read nothing.
+PLAIN_BASES = {
+    "object",
+    "abc.ABC",
+    "typing.Generic",
+    "typing.Protocol",
+    "typing_extensions.Protocol",
+    "abc.ABCMeta",
+}
+# Library bases whose source we know: nn.Module with weight-initialisation helpers and no
+# forward, reading nothing a subclass registers. Any other library base stays unknown.
+INITIALISING_MODULES = {
+    "mmcv.runner.BaseModule",
+    "mmcv.runner.base_module.BaseModule",
+    "mmengine.model.BaseModule",
+    "mmengine.model.base_module.BaseModule",
+    "mmengine.model.base_module.base_module.BaseModule",
+}
+_MAX_DEPTH = 12
+_UNKNOWN = object()
+# Words of a file that may train with DDP or configure it (wraps.py's signals and options).
+# (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
+_DDP_WORDS = re.compile(
+    r"DataParallel|init_process_group|find_unused_parameters|static_graph|"
+    r"LOCAL_RANK|torchrun|torch\.distributed\.(?:launch|run)|requires_grad"
+)
+_FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M
+)
+_PLAIN_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#]+)", re.M)
+
+
+def imports_in_text(text: str) -> List[str]:
+    """Qualified names a file's import lines name (`from .head import Head` -> ".head.Head",
+    `import models.head as mh` -> "models.head"), read from text (any indentation)."""
+    out: List[str] = []
+    for module, names in _FROM_IMPORT.findall(text):
+        for name in names.strip("()").replace("\\", " ").split(","):
+            words = name.split()
+            if words and words[0] != "*":
+                joint = "" if module.endswith(".") else "."
+                out.append(f"{module}{joint}{words[0]}")
+        out.append(module)
+    for names in _PLAIN_IMPORT.findall(text):
+        for name in names.split(","):
+            words = name.split()
+            if words:
+                out.append(words[0])
+    return out
+
+
+def import_qualnames(ctx) -> Dict[str, str]:
+    """Name bound by an import at module level -> what it imports (`Head` -> ".head.Head"): the
+    `"imports"` fact `Hierarchy.imported_files` reads where no file texts are at hand (flake8)."""
+    imports: Dict[str, str] = {}
+    for name, bindings in ctx.scopes.module_scope.bindings.items():
+        for binding in bindings:
+            if binding.kind == "import" and binding.qualname:
+                imports[name] = binding.qualname
+    return imports
+
+
+def file_facts(ctx) -> Dict[str, object]:
+    """The plain data the project phase needs about one file (cacheable)."""
+    modules = ctx.analysis(Modules)
+    facts: Dict[str, object] = {"classes": modules.facts()}
+    facts["plain"] = sorted(
+        node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
+    )
+    facts["imports"] = import_qualnames(ctx)
+    facts.update(ctx.analysis(Wraps).facts())
+    facts["outside_reads"] = sorted(_outside_reads(ctx))
+    return facts
+
+
+def _outside_reads(ctx) -> Set[str]:
+    """Attribute names read on something other than a method's own `self`
+    (`self.head.class_embed`, `model.module.backbone`): a module's parameter may be used by the
+    module that holds it."""
+    found: Set[str] = set()
+    for node in ctx.nodes(cst.Attribute):
+        value = node.value
+        if type(value) is cst.Name and value.value in ("self", "cls"):
+            continue
+        found.add(node.attr.value)
+    return found
+
+
+@dataclass(frozen=True)
+class ClassRef:
+    path: Path  # absolute
+    name: str
+
+
+@dataclass
+class Family:
+    """A class with its ancestors and known subclasses."""
+
+    members: List[Tuple[ClassRef, dict]] = field(default_factory=list)
+    complete: bool = True  # every ancestor (of the class and of its subclasses) is known
+    is_module: bool = False  # an ancestor is torch.nn.Module
+    reaches_all: bool = False  # an nn.Sequential/ModuleList/ModuleDict parent uses every child
+    unknown_bases: List[str] = field(default_factory=list)
+
+    @property
+    def has_forward(self) -> bool:
+        return any(facts.get("forward") for _, facts in self.members)
+
+    def reads_unconditionally(self, attr: str) -> bool:
+        """Does a member read `attr` outside data-dependent branches (or reach it through an
+        escape)?"""
+        if self.reaches_all:
+            return True
+        for _, facts in self.members:
+            if escaped(attr, facts.get("escapes", ())):
+                return True
+            for method in facts.get("methods", {}).values():
+                if attr in method.get("reads", ()):
+                    return True
+        return False
+
+    def branch_readers(self, attr: str) -> List[str]:
+        return [
+            f"{ref.name}.{name}"
+            for ref, facts in self.members
+            for name, method in facts.get("methods", {}).items()
+            if attr in method.get("branch_reads", ())
+        ]
+
+    def frozen(self, attr: str) -> bool:
+        return any(
+            attr in facts.get("frozen", ()) or ALL in facts.get("frozen", ())
+            for _, facts in self.members
+        )
+
+
+class Hierarchy:
+    def __init__(self, project, code: str) -> None:
+        self.project = project
+        self.code = code
+        self.root = Path(os.path.abspath(project.root))
+        self._facts: Dict[Path, Optional[dict]] = {}
+        for display, facts in project.facts(code).items():
+            path = project.paths.get(display, Path(display))
+            self._facts[Path(os.path.abspath(path))] = facts
+        self._run_paths = set(self._facts)
+        self._run_import_words: Optional[Dict[str, Set[Path]]] = None
+        self._bases: Dict[ClassRef, List[Tuple[str, object]]] = {}
+        self._imports: Dict[Path, Set[Path]] = {}
+        self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
+        self._ddp: Optional[Set[Path]] = None
+        self._display_by_path: Optional[Dict[Path, str]] = None
+        self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
+        self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
+        self._evidence_files: Dict[Path, Set[Path]] = {}
+
+    # -- files --------------------------------------------------------------------------------
+
+    def facts_at(self, path: Path) -> Optional[dict]:
+        path = Path(os.path.abspath(path))
+        if path not in self._facts:
+            facts = self.project.facts_of(path, self.code)
+            self._facts[path] = facts if isinstance(facts, dict) else None
+        return self._facts[path]
+
+    def known_files(self) -> Iterator[Tuple[Path, dict]]:
+        """Files whose facts were read so far: the run's, and those reached through imports."""
+        for path, facts in list(self._facts.items()):
+            if facts is not None:
+                yield path, facts
+
+    def module_file(self, dotted: str, importer: Path) -> Optional[Path]:
+        """The file of module `dotted` (`models.head`, `.head`, `..models`) imported from
+        `importer`, within the project; None when it is not a project module."""
+        # Memoised: it depends on the importer's folder only, and every class base, import and
+        # importer of the project asks (pathlib made it a third of the project phase).
+        key = (dotted, importer.parent)
+        found = self._module_files.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._module_files[key] = module_file(
+                dotted, importer, self.root, self.project.is_file
+            )
+        return found  # type: ignore[return-value]
+
+    # -- classes ------------------------------------------------------------------------------
+
+    def class_facts(self, ref: ClassRef) -> Optional[dict]:
+        facts = self.facts_at(ref.path)
+        if facts is None:
+            return None
+        return facts.get("classes", {}).get(ref.name)
+
+    def resolve(self, qualname: str, importer: Path, depth: int = 0):
+        """What a class name used in `importer` is: a ClassRef of the project, "module"
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a class of
+        the project without bases), or None (unknown: a library, or not a class)."""
+        if depth > _MAX_DEPTH:
+            return None
+        if qualname == MODULE or qualname in INITIALISING_MODULES:
+            return "module"
+        if qualname in CONTAINERS:
+            return "container"
+        if qualname in PLAIN_BASES:
+            return "plain"
+        if qualname.startswith(LOCAL_PREFIX):
+            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
+        if qualname.startswith(("torch.", "?")):
+            return None
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = qualname.lstrip(".").split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = "." * level + ".".join(parts[:cut])
+            path = self.module_file(module, importer)
+            if path is None:
+                continue
+            rest = parts[cut:]
+            return self._in_file(path, rest[0], depth) if len(rest) == 1 else None
+        if level and len(parts) == 1:
+            # `from . import Head` in a package: the name comes from the package's __init__.py
+            path = self.module_file("." * level, importer)
+            if path is not None:
+                return self._in_file(path, parts[0], depth)
+        return None
+
+    def _in_file(self, path: Path, name: str, depth: int):
+        facts = self.facts_at(path)
+        if facts is None:
+            return None
+        if name in facts.get("classes", {}):
+            return ClassRef(Path(os.path.abspath(path)), name)
+        if name in facts.get("plain", ()):
+            return "plain"
+        imported = facts.get("imports", {}).get(name)
+        if imported:
+            return self.resolve(imported, path, depth + 1)
+        return None
+
+    def bases_of(self, ref: ClassRef) -> List[Tuple[str, object]]:
+        """(base as written, what it resolves to) for each base of `ref`."""
+        if ref not in self._bases:
+            facts = self.class_facts(ref) or {}
+            self._bases[ref] = [(b, self.resolve(b, ref.path)) for b in facts.get("bases", [])]
+        return self._bases[ref]
+
+    def family(self, ref: ClassRef) -> Family:
+        family = Family()
+        seen: Set[ClassRef] = set()
+        self._add_with_ancestors(ref, family, seen)
+        for sub in self.subclasses(ref):
+            self._add_with_ancestors(sub, family, seen)
+        return family
+
+    def _add_with_ancestors(self, ref: ClassRef, family: Family, seen: Set[ClassRef]) -> None:
+        todo = [ref]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            facts = self.class_facts(current)
+            if facts is None:
+                family.complete = False
+                continue
+            family.members.append((current, facts))
+            for written, resolved in self.bases_of(current):
+                if isinstance(resolved, ClassRef):
+                    todo.append(resolved)
+                elif resolved == "module":
+                    family.is_module = True
+                elif resolved == "container":
+                    family.is_module = family.reaches_all = True
+                elif resolved is None:
+                    family.complete = False
+                    family.unknown_bases.append(written)
+
+    def ancestry(self, ref: ClassRef) -> Family:
+        """`ref` and its ancestors (no subclasses)."""
+        family = Family()
+        self._add_with_ancestors(ref, family, set())
+        return family
+
+    def subclasses(self, ref: ClassRef) -> List[ClassRef]:
+        """Known classes (in files read so far) deriving from `ref`, directly or not."""
+        out: List[ClassRef] = []
+        frontier = {ref}
+        changed = True
+        while changed:
+            changed = False
+            for path, _facts in self.known_files():
+                for candidate, bases in self._classes_in(path):
+                    if candidate in frontier:
+                        continue
+                    if any(b in frontier for b in bases):
+                        frontier.add(candidate)
+                        out.append(candidate)
+                        changed = True
+        return out
+
+    def _classes_in(self, path: Path) -> List[Tuple[ClassRef, List[object]]]:
+        """The classes of a known file with what their bases resolve to, made once per file:
+        every family asks for its subclasses, over every class of the project."""
+        found = self._file_classes.get(path)
+        if found is None:
+            facts = self._facts.get(path) or {}
+            found = self._file_classes[path] = [
+                (candidate, [b for _, b in self.bases_of(candidate)])
+                for candidate in (ClassRef(path, name) for name in facts.get("classes", {}))
+            ]
+        return found
+
+    # -- who uses a file ------------------------------------------------------------------------
+
+    def imported_files(self, path: Path) -> Set[Path]:
+        """The project files `path` imports. Read from the file's import lines when the
+        project's texts are at hand (the CLI: no need to parse every importer, and the same
+        answer whether the file is in the run or not), else from its facts (flake8)."""
+        found = self._imports.get(path)
+        if found is None:
+            found = set()
+            text = self.project.text_of(path)
+            if text is not None:
+                qualnames = imports_in_text(text)
+            else:
+                qualnames = list((self.facts_at(path) or {}).get("imports", {}).values())
+            for qualname in qualnames:
+                target = self._import_file(qualname, path)
+                if target is not None:
+                    found.add(target)
+            self._imports[path] = found
+        return found
+
+    def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
+        """The file an import names: the longest prefix of `models.head.Head` that is a
+        project module."""
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = qualname.lstrip(".").split(".")
+        for cut in range(len(parts), -1 if level else 0, -1):
+            found = self.module_file("." * level + ".".join(parts[:cut]), importer)
+            if found is not None:
+                return found
+        return None
+
+    def importers(self, path: Path) -> Set[Path]:
+        """`path` and the project files that import it, directly or through other project
+        modules (a package's `__init__.py` re-exporting it, the script importing the package).
+        Files of the run are read from their facts; other files are found by their text (an
+        import line naming the module) and read through the loader."""
+        path = Path(os.path.abspath(path))
+        closure = {path}
+        todo = [path]
+        while todo:
+            target = todo.pop()
+            word = target.parent.name if target.name == "__init__.py" else target.stem
+            candidates = set(self._run_files_naming(word))
+            candidates.update(self.project.files_importing(word))
+            for candidate in candidates:
+                if candidate in closure:
+                    continue
+                if target in self.imported_files(candidate):
+                    closure.add(candidate)
+                    todo.append(candidate)
+        return closure
+
+    def _ddp_files(self) -> Set[Path]:
+        if self._ddp is None:
+            self._ddp = set(self.project.files_matching(_DDP_WORDS))
+        return self._ddp
+
+    def _run_files_naming(self, word: str) -> Set[Path]:
+        """Files of the run with an import naming `word` (a module or package name). Indexed
+        once: the run's facts never change, and looking through every file of the run for each
+        model module made the project phase quadratic (0.6 s of a 2 s warm run on 680 files)."""
+        if self._run_import_words is None:
+            index: Dict[str, Set[Path]] = {}
+            for path in self._run_paths:
+                facts = self._facts.get(path) or {}
+                for qualname in facts.get("imports", {}).values():
+                    for name in qualname.replace(".", " ").split():
+                        index.setdefault(name, set()).add(path)
+            self._run_import_words = index
+        return self._run_import_words.get(word, set())
+
+    def evidence(self, path: Path) -> List[Tuple[Path, dict]]:
+        """The files that say how `path`'s classes are trained: `path`, the files that import
+        it (transitively), and what those import directly (a `setup_ddp()` helper)."""
+        path = Path(os.path.abspath(path))
+        if path not in self._evidence:
+            users = self.importers(path)
+            files = set(users)
+            # A helper module the script imports may wrap in DDP (`setup_ddp(model)`); only
+            # those that speak of DDP are read, in the run or not (same answer either way).
+            helpers = self._ddp_files() if self.project.complete else self._run_paths
+            for user in users:
+                files |= self.imported_files(user) & helpers
+            self._evidence[path] = [
+                (file, facts)
+                for file in sorted(files)
+                if file in self._run_paths or file in self._ddp_files()
+                for facts in [self.facts_at(file)]
+                if facts is not None
+            ]
+            self._evidence_files[path] = files
+        return self._evidence[path]
+
+    # -- the project's DDP ----------------------------------------------------------------------
+
+    @staticmethod
+    def ddp_signals(evidence: List[Tuple[Path, dict]]) -> List[Tuple[Path, str]]:
+        """(file, signal) for every file of the evidence that trains with DDP."""
+        return [(path, signal) for path, facts in evidence for signal in facts.get("signals", ())]
+
+    @staticmethod
+    def tolerates_unused(evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
+        """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,
+        `static_graph=True`, an option DDP gets from an expression or **kwargs), or None."""
+        for path, facts in evidence:
+            if facts.get("finds_unused"):
+                return path
+            for wrap in facts.get("wraps", ()):
+                if wrap.get("kind") == DDP_KIND and any(
+                    v in ("true", "unknown") for v in wrap.get("options", {}).values()
+                ):
+                    return path
+        return None
+
+    @staticmethod
+    def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:
+        return {name for _, facts in evidence for name in facts.get("frozen", ())}
+
+    def read_outside(self, source: Path, attr: str) -> bool:
+        """Is `attr` read on an object other than `self` (`model.head.class_embed`) in a file of
+        `source`'s evidence (by text when the project's texts are at hand)?"""
+        pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
+            text = self.project.text_of(file)
+            if text is not None:
+                if pattern.search(text):
+                    return True
+            elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
+                return True
+        return False
+
+    def absolute(self, display: str) -> Path:
+        """The absolute path of a file of the run, from its display path."""
+        return Path(os.path.abspath(self.project.paths.get(display, Path(display))))
+
+    def display(self, path: Path) -> str:
+        if self._display_by_path is None:
+            # Indexed once: messages name a file per wrap site and per signal of every file.
+            self._display_by_path = {}
+            for display, known in self.project.paths.items():
+                self._display_by_path.setdefault(Path(os.path.abspath(known)), display)
+        display = self._display_by_path.get(path)
+        if display is not None:
+            return display
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def module_file(
+    dotted: str, importer: Path, root: Path, is_file: Callable[[Path], bool]
+) -> Optional[Path]:
+    """The file of module `dotted` (`models.head`, `.head`, `..models`) imported from `importer`,
+    within the project at `root`; None when it is not a project module. A relative import is
+    looked up from the importer's package; an absolute one where Python finds it when the
+    project runs: the importer's own folder (a script's folder is on `sys.path`), the project
+    root, and `root/src`."""
+    level = len(dotted) - len(dotted.lstrip("."))
+    parts = [p for p in dotted.lstrip(".").split(".") if p]
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        bases = [base]
+    else:
+        bases = [importer.parent, root, root / "src"]
+    for base in bases:
+        target = base.joinpath(*parts)
+        for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+            if parts or candidate.name == "__init__.py":
+                if is_file(candidate) and _inside(candidate, root):
+                    return Path(os.path.abspath(candidate))
+    return None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(root)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,86 @@
+"""`trainlint check PATH...`: discover the files, run, report (or write the fixes, print the
+diff, add `# noqa` comments)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ..config import Settings
+from .options import EXIT_ERROR, CheckOptions, exit_code, settings_for
+from .output import emit_report, finish_add_noqa, make_context, progress_for
+
+
+def check_files(options: CheckOptions) -> int:
+    from ..cache import Cache
+    from ..files import discover
+    from ..runner import run
+    from ..selection import Selection
+    from ..workers import default_jobs
+
+    if options.add_noqa and (options.fix or options.diff):
+        print("error: --add-noqa cannot be combined with --fix or --diff", file=sys.stderr)
+        return EXIT_ERROR
+    paths = [Path(p) for p in options.paths] or [Path(".")]
+    settings = settings_for(options, paths)
+    found = discover(paths, settings)
+    for error in found.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if found.errors and not found.files:
+        return EXIT_ERROR
+
+    progress = progress_for(options, len(found.files))
+    selection = Selection.of(settings)
+    cache = None if options.no_cache else Cache.for_selection(selection, options.cache_dir)
+    try:
+        result = run(
+            found.files,
+            selection,
+            fix=options.fix,
+            unsafe=settings.unsafe_fixes,
+            diff=options.diff,
+            progress=progress,
+            cache=cache,
+            jobs=options.jobs or default_jobs(),
+            whole_project=_covers_project(paths, settings),
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    for error in result.errors:
+        print(f"error: {error}", file=sys.stderr)
+    for crash in result.crashes:
+        print(f"error: {crash.describe()}", file=sys.stderr)
+
+    internal_error = bool(found.errors or result.errors or result.crashes)
+    if options.add_noqa:
+        code = finish_add_noqa(result)
+        return EXIT_ERROR if internal_error else code
+    if options.diff:
+        sys.stdout.write(result.diff())
+        if not options.quiet:
+            n = result.fixed
+            print(
+                f"Would fix {n} finding{'s' if n != 1 else ''}"
+                f" ({len(result.diagnostics)} would remain).",
+                file=sys.stderr,
+            )
+        return exit_code(options, result, internal_error)
+
+    ctx = make_context(options, result, settings, sys.stdout)
+    emit_report(options, result.diagnostics, ctx, sys.stdout)
+    return exit_code(options, result, internal_error)
+
+
+def _covers_project(paths: Sequence[Path], settings: Settings) -> bool:
+    """Is the run over the project root itself (`trainlint check .` at the root), so that its
+    files are the project's files?"""
+    if len(paths) != 1 or not paths[0].is_dir():
+        return False
+    if settings.force_exclude and str(paths[0]) not in (".", ""):
+        return False  # the root itself may be excluded: let the project phase walk it
+    try:
+        return paths[0].resolve() == settings.root.resolve()
+    except OSError:
+        return False
