@@ -176,7 +176,8 @@ def test_a_cell_indented_as_a_whole_is_left_out_not_reported():
     assert [number for number, _ in source.cells] == [1]
     # An indented cell that does not parse even dedented is still a syntax error.
     broken = notebook(code_cell(" x = (1,\n y = 2"))
-    assert [c for c, *_ in Source.from_bytes("b.ipynb", dumps(broken).encode()).notebook.broken] == [1]
+    reported = Source.from_bytes("b.ipynb", dumps(broken).encode()).notebook.broken
+    assert [cell for cell, *_ in reported] == [1]
 
 
 def test_a_cell_that_does_not_parse_is_reported_and_the_others_are_checked(

@@ -70,7 +70,8 @@ def test_preview_from_the_command_line_and_the_configuration(tmp_path, capsys, r
     assert code == 1 and "TRL999" in out
     code, out = _check(tmp_path, capsys, config="[tool.trainlint]\npreview = true\n")
     assert code == 1 and "TRL999" in out
-    code, out = _check(tmp_path, capsys, "--no-preview", config="[tool.trainlint]\npreview = true\n")
+    config = "[tool.trainlint]\npreview = true\n"
+    code, out = _check(tmp_path, capsys, "--no-preview", config=config)
     assert code == 0 and "TRL999" not in out
 
 

@@ -52,7 +52,7 @@ class DefinedHereUsedElsewhere(Rule):
 def _selection(settings: Settings) -> Selection:
     """The run's selection when the rules are TRL999 alone (enabled everywhere)."""
     rule = DefinedHereUsedElsewhere
-    info = RuleInfo(rule.code, rule.name, True, True, rule.__module__, rule.__qualname__)
+    info = RuleInfo(rule.code, rule.name, True, True, False, rule.__module__, rule.__qualname__)
     return Selection(settings, {"TRL999": info})
 
 

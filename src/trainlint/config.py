@@ -1,8 +1,8 @@
 """Configuration: `[tool.trainlint]` in pyproject.toml, plus command-line overrides -> Settings.
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, plus the options rules declare
-(`Rule.options`).
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, plus the options rules
+declare (`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
 
 Configuration knows the rules only through `RuleNames` (their codes, and the option keys they

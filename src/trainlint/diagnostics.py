@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,9 +137,6 @@ class Diagnostic:
             related=tuple(tuple(item) for item in data.get("related", ())),
             help=data.get("help", ""),
         )
-
-    def with_path(self, path: str) -> "Diagnostic":
-        return replace(self, path=path)
 
 
 @dataclass

@@ -173,10 +173,6 @@ def line_col(text: str, pos: int) -> Tuple[int, int]:
     return row, pos - (text.rfind("\n", 0, pos) + 1)
 
 
-def _cell_paths(path: Path_) -> bool:
-    return (path[:1] == ("cells",) and len(path) <= 4) or len(path) <= 1
-
-
 # -- IPython masking --------------------------------------------------------------------------
 
 # Cell magics whose body is Python: only their first line is masked.

@@ -29,7 +29,9 @@ class Selection:
         # Every code trainlint knows, in code order (TRL002 tells unknown `# noqa` codes by it).
         self.known: Tuple[str, ...] = tuple(catalog)
         self.enabled: FrozenSet[str] = frozenset(
-            code for code, info in catalog.items() if settings.selects(code, info.default_enabled, info.preview)
+            code
+            for code, info in catalog.items()
+            if settings.selects(code, info.default_enabled, info.preview)
         )
         # The enabled rules that have a project phase, in code order.
         self.project_codes: Tuple[str, ...] = tuple(

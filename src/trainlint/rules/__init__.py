@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
-from typing import Dict, List, Type
+from typing import Dict, Type
 
 from ..config import RuleNames
 from . import catalog
@@ -76,11 +76,3 @@ def load_rule(info: catalog.RuleInfo) -> Type[Rule]:
     if not (isinstance(rule, type) and issubclass(rule, Rule) and rule.code == info.code):
         raise RuntimeError(f"{info.module}.{info.qualname} is not rule {info.code}")
     return rule
-
-
-def get_rule(code: str) -> Type[Rule]:
-    return all_rules()[code.upper()]
-
-
-def rule_list() -> List[Type[Rule]]:
-    return list(all_rules().values())

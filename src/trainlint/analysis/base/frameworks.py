@@ -70,7 +70,6 @@ class Frameworks(Analysis):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
-        self._function_reason: Dict[cst.CSTNode, Optional[str]] = {}
         self._class_reason: Dict[cst.CSTNode, Optional[str]] = {}
         self.module_reason: Optional[str] = None
         self._managed_functions: Dict[cst.CSTNode, str] = {}

@@ -75,8 +75,8 @@ def dotted_name(node: cst.CSTNode) -> Optional[str]:
     # Exact types: a parsed tree holds exactly these classes, and isinstance on a libcst class
     # is a Python-level ABCMeta call (this runs for most calls of every file).
     while type(node) is cst.Attribute:
-        parts.append(node.attr.value)  # type: ignore[attr-defined]
-        node = node.value  # type: ignore[attr-defined]
+        parts.append(node.attr.value)
+        node = node.value
     if type(node) is not cst.Name:
         return None
     parts.append(node.value)

@@ -9,7 +9,7 @@ they are only ever looked up inside the comprehension).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -253,7 +253,9 @@ class Scopes(Analysis):
     def _on_walrus(self, node: cst.NamedExpr) -> None:
         scope = self.scope_of(node)
         # PEP 572: the target binds in the enclosing function, never in a comprehension.
-        self._add_to(scope, Binding(node.target.value, "walrus", node.target, node, node.value))
+        target = node.target
+        assert type(target) is cst.Name  # the grammar allows only a name before `:=`
+        self._add_to(scope, Binding(target.value, "walrus", target, node, node.value))
 
     def _add_to(self, scope: Scope, binding: Binding) -> None:
         scope.add(binding)
@@ -288,7 +290,7 @@ class Scopes(Analysis):
         module = _dotted(node.module) if node.module is not None else ""
         dots = "." * len(node.relative)
         base = f"{dots}{module}"
-        if type(node.names) is cst.ImportStar:
+        if isinstance(node.names, cst.ImportStar):
             scope.star_imports.append(base)
             return
         for alias in node.names:
@@ -326,13 +328,15 @@ def _dotted(node) -> str:
     return ""
 
 
-_BRANCHES = (cst.If, cst.Try, cst.For, cst.While, cst.With, cst.IfExp, cst.BooleanOperation)
+_BRANCHES: Tuple[type, ...] = (
+    cst.If, cst.Try, cst.For, cst.While, cst.With, cst.IfExp, cst.BooleanOperation
+)
 if hasattr(cst, "TryStar"):
     _BRANCHES = _BRANCHES + (cst.TryStar,)
 if hasattr(cst, "Match"):
     _BRANCHES = _BRANCHES + (cst.Match,)
 
-_BINDERS = {
+_BINDERS: Dict[type, Callable[..., None]] = {
     cst.Assign: Scopes._on_assign,
     cst.AnnAssign: Scopes._on_annassign,
     cst.AugAssign: Scopes._on_augassign,

@@ -426,7 +426,9 @@ class DeviceChoices(Analysis):
     def _written_env(self, node: cst.CSTNode) -> bool:
         parent = self.ctx.parent(node)
         if type(parent) is cst.Index:
-            subscript = self.ctx.parent(self.ctx.parent(parent))
+            element = self.ctx.parent(parent)
+            assert element is not None  # an Index always lies in a SubscriptElement
+            subscript = self.ctx.parent(element)
             holder = self.ctx.parent(subscript) if subscript is not None else None
             return type(holder) is cst.AssignTarget
         if type(parent) is cst.Arg:
@@ -599,9 +601,9 @@ class DeviceChoices(Analysis):
             if inner is not None and inner.made is call.args[0].value and inner.name is None:
                 return replace(inner, made=call)
             return inner
-        device = self.devices.device_of(call)
-        if device is not None and device.kind != "unknown":
-            return DeviceChoice(device, call)
+        call_device = self.devices.device_of(call)
+        if call_device is not None and call_device.kind != "unknown":
+            return DeviceChoice(call_device, call)
         return None
 
     def _trace_name(self, name: cst.Name, as_index, seen) -> Optional[DeviceChoice]:

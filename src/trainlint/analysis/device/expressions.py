@@ -75,10 +75,6 @@ class Device:
     index_text: Optional[str] = field(default=None, compare=False)
 
     @property
-    def is_cuda(self) -> bool:
-        return self.kind == "cuda"
-
-    @property
     def user_chosen(self) -> bool:
         return self.origin in ("user", "rank")
 
@@ -125,7 +121,7 @@ class Devices(Analysis):
         if expr in seen:
             return None
         seen.add(expr)
-        if type(expr) in (cst.SimpleString, cst.ConcatenatedString):
+        if type(expr) is cst.SimpleString or type(expr) is cst.ConcatenatedString:
             value = string_value(expr)
             if isinstance(value, bytes):
                 value = None

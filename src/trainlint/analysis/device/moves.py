@@ -431,7 +431,7 @@ class Moves(Analysis):
             while comp is not None:
                 names |= names_in(comp.iter)
                 comp = comp.inner_for_in
-            inner = expr.value if type(expr) is cst.DictComp else expr.elt
+            inner = expr.value if isinstance(expr, cst.DictComp) else expr.elt
             return names | self._data_names(inner, d)
         if type(expr) is cst.List or type(expr) is cst.Tuple or type(expr) is cst.Set:
             return set().union(*(self._data_names(e.value, d) for e in expr.elements))
@@ -601,7 +601,9 @@ class Moves(Analysis):
         last: Optional[Tuple[int, str]] = None
         elsewhere: Optional[str] = None
         for node in self._call_statements(scope_node).get(name, ()):
-            kind = self._placement_statement(node.value, name)
+            call = node.value
+            assert type(call) is cst.Call  # _call_statements keeps only calls' statements
+            kind = self._placement_statement(call, name)
             if kind is None:
                 continue
             if self.scopes.enclosing_function(node) is here:
@@ -661,7 +663,7 @@ def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> Li
     statement of the method's own body, no `return` before it), only that last one
     (`self.model = Net(); self.model.to(dev); self.model = DDP(self.model, device_ids=[0])`);
     everything elsewhere."""
-    by_function: Dict[cst.CSTNode, List[cst.CSTNode]] = {}
+    by_function: Dict[Optional[cst.CSTNode], List[cst.CSTNode]] = {}
     for node in events:
         by_function.setdefault(moves.scopes.enclosing_function(node), []).append(node)
     out: List[cst.CSTNode] = []

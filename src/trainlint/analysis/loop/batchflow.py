@@ -81,6 +81,7 @@ class BatchFlow(Analysis):
             owner = self.ctx.parent(block) if block is not None else None
             if type(owner) not in (cst.Try, cst.If, cst.ExceptHandler, cst.Else, cst.Finally):
                 break
+            assert owner is not None  # a Try, If, ExceptHandler, Else or Finally here
             if type(owner) in (cst.ExceptHandler, cst.Else, cst.Finally):
                 owner = self.ctx.parent(owner)
             if type(owner) is cst.If and type(self.ctx.parent(owner)) is cst.If:
@@ -92,7 +93,7 @@ class BatchFlow(Analysis):
     # -- loaders that deliver batches on the device -------------------------------------------
 
     def _loader_moves(self, source: BatchSource, flow: Flow) -> Optional[str]:
-        start = source.node.iter if type(source.node) is cst.For else source.node.value
+        start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
         for call in self._loader_chain(start):
             dotted = dotted_name(call.func) or ""
             leaf = dotted.split(".")[-1]
@@ -391,18 +392,17 @@ def _bound_names(nodes: Sequence[cst.CSTNode]) -> Set[str]:
     """Names bound by `nodes` (the own nodes of some statements)."""
     found: Set[str] = set()
     for node in nodes:
-        node_type = type(node)
-        if node_type is cst.Assign:
+        if type(node) is cst.Assign:
             for t in node.targets:
                 found |= target_names(t.target)
-        elif node_type in _TARGET_BINDERS:
+        elif isinstance(node, _TARGET_BINDERS):
             found |= target_names(node.target)
-        elif node_type is cst.AsName:
+        elif type(node) is cst.AsName:
             found |= target_names(node.name)
     return found
 
 
-_TARGET_BINDERS = frozenset({cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor})
+_TARGET_BINDERS = (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)
 
 
 def _in_worker_processes(call: cst.Call) -> bool:

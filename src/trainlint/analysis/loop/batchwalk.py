@@ -525,9 +525,9 @@ class BatchWalker:
         # What each assignment's value mentions does not change between the rounds.
         assigns = [(node, _names_of(node.value)) for node in nodes if type(node) is cst.Assign]
         for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
-            for node, mentioned in assigns:
+            for assign, mentioned in assigns:
                 if mentioned & names:
-                    for target in node.targets:
+                    for target in assign.targets:
                         names |= target_names(target.target)
         for node in nodes:
             if type(node) in MOVING_TYPES and self.moves.is_moved(node):
@@ -544,12 +544,11 @@ class BatchWalker:
         if not roots:
             return found
         for node in self.body_nodes():
-            node_type = type(node)
-            if node_type is cst.Subscript or node_type is cst.Attribute:
+            if type(node) is cst.Subscript or type(node) is cst.Attribute:
                 value = node.value
                 if type(value) is cst.Name and value.value in roots:
                     found.add(value.value)
-            elif node_type is cst.Assign and type(node.value) is cst.Name:
+            elif type(node) is cst.Assign and type(node.value) is cst.Name:
                 if node.value.value in roots and any(
                     type(t.target) in (cst.Tuple, cst.List) for t in node.targets
                 ):

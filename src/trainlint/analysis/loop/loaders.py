@@ -120,9 +120,9 @@ class LoaderFlow(Analysis):
                             if position < len(elements):
                                 out.extend(self._target_references(elements[position].value))
         elif type(parent) is cst.Arg:
-            call = self.ctx.parent(parent)
-            if type(call) is cst.Call and parent.value is node:
-                out.extend(self._parameter_references(call, parent))
+            holder = self.ctx.parent(parent)
+            if type(holder) is cst.Call and parent.value is node:
+                out.extend(self._parameter_references(holder, parent))
         return out
 
     def _climb(self, node: cst.CSTNode) -> Tuple[cst.CSTNode, Optional[cst.CSTNode]]:

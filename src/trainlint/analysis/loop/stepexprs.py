@@ -4,11 +4,14 @@ attributes, the loss entry of an output dict, the loader under `enumerate(tqdm(.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import libcst as cst
 
 from ..base.names import dotted_name
+
+if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
+    from typing import TypeGuard
 
 
 def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
@@ -35,7 +38,7 @@ def name_leaves(expr: Optional[cst.CSTNode]) -> Iterator[str]:
             yield from name_leaves(arg.value)
 
 
-def is_grad(expr: cst.CSTNode) -> bool:
+def is_grad(expr: cst.CSTNode) -> TypeGuard[cst.Attribute]:
     """`p.grad` or `p.grad.data`."""
     if type(expr) is cst.Attribute and expr.attr.value == "data":
         expr = expr.value

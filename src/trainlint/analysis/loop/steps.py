@@ -35,7 +35,7 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -218,8 +218,8 @@ class TrainingSteps(Analysis):
         if type(node) is cst.Call:
             return self._call_event(node, mapping, site, via)
         if type(node) is cst.Assign or type(node) is cst.AnnAssign:
-            targets = (
-                [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+            targets: List[cst.BaseExpression] = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
             )
             for target in targets:
                 if type(target) is cst.Attribute and target.attr.value == "grad":
@@ -569,7 +569,7 @@ class TrainingSteps(Analysis):
             )
         return found
 
-    def all_loops(self) -> List[cst.CSTNode]:
+    def all_loops(self) -> List[Union[cst.For, cst.While]]:
         loops = list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While))
         index = self.ctx.tree.index
         loops.sort(key=lambda n: index.get(n, 0))
@@ -586,7 +586,7 @@ class TrainingSteps(Analysis):
         """A `for` over a DataLoader (each iteration is one batch)."""
         return any(source.node is loop for source in self.loops.batch_sources())
 
-    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+    def enclosing_loops(self, node: cst.CSTNode) -> List[Union[cst.For, cst.While]]:
         return self.loops.enclosing_loops(node)
 
     def graph_names(self, loop: cst.CSTNode) -> Set[str]:
@@ -653,17 +653,19 @@ class TrainingSteps(Analysis):
             index = self.ctx.tree.index
             at = index.get(root, -1)
             inside = [
-                b
+                (index.get(b.statement, -1), b)
                 for b in bindings
-                if index.get(b.statement, -1) < at
+                if b.statement is not None  # always so (see `bindings`): for the type checker
+                and index.get(b.statement, -1) < at
                 and loops[0] in set(self.ctx.ancestors(b.statement))
             ]
             if inside:
-                bindings = [max(inside, key=lambda b: index.get(b.statement, -1))]
+                bindings = [max(inside, key=lambda pair: pair[0])[1]]
         for binding in bindings:
             if binding.kind not in ("assign", "unpack", "annassign", "with", "for"):
                 return False
             statement = binding.statement
+            assert statement is not None  # `bindings` keeps only bindings with a statement
             if self.grad_disabled(statement):
                 continue
             value = getattr(statement, "value", None)

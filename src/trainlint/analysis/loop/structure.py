@@ -70,7 +70,7 @@ _ENUMERATE = {"enumerate"}
 class BatchSource:
     """One place where batches from a loader become names."""
 
-    node: cst.CSTNode  # the For / While loop, or the Assign of `next(...)`
+    node: Union[cst.For, cst.Assign]  # the For loop, or the Assign of `next(...)`
     loader: cst.BaseExpression  # the loader expression (unwrapped from tqdm/enumerate)
     loader_text: str
     body: Sequence[cst.BaseStatement]  # statements that see the batch names, in order
@@ -234,7 +234,7 @@ class Loops(Analysis):
 
     def _from_for(self, loop: cst.For) -> Optional[BatchSource]:
         iterable = loop.iter
-        target = loop.target
+        target: cst.BaseExpression = loop.target
         index_names: Set[str] = set()
         # Peel enumerate(...) (its counter is not a batch element) and tqdm(...)-like wrappers.
         for _ in range(4):
@@ -351,11 +351,11 @@ class Loops(Analysis):
                         return True
         return False
 
-    def enclosing_loops(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+    def enclosing_loops(self, node: cst.CSTNode) -> List[Union[cst.For, cst.While]]:
         """For/While loops around `node` in its function, innermost first."""
         out = []
         for ancestor in self.ctx.ancestors(node):
-            if type(ancestor) in (cst.For, cst.While):
+            if type(ancestor) is cst.For or type(ancestor) is cst.While:
                 out.append(ancestor)
             if type(ancestor) in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
                 break

@@ -133,7 +133,7 @@ class Parallel(Analysis):
                 kind = self.wrap_kind(peeled)
                 if kind is not None:
                     state.sites.append(self._wrap_call_of(peeled))
-            elif type(peeled) in (cst.Name, cst.Attribute):
+            elif type(peeled) is cst.Name or type(peeled) is cst.Attribute:
                 inner = self._wrapper_state_inner(peeled)
                 if inner.every:
                     kind = next(iter(inner.kinds))
@@ -241,16 +241,16 @@ class Parallel(Analysis):
         if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             return -self.polarity(test.expression)
         if type(test) is cst.BooleanOperation:
-            left, right = self.polarity(test.left), self.polarity(test.right)
+            left_side, right_side = self.polarity(test.left), self.polarity(test.right)
             if type(test.operator) is cst.And:
                 # Both must hold: one distributed-only side makes the whole test distributed-only.
-                if 1 in (left, right) and -1 not in (left, right):
+                if 1 in (left_side, right_side) and -1 not in (left_side, right_side):
                     return 1
-                if -1 in (left, right) and 1 not in (left, right):
+                if -1 in (left_side, right_side) and 1 not in (left_side, right_side):
                     return -1
                 return 0
-            if left == right:
-                return left
+            if left_side == right_side:
+                return left_side
             return 0
         if type(test) is cst.Comparison and len(test.comparisons) == 1:
             if not self._mentions_distributed(test.left):
@@ -331,7 +331,8 @@ class Parallel(Analysis):
             parent = self.ctx.parent(node)
             if type(parent) is cst.Attribute:
                 continue  # part of a longer chain: only the chain's last name counts
-            word = (node.value if type(node) is cst.Name else node.attr.value).lower()
+            assert isinstance(node, (cst.Name, cst.Attribute))  # the types kept above
+            word = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
             if _is_distributed_word(word):
                 return True
         return False
@@ -447,7 +448,9 @@ class Parallel(Analysis):
                     found = True
                     break
                 if self.names.is_(func, "torch.cuda.device"):
-                    if type(self.ctx.parent(self.ctx.parent(call))) is cst.With:
+                    holder = self.ctx.parent(call)
+                    assert holder is not None  # a call always has a parent
+                    if type(self.ctx.parent(holder)) is cst.With:
                         found = True
                         break
             if not found:
@@ -488,7 +491,7 @@ class Parallel(Analysis):
         index = self.ctx.tree.index
         position = index.get(at, -1)
         function = self.scopes.enclosing_function(at)
-        scope_nodes = [function] if function is not None else []
+        scope_nodes: List[cst.CSTNode] = [function] if function is not None else []
         scope_nodes.append(self.ctx.module)
         candidates: List[Tuple[int, str]] = []
         for scope_node in scope_nodes:

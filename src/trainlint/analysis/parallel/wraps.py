@@ -199,7 +199,7 @@ class Wraps(Analysis):
                 # A class freezing a module handed to it (`backbone.named_parameters()` in
                 # BackboneBase.__init__) freezes that object, not the attributes of others.
                 continue
-            walk = loop.iter.func.attr.value  # type: ignore[attr-defined]
+            walk = loop.iter.func.attr.value
             if walk == "named_parameters" and _add_frozen(set(), receiver) is None:
                 found.add(ALL)  # frozen by name patterns over the whole model
             else:

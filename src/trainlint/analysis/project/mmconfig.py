@@ -45,11 +45,14 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from .. import Analysis
+
+if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
+    from typing import TypeGuard
 
 
 # Substrings that every MM config contains (for rule markers: MM configs often lack "torch").
@@ -488,7 +491,7 @@ def _walk(node: Node) -> Iterator[Node]:
             yield from _walk(value)
 
 
-def _is_dict_node(node: Node) -> bool:
+def _is_dict_node(node: Node) -> TypeGuard[Dict[str, Any]]:
     return isinstance(node, dict) and "dict" in node
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -38,6 +38,9 @@ from ..base.calls import is_false, keyword, positional, string_literal
 from ..base.names import Names, dotted_name
 from ..base.nodes import descendants, self_and_descendants
 from .. import Analysis
+
+if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
+    from typing import TypeGuard
 
 
 ALL = "*"  # an escape or freeze that reaches every attribute
@@ -225,7 +228,7 @@ class Modules(Analysis):
         """The nodes of `types` inside `function`, in document order: slices of the file's
         nodes-by-type (a walk over every node of every method costs as much as the parse)."""
         index = self.ctx.tree.index
-        last = function
+        last: cst.CSTNode = function
         while True:
             kids = children(last)
             if not kids:
@@ -500,6 +503,7 @@ def _init_reach(
         found: Set[str] = set()
         if self_name is not None:
             for sub in calls_in[name]:
+                assert type(sub) is cst.Call  # calls_in holds _within(method, (cst.Call,))
                 if (
                     type(sub.func) is cst.Attribute
                     and _is_name(sub.func.value, self_name)
@@ -533,7 +537,7 @@ def _is_name(node: cst.CSTNode, name: str) -> bool:
     return type(node) is cst.Name and node.value == name
 
 
-def _is_self_attr(node: cst.CSTNode, self_name: str) -> bool:
+def _is_self_attr(node: cst.CSTNode, self_name: str) -> TypeGuard[cst.Attribute]:
     return type(node) is cst.Attribute and _is_name(node.value, self_name)
 
 
@@ -558,7 +562,9 @@ def _is_store(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:
     return type(parent) is cst.Del
 
 
-def _sets_requires_grad_false(target: cst.CSTNode, value: cst.CSTNode) -> bool:
+def _sets_requires_grad_false(
+    target: cst.CSTNode, value: cst.CSTNode
+) -> TypeGuard[cst.Attribute]:
     """`self.pos_embed.requires_grad = False`."""
     return (
         type(target) is cst.Attribute
