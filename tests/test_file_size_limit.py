@@ -7,7 +7,8 @@ from __future__ import annotations
 from robustness_support import run_main
 
 from test_cli import DP_BUG
-from trainlint.parse_guard import MAX_FILE_SIZE, precheck
+from trainlint.config import MAX_FILE_SIZE
+from trainlint.parse_guard import precheck
 
 
 def test_over_the_default_limit_is_one_trl001(tmp_path):
@@ -32,3 +33,25 @@ def test_limit_counts_utf8_bytes_and_can_be_lifted():
     assert precheck(text, max_size=1000).problem is not None
     assert precheck(text, max_size=1300).problem is None
     assert precheck(text * 10, max_size=None).problem is None
+
+
+def test_the_limit_is_a_setting(tmp_path):
+    (tmp_path / "train.py").write_text(DP_BUG)
+    (tmp_path / "plain.py").write_text("x = 1\n" * 400)  # no marker of any rule: checked too
+    args = ["--no-cache", "--output-format", "concise", "."]
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\nmax-file-size = 100\n")
+    code, out, err = run_main(args, tmp_path, 60)
+    assert code == 1 and err == ""
+    assert out.splitlines()[:2] == [
+        "plain.py:1:1: TRL001 error: skipped: the code is 2 KiB, over the 100 bytes "
+        "trainlint analyses in one file (the `max-file-size` setting); not analysed",
+        "train.py:1:1: TRL001 error: skipped: the code is 172 bytes, over the 100 bytes "
+        "trainlint analyses in one file (the `max-file-size` setting); not analysed",
+    ]
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\nmax-file-size = 0\n")
+    code, out, err = run_main(args, tmp_path, 60)
+    assert code == 1 and "TRL001" not in out and "train.py:6:9: TRL201" in out
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\nmax-file-size = -1\n")
+    code, out, err = run_main(args, tmp_path, 60)
+    assert code == 2
+    assert err.strip().endswith("'max-file-size' must be a number of bytes (0: no limit)")

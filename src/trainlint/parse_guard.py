@@ -44,11 +44,10 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
+from .config import MAX_FILE_SIZE
+
 # How deep the tree may nest (libcst-like levels, see `nesting_depth`) for trainlint to analyse it.
 MAX_DEPTH = 200
-# The largest text analysed, in UTF-8 bytes (for a notebook, of its code cells): the
-# `max-file-size` setting's default. The largest file of the corpus is 224 kB.
-MAX_FILE_SIZE = 1024 * 1024
 # The heaviest case pattern handed to libcst (`pattern_weight`): about 2**16 steps of its parser's
 # backtracking, 0.2-0.4 s (measured with libcst 1.8 on the shapes in tests/test_parse_guard.py).
 MAX_PATTERN_WEIGHT = 16
