@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .config import Settings
+from .fixes import is_temporary_name
 from .gitignore import GitIgnore
 from .source import NOTEBOOK_SUFFIXES
 
@@ -34,6 +35,9 @@ class Discovery:
     files: List[Tuple[Path, str]] = field(default_factory=list)  # (path, display path)
     errors: List[str] = field(default_factory=list)  # paths that cannot be checked
     warnings: List[str] = field(default_factory=list)  # state files that were not used
+    # Files named like the temporary files of `--fix` (fixes.is_temporary_name) in the walked
+    # folders: a killed run may have left them; the caller removes the stale ones.
+    temporaries: List[Path] = field(default_factory=list)
 
 
 def display_path(path: Path) -> str:
@@ -121,6 +125,8 @@ def _discover_given(
         dirs[:] = keep
         for name in sorted(names):
             if not name.endswith(SOURCE_SUFFIXES):
+                if is_temporary_name(name):
+                    found.temporaries.append(folder / name)
                 continue
             file = folder / name
             real = os.path.join(real_folder, name)
