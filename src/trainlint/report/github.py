@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..diagnostics import Diagnostic, Severity
-from . import printable
+from .escapes import printable
 from .context import ReportContext
 from .text import location
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence, TextIO
 
 from .. import rule_url
 from ..diagnostics import Diagnostic
-from . import printable_json
+from .escapes import printable_json
 from .context import ReportContext
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from .. import DOCS_URL, __version__, rule_url
 from ..diagnostics import Diagnostic, Severity
-from . import printable_json
+from .escapes import printable_json
 from .context import ReportContext
 
 SCHEMA_URI = (

@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, TextIO
 
 from ..diagnostics import Applicability, Diagnostic, Severity
 from ..fixes import apply_edits
-from . import printable
+from .escapes import printable
 from .context import ReportContext
 
 _RESET = "\x1b[0m"
