@@ -233,15 +233,15 @@ _MAX_REGEX_WILDCARDS = 2
 
 def _matcher(items: List[_Item]) -> Callable[[str], object]:
     """A function of a `/`-joined path that is truthy when the pattern matches it."""
-    wildcards = sum(1 if item is _FOLDERS else item.stars for item in items)  # type: ignore
+    wildcards = sum(1 if item is None else item.stars for item in items)
     if wildcards <= _MAX_REGEX_WILDCARDS:
         return re.compile(_regex(items), re.DOTALL).fullmatch
     groups: List[List[_NameGlob]] = [[]]
     for item in items:
-        if item is _FOLDERS:
+        if item is None:  # _FOLDERS
             groups.append([])
         else:
-            groups[-1].append(item)  # type: ignore[arg-type]
+            groups[-1].append(item)
     return lambda path: _match_names(groups, path.split("/"))
 
 

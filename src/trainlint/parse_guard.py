@@ -206,7 +206,7 @@ def _heaviest_pattern(text: str, tree: ast.Module) -> Optional[Tuple[int, int, i
     for node in ast.walk(tree):
         if type(node) is not ast.Match:
             continue
-        for case in node.cases:  # type: ignore[attr-defined]
+        for case in node.cases:
             pattern = case.pattern
             start = _char_offset(lines, pattern.lineno, pattern.col_offset)
             end = _char_offset(lines, pattern.end_lineno, pattern.end_col_offset)

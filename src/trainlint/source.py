@@ -52,7 +52,7 @@ def read_regular_file(path: Union[str, "os.PathLike[str]"], limit: Optional[int]
             raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket, device or folder)")
         if limit is not None and info.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes")
-        chunks = []
+        chunks: List[bytes] = []
         size = 0
         while True:
             chunk = os.read(fd, 1 << 20)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import List, Sequence
 
 from ..config import Settings
+from ..report import printable
 from .options import EXIT_ERROR, CheckOptions, exit_code, settings_for
 from .output import (
     emit_report,
@@ -62,7 +63,7 @@ def check_files(options: CheckOptions) -> int:
         code = finish_add_noqa(result)
         return EXIT_ERROR if internal_error else code
     if options.diff:
-        write_out(sys.stdout, result.diff())
+        write_out(sys.stdout, printable(result.diff()))
         if not options.quiet:
             n = result.fixed
             print(

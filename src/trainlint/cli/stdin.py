@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import List
 
+from ..report import printable
 from .options import EXIT_CLEAN, EXIT_ERROR, CheckOptions, exit_code, settings_for
 from .output import OutputError, emit_report, make_context, print_lines, write_out
 
@@ -42,7 +43,7 @@ def check_stdin(options: CheckOptions) -> int:
     errors: List[str] = list(result.errors) + [c.describe() for c in result.crashes]
     print_lines("error", errors)
     if options.diff:
-        write_out(sys.stdout, result.diff())
+        write_out(sys.stdout, printable(result.diff()))
         return exit_code(options, result, bool(errors))
     report_stream = sys.stdout
     if options.fix:
