@@ -25,8 +25,9 @@ from trainlint.config import Settings
 from trainlint.files import discover
 from trainlint.rules import all_rules
 
-# A TRL001 on a file that Python itself accepts must say why trainlint did not analyse it.
-NOT_ANALYSED = ("nested", "trainlint's parser")
+# A TRL001 on a file that Python itself accepts must say why trainlint did not analyse it (too
+# deep, too large, a parser failure).
+NOT_ANALYSED = ("nested", "trainlint's parser", "skipped:")
 
 
 def registry_codes() -> frozenset:

@@ -85,9 +85,11 @@ def test_plugin_survives_a_crashing_rule(register_rule, capsys):
     lines = ["import torch.nn as nn\n", "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"]
     results = list(TrainlintChecker(None, lines, "train.py").run())
     # Info-level rules (TRL502 here) are left to flake8's default ignore list, not the checker.
-    assert [r[2].split()[0] for r in results if not r[2].startswith("TRL5")] == ["TRL201"]
-    assert results[0][:2] == (2, 4)
-    assert "TRL999" in capsys.readouterr().err
+    assert [r[2].split()[0] for r in results if not r[2].startswith("TRL5")] == ["TRL000", "TRL201"]
+    # The crash is a finding on line 1 that names the rule and the error, not a line on stderr.
+    assert results[0][:2] == (1, 0)
+    assert results[0][2].startswith("TRL000 trainlint internal error in rule TRL999: ValueError")
+    assert results[1][:2] == (2, 4)
 
 
 def test_info_rules_are_default_ignored(register_rule):
@@ -143,3 +145,39 @@ def test_flake8_reads_rule_options_from_the_configuration(tmp_path):
     (tmp_path / "trainlint.toml").write_text('device-movers = "ship"\n')
     wrong = flake8("--select", "TRL101", "train.py", cwd=tmp_path)
     assert "device-movers" in wrong.stderr and wrong.stdout.count("TRL101") == 2
+
+
+def test_internal_errors_fail_the_flake8_run(register_rule, tmp_path, monkeypatch, capsys):
+    """Through flake8 itself (in this process, so the registered rule is seen): a rule that
+    raises makes flake8 report TRL000 and exit 1; it used to print to stderr and exit 0."""
+    from flake8.main import cli as flake8_cli
+
+    register_rule(Exploding)
+    (tmp_path / "train.py").write_text("import torch.nn as nn\nm = nn.Linear(2, 2)\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = flake8_cli.main(["--isolated", "-j", "1", "--select", "TRL", "train.py"])
+    except SystemExit as exc:  # flake8 before 6 exits instead of returning
+        code = exc.code
+    out = capsys.readouterr().out
+    assert code == 1
+    [line] = out.splitlines()
+    assert line.startswith("train.py:1:1: TRL000 trainlint internal error in rule TRL999: ")
+    assert "ValueError: boom" in line
+    assert line.endswith("its findings are missing (please report it)")
+
+
+def test_a_failing_checker_is_one_trl000_finding(monkeypatch):
+    def overflow(self):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(TrainlintChecker, "_check", overflow)
+    results = list(TrainlintChecker(None, ["x = 1\n"], "train.py").run())
+    assert [r[:3] for r in results] == [
+        (
+            1,
+            0,
+            "TRL000 trainlint internal error: RecursionError: maximum recursion depth exceeded; "
+            "this file was not checked (please report it)",
+        )
+    ]

@@ -8,8 +8,10 @@ the file and its settings, not its content, so editing a file replaces its entry
 one: the folder stays about as large as the project, and deleting it is always safe.
 
 Robustness: an entry is written to a temporary file and moved into place (`os.replace`), so a
-concurrent run reads a whole entry or none; an entry that cannot be read or decoded is a miss; a
-folder that cannot be written (a read-only checkout) turns writing off for the run, silently.
+concurrent run reads a whole entry or none; an entry that cannot be read or decoded is a miss, and
+so is one that is not a regular file (a FIFO would block the run, a link to /dev/zero would read
+forever) or is larger than `MAX_ENTRY_SIZE`; a folder that cannot be written (a read-only
+checkout) turns writing off for the run, silently.
 Results with rule crashes are never stored, so a crash is reported on every run until fixed.
 """
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from . import __version__
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult
+from .source import read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .selection import Selection
@@ -38,6 +41,9 @@ PROJECT = "project"  # the project phase's findings over a whole project's files
 # Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
 ENTRY_FORMAT = 1
 PROJECT_FORMAT = 1
+# An entry holds one file's findings and facts: far below this even for a generated file of
+# megabytes. A larger one is not trainlint's (or is corrupt) and is a miss, not read.
+MAX_ENTRY_SIZE = 64 * 1024 * 1024
 
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -151,8 +157,7 @@ class Cache:
         settings_key = self._settings_key(display)
         entry = self._entry_path(display, path, settings_key)
         try:
-            with open(entry, "rb") as handle:
-                stored = json.loads(handle.read())
+            stored = json.loads(read_regular_file(entry, MAX_ENTRY_SIZE))
             if stored["key"] != self._key(display, data, settings_key):
                 self.misses += 1
                 return None
@@ -205,8 +210,7 @@ class Cache:
         the run is as it was (it exists or not, its bytes) and, when it read the project's
         texts (a run over some files), `texts_digest()` of them now is what it was."""
         try:
-            with open(self._project_path(key), "rb") as handle:
-                stored = json.loads(handle.read())
+            stored = json.loads(read_regular_file(self._project_path(key), MAX_ENTRY_SIZE))
             if stored["key"] != key:
                 return None
             for path, existed in stored["probes"].items():
@@ -282,8 +286,7 @@ def content_digest(data: Optional[bytes]) -> Optional[str]:
 
 def _content_of(path: str) -> Optional[str]:
     try:
-        with open(path, "rb") as handle:
-            return content_digest(handle.read())
+        return content_digest(read_regular_file(path))
     except OSError:
         return None
 

@@ -65,6 +65,12 @@ def check(
         return result
     if source.notebook is not None and report_syntax_errors:
         result.diagnostics.extend(_broken_cells(source))
+    # Over the size limit nothing is parsed, not even by Python to look for syntax errors.
+    too_large = parse_guard.size_problem(source.text, selection.settings.max_file_size or None)
+    if too_large is not None:
+        if report_syntax_errors:
+            result.diagnostics.append(_problem(source, too_large))
+        return result
     module, python_tree, why_not = _parse(source, file_rules)
     if module is None:
         if why_not is not None and report_syntax_errors:
@@ -98,7 +104,7 @@ def _parse(
         # (it is cheap to learn with Python's own compiler).
         return None, None, lambda: _python_syntax_error(source)
     # Python's parser first: libcst's native parser crashes the process on deeply nested input.
-    verdict = parse_guard.precheck(source.text)
+    verdict = parse_guard.precheck(source.text, max_size=None)  # the size is checked already
     problem = verdict.problem
     if problem is not None:
         return None, None, lambda: _problem(source, problem)

@@ -7,16 +7,22 @@ environment (it holds `pyvenv.cfg`), and whatever `.gitignore` files ignore (`re
 on by default; see gitignore.py). Symlinked folders are not followed, so a symlink loop cannot
 hang a run. Paths given explicitly are always checked, unless `--force-exclude` asks for excludes
 to apply to them too (as pre-commit needs).
+
+Nothing on disk stops discovery: a folder that cannot be listed, a path that cannot be examined
+and a symlink that loops are each one line in `errors` (named by their path), and the walk goes
+on; a `.gitignore` that cannot be used is one line in `warnings`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .config import Settings
+from .fixes import is_temporary_name
 from .gitignore import GitIgnore
 from .source import NOTEBOOK_SUFFIXES
 
@@ -27,7 +33,11 @@ SOURCE_SUFFIXES = PYTHON_SUFFIXES + NOTEBOOK_SUFFIXES
 @dataclass
 class Discovery:
     files: List[Tuple[Path, str]] = field(default_factory=list)  # (path, display path)
-    errors: List[str] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)  # paths that cannot be checked
+    warnings: List[str] = field(default_factory=list)  # state files that were not used
+    # Files named like the temporary files of `--fix` (fixes.is_temporary_name) in the walked
+    # folders: a killed run may have left them; the caller removes the stale ones.
+    temporaries: List[Path] = field(default_factory=list)
 
 
 def display_path(path: Path) -> str:
@@ -39,13 +49,19 @@ def display_path(path: Path) -> str:
 
 
 def _is_virtualenv(folder: Path) -> bool:
-    return (folder / "pyvenv.cfg").is_file()
+    # os.path.isfile, not Path.is_file: a folder that cannot be entered is not a virtualenv
+    # (its listing fails later, with a message), where Path.is_file raises PermissionError.
+    return os.path.isfile(folder / "pyvenv.cfg")
 
 
 def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
     found = Discovery()
     seen = set()
-    gitignore = GitIgnore() if settings.respect_gitignore else None
+    gitignore = None
+    if settings.respect_gitignore:
+        gitignore = GitIgnore(
+            lambda path, reason: found.warnings.append(f"{display_path(path)}: {reason}; not used")
+        )
     excluded = _exclusion(settings)
 
     def add(path: Path, real: Optional[str] = None) -> None:
@@ -56,46 +72,89 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
         found.files.append((path, display_path(path)))
 
     for given in paths:
-        path = Path(given)
-        if not path.exists() and not path.is_symlink():
-            found.errors.append(f"{given}: no such file or directory")
-            continue
-        if path.is_file():
-            if settings.force_exclude and settings.is_excluded(path):
-                continue
-            add(path)
-            continue
-        if not path.is_dir():
-            found.errors.append(f"{given}: not a regular file or directory")
-            continue
-        if settings.force_exclude and settings.is_excluded(path) and str(given) not in (".", ""):
-            continue
-        top = path.resolve()
-        for root, dirs, names in os.walk(path, followlinks=False, onerror=_walk_error(found)):
-            folder = Path(root)
-            absolute = top / folder.relative_to(path)
-            real_folder = str(absolute)
-            keep = []
-            for name in sorted(dirs):
-                sub = folder / name
+        try:
+            _discover_given(Path(given), str(given), settings, found, add, gitignore, excluded)
+        except OSError as exc:  # the path itself cannot be examined (a folder above it is closed)
+            found.errors.append(f"{given}: {exc.strerror or exc}")
+    found.files.sort(key=lambda item: item[1])
+    return found
+
+
+def _discover_given(
+    path: Path,
+    given: str,
+    settings: Settings,
+    found: Discovery,
+    add: Callable[..., None],
+    gitignore: Optional[GitIgnore],
+    excluded: Callable[[Path, str, str], bool],
+) -> None:
+    if not path.exists() and not path.is_symlink():
+        found.errors.append(f"{given}: no such file or directory")
+        return
+    if _symlink_loop(str(path)):
+        found.errors.append(f"{given}: {SYMLINK_LOOP}")
+        return
+    if path.is_file():
+        if settings.force_exclude and settings.is_excluded(path):
+            return
+        add(path)
+        return
+    if not path.is_dir():
+        found.errors.append(f"{given}: not a regular file or directory")
+        return
+    if settings.force_exclude and settings.is_excluded(path) and given not in (".", ""):
+        return
+    top = path.resolve()
+    for root, dirs, names in os.walk(path, followlinks=False, onerror=_walk_error(found)):
+        folder = Path(root)
+        absolute = top / folder.relative_to(path)
+        real_folder = str(absolute)
+        keep = []
+        for name in sorted(dirs):
+            sub = folder / name
+            try:
                 if excluded(sub, real_folder, name) or _is_virtualenv(sub):
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, True, top):
                     continue
-                keep.append(name)
-            dirs[:] = keep
-            for name in sorted(names):
-                if not name.endswith(SOURCE_SUFFIXES):
+            except OSError as exc:
+                found.errors.append(f"{display_path(sub)}: {exc.strerror or exc}")
+                continue
+            keep.append(name)
+        dirs[:] = keep
+        for name in sorted(names):
+            if not name.endswith(SOURCE_SUFFIXES):
+                if is_temporary_name(name):
+                    found.temporaries.append(folder / name)
+                continue
+            file = folder / name
+            real = os.path.join(real_folder, name)
+            linked = os.path.islink(real)
+            try:
+                if linked and _symlink_loop(real):
+                    found.errors.append(f"{display_path(file)}: {SYMLINK_LOOP}")
                     continue
-                file = folder / name
                 if excluded(file, real_folder, name):
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, False, top):
                     continue
-                real = os.path.join(real_folder, name)
-                add(file, None if os.path.islink(real) else real)
-    found.files.sort(key=lambda item: item[1])
-    return found
+            except OSError as exc:
+                found.errors.append(f"{display_path(file)}: {exc.strerror or exc}")
+                continue
+            add(file, None if linked else real)
+
+
+SYMLINK_LOOP = "a symlink loop (the link leads back to itself); not checked"
+
+
+def _symlink_loop(path: str) -> bool:
+    """Whether following the symlinks of `path` never ends (resolving it would raise)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _exclusion(settings: Settings) -> Callable[[Path, str, str], bool]:
@@ -118,6 +177,7 @@ def _exclusion(settings: Settings) -> Callable[[Path, str, str], bool]:
 
 def _walk_error(found: Discovery):
     def record(exc: OSError) -> None:
-        found.errors.append(f"{exc.filename}: {exc.strerror or exc}")
+        where = display_path(Path(exc.filename)) if exc.filename else "?"
+        found.errors.append(f"{where}: {exc.strerror or exc}")
 
     return record

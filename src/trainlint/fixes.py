@@ -2,25 +2,44 @@
 
 - Edits of one round never overlap: a fix whose edits touch text another fix already claimed
   waits for the next round (the runner re-checks and repeats until nothing applies).
-- The runner refuses a round whose result does not parse (that file's fixes are rolled back and
-  reported).
+- The runner refuses a round whose result does not parse with libcst or does not compile with
+  Python's own compiler (`broken_by_fixes`; that file's fixes are rolled back and reported).
 - Writes are atomic (temporary file in the same folder, then rename), keep the file's mode and
   encoding (the text keeps its newline style because edits are inserted with it), go through
   symlinks to their target, refuse read-only files, and refuse to overwrite a file that changed on
-  disk since it was read.
+  disk since it was read. The temporary file (`.NAME.XXXXXXXX.trainlint`) is locked while it is
+  written; one that a killed run left behind is recognised by its name and the free lock, and the
+  next run removes it (`stale_temporary`).
 - A notebook's bytes are written back by notebook.render_notebook.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import stat
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Sequence, Set, Tuple
+from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 from .diagnostics import Applicability, Diagnostic, Edit, Fix
+from .source import read_regular_file
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: stale temporary files are told by their age
+    fcntl = None  # type: ignore[assignment]
+
+# write_atomic's temporary file: `.` + the target's name + `.` + mkstemp's 8 characters + this.
+TEMPORARY_SUFFIX = ".trainlint"
+_TEMPORARY_NAME = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.trainlint")
+# A temporary file younger than this may belong to a run that is writing it right now.
+_STALE_AFTER = 10.0  # seconds, where the lock tells whether its writer is alive
+_STALE_AFTER_WITHOUT_LOCKS = 3600.0
 
 
 def fixable(diagnostic: Diagnostic, unsafe: bool) -> bool:
@@ -121,7 +140,7 @@ def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
     """Replace the file's contents with `data`, atomically; raises WriteError with a reason."""
     target = Path(os.path.realpath(path))  # write through symlinks to their target
     try:
-        current = target.read_bytes()
+        current = read_regular_file(target)
     except OSError as exc:
         raise WriteError(str(path), f"cannot read it back ({exc.strerror or exc})")
     if current != expected_original:
@@ -136,11 +155,13 @@ def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
     directory = target.parent
     try:
         fd, tmp_name = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=".trainlint", dir=directory
+            prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX, dir=directory
         )
     except OSError as exc:
         raise WriteError(str(path), f"cannot create a temporary file next to it ({exc.strerror})")
     try:
+        if fcntl is not None:  # held until the file is closed: a live run's file is not stale
+            fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -157,6 +178,67 @@ def write_atomic(path: Path, data: bytes, expected_original: bytes) -> None:
         except OSError:
             pass
         raise WriteError(str(path), exc.strerror or str(exc))
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether a file name is one write_atomic gives its temporary files."""
+    return name.endswith(TEMPORARY_SUFFIX) and _TEMPORARY_NAME.fullmatch(name) is not None
+
+
+def stale_temporary(path: Path) -> bool:
+    """Whether `path`, named like write_atomic's temporary files, was left by a run that was
+    killed: a regular file that no live run holds locked (without locks: an hour old)."""
+    try:
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        age = time.time() - info.st_mtime
+        if fcntl is None:
+            return age > _STALE_AFTER_WITHOUT_LOCKS
+        if age <= _STALE_AFTER:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a running --fix is writing it
+        return True
+    finally:
+        os.close(fd)
+
+
+def broken_by_fixes(old: str, new: str) -> Optional[str]:
+    """Why the text after a round of fixes must not be kept (None: it may): libcst cannot
+    parse it, or Python's compiler rejects it although it accepted the text before. libcst
+    accepts some code Python does not (`f() = 1`); the compiler also checks what the parser
+    leaves to it (`return` outside a function)."""
+    import libcst as cst
+
+    try:
+        cst.parse_module(new)
+    except Exception:
+        return "produced code that does not parse"
+    problem = _compile_problem(new)
+    if problem is not None and _compile_problem(old) is None:
+        return f"produced code that Python does not compile ({problem})"
+    return None
+
+
+def _compile_problem(text: str) -> Optional[str]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's own invalid escapes and the like
+            # Top-level `await` is allowed: a notebook's cells run in an event loop.
+            compile(text, "<fixed>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as exc:
+        return exc.msg
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 # -- notebooks ----------------------------------------------------------------------------------

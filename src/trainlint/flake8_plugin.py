@@ -12,8 +12,10 @@ flake8's to decide here (its --select/--extend-select/--ignore/--per-file-ignore
 fixes do not exist under flake8. A configuration error is printed once per folder and the rules
 then run with their defaults.
 
-A file libcst cannot parse yields TRL001; a rule that raises is reported on stderr and skipped,
-so one bad file or rule never stops flake8's run over the others.
+A file libcst cannot parse yields TRL001. trainlint's own failure (a rule that raises, or the
+checker itself) is a TRL000 finding on line 1 that names the error: flake8 shows it and exits 1
+like any finding, where an error printed on stderr and nothing yielded let the run pass. The
+file's other findings are still reported, and flake8 goes on with the other files.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
 from . import __version__
 
 Result = Tuple[int, int, str, type]
+
+# The code of trainlint's own failures under flake8 (no rule has it).
+INTERNAL_ERROR = "TRL000"
 
 
 class TrainlintChecker:
@@ -57,11 +62,14 @@ class TrainlintChecker:
         try:
             found = self._check()
         except Exception as exc:  # never take flake8's run down with us
-            print(
-                f"trainlint: internal error on {self.filename}: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
-            return
+            found = [
+                (
+                    1,
+                    0,
+                    f"{INTERNAL_ERROR} trainlint internal error: {type(exc).__name__}: {exc}; "
+                    "this file was not checked (please report it)",
+                )
+            ]
         for row, col, message in found:
             yield row, col, message, type(self)
 
@@ -89,9 +97,15 @@ class TrainlintChecker:
         )
         result.diagnostics.extend(joined)
         result.crashes.extend(crashes)
-        for crash in result.crashes:
-            print(f"trainlint: {crash.describe()}", file=sys.stderr)
-        out = []
+        out = [
+            (
+                1,
+                0,
+                f"{INTERNAL_ERROR} trainlint internal error in rule {crash.code}: {crash.error}; "
+                "its findings are missing (please report it)",
+            )
+            for crash in result.crashes
+        ]
         for d in sorted(result.diagnostics, key=lambda d: d.sort_key()):
             out.append((d.row, d.col, f"{d.code} {d.message}"))
         return out

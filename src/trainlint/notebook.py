@@ -53,7 +53,25 @@ Span = Tuple[int, int]
 
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_CONSTANTS = {"true": True, "false": False, "null": None, "NaN": float("nan")}
+# The words json.loads accepts as values (the last three are Python's extension of JSON).
+_CONSTANTS = {
+    "true": True,
+    "false": False,
+    "null": None,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+}
+
+
+def json_int(digits: str) -> Any:
+    """A JSON integer: an int, or its digits as a string when Python refuses to convert that
+    many (sys.set_int_max_str_digits: 4,300 by default). Nothing trainlint reads in a notebook
+    is a number that large; an output or metadata value may be, and must not stop the run."""
+    try:
+        return int(digits)
+    except ValueError:
+        return digits
 
 
 class JsonSpanError(ValueError):
@@ -126,10 +144,10 @@ def parse_spans(text: str, keep=None) -> Tuple[Any, Dict[Path_, Span]]:
             match = _NUMBER.match(text, pos)
             if match:
                 number = match.group()
-                result = float(number) if any(c in number for c in ".eE") else int(number)
+                result = float(number) if any(c in number for c in ".eE") else json_int(number)
                 pos = match.end()
             else:
-                for word, constant in (*_CONSTANTS.items(), ("Infinity", float("inf"))):
+                for word, constant in _CONSTANTS.items():
                     if text.startswith(word, pos):
                         result, pos = constant, pos + len(word)
                         break
@@ -429,13 +447,16 @@ def load(raw: str) -> Tuple[Dict[str, Any], List[Tuple[int, str]]]:
     """Validate the nbformat structure trainlint relies on; (notebook, [(number, code)] for
     every code cell). Raises NotebookError with the position of the problem."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_int=json_int)
     except json.JSONDecodeError as exc:
         raise NotebookError(
             f"not a valid notebook: invalid JSON: {exc.msg}", exc.lineno, exc.colno - 1
         )
     except RecursionError:
-        raise NotebookError("not a valid notebook: the JSON is nested too deeply")
+        raise NotebookError(
+            "cannot read the notebook: its JSON nests deeper than Python's JSON reader goes "
+            "(RecursionError); not analysed"
+        )
 
     def fail(message: str, path: Path_) -> NotebookError:
         row, col = _where(raw, path)

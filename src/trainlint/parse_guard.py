@@ -15,6 +15,16 @@ that nests deeper than `MAX_DEPTH`, is reported as TRL001 with a message that sa
 libcst never sees it. Real code stays far below the bound: over the 7,000 files of the corpus
 the deepest estimate is 54.
 
+libcst's parser also backtracks through nested `match` patterns: its time doubles with each level
+of class pattern or list and roughly quadruples with each mapping, tuple or parenthesised level
+(a class pattern nested 18 deep: 1.4 s; a mapping 12 deep: 49 s; Python: microseconds). It
+cannot be interrupted, so `precheck` weighs every case pattern first (`pattern_weight`) and a
+file with one heavier than `MAX_PATTERN_WEIGHT` is a TRL001 too; real patterns weigh a few units.
+
+A file larger than `MAX_FILE_SIZE` is not parsed at all: libcst's tree and the analyses hold
+about 700 bytes per byte of source (a 1 MB file peaks at 680 MB), so a 10 MB generated file would
+need 7 GB, and under a memory limit the native parser aborts the whole process.
+
 Python is also the authority on syntax: code that libcst accepts but Python rejects (`f() = 1`)
 does not run, so it is a TRL001 too.
 
@@ -27,14 +37,20 @@ which a tree parsed from valid Python already holds.
 from __future__ import annotations
 
 import ast
+import re
 import threading
 import warnings
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
+from .config import MAX_FILE_SIZE
+
 # How deep the tree may nest (libcst-like levels, see `nesting_depth`) for trainlint to analyse it.
 MAX_DEPTH = 200
+# The heaviest case pattern handed to libcst (`pattern_weight`): about 2**16 steps of its parser's
+# backtracking, 0.2-0.4 s (measured with libcst 1.8 on the shapes in tests/test_parse_guard.py).
+MAX_PATTERN_WEIGHT = 16
 
 
 class Problem(NamedTuple):
@@ -88,8 +104,14 @@ def python_parse(text: str) -> Verdict:
         return Verdict(None, Problem(f"cannot parse: {exc}", 1, 0))
 
 
-def precheck(text: str, max_depth: int = MAX_DEPTH) -> Verdict:
-    """Python's tree, or the reason the file must not be handed to libcst."""
+def precheck(
+    text: str, max_depth: int = MAX_DEPTH, max_size: Optional[int] = MAX_FILE_SIZE
+) -> Verdict:
+    """Python's tree, or the reason the file must not be handed to libcst (`max_size`: the
+    largest text in UTF-8 bytes, None for no limit)."""
+    too_large = size_problem(text, max_size)
+    if too_large is not None:
+        return Verdict(None, too_large)
     verdict = python_parse(text)
     if verdict.tree is None:
         return verdict
@@ -109,7 +131,126 @@ def precheck(text: str, max_depth: int = MAX_DEPTH) -> Verdict:
                 col,
             ),
         )
+    if _MATCH_STATEMENT.search(text) is not None:
+        heavy = _heaviest_pattern(text, verdict.tree)
+        if heavy is not None:
+            levels, row, col = heavy
+            return Verdict(
+                None,
+                Problem(
+                    f"skipped: this case pattern nests {levels} levels deep, a nesting that "
+                    "trainlint's parser cannot handle in time (its time grows two- to fourfold "
+                    "with each level); not analysed",
+                    row,
+                    col,
+                ),
+            )
     return verdict
+
+
+# A line starting with `case`: the file may hold a match statement (cheap to ask of the text;
+# the tree is walked for patterns only then).
+_MATCH_STATEMENT = re.compile(r"^[ \t]*case\b", re.MULTILINE)
+# What a pattern's text is scanned for: strings and comments (skipped), brackets (counted).
+_PATTERN_TOKENS = re.compile(
+    r"[rRbBuU]{0,2}(?:'''(?:\\.|[^\\])*?'''"
+    r'|"""(?:\\.|[^\\])*?"""'
+    r"|'(?:\\.|[^'\\\n])*'"
+    r'|"(?:\\.|[^"\\\n])*")'
+    r"|#[^\n]*|[(\[{,]|[)\]}]"
+)
+
+
+def pattern_weight(text: str) -> Tuple[int, int]:
+    """(weight, levels) of a case pattern's text along its heaviest path: 1 for each class
+    pattern's `(`, list's `[` and parenthesised pattern, 2 for each mapping's `{` and tuple's
+    `(`: the log2 of how much each level multiplies libcst's parse time."""
+    # One frame per open bracket: [weight if it holds no top-level comma, weight if it does,
+    # saw a comma, heaviest (weight, levels) below it].
+    frames: List[list] = [[0, 0, False, (0, 0)]]
+    for match in _PATTERN_TOKENS.finditer(text):
+        token = match.group()
+        if token in "([{":
+            before = match.start() - 1
+            while before >= 0 and text[before] in " \t\r\n\\":
+                before -= 1
+            called = before >= 0 and (text[before].isalnum() or text[before] == "_")
+            if token == "{":
+                weights = (2, 2)
+            elif token == "[" or called:
+                weights = (1, 1)
+            else:
+                weights = (1, 2)  # a parenthesised pattern, or a tuple once it has a comma
+            frames.append([weights[0], weights[1], False, (0, 0)])
+        elif token == ",":
+            frames[-1][2] = True
+        elif token in ")]}" and len(frames) > 1:
+            _close(frames)
+    while len(frames) > 1:  # unbalanced text (not from a pattern Python accepted)
+        _close(frames)
+    return frames[0][3]
+
+
+def _close(frames: List[list]) -> None:
+    plain, with_comma, comma, (below, levels) = frames.pop()
+    weight = (with_comma if comma else plain) + below
+    if weight > frames[-1][3][0]:
+        frames[-1][3] = (weight, levels + 1)
+
+
+def _heaviest_pattern(text: str, tree: ast.Module) -> Optional[Tuple[int, int, int]]:
+    """(levels, row, col) of the first case pattern heavier than MAX_PATTERN_WEIGHT."""
+    from .source import split_lines
+
+    lines = split_lines(text)
+    for node in ast.walk(tree):
+        if type(node) is not ast.Match:
+            continue
+        for case in node.cases:
+            pattern = case.pattern
+            start = _char_offset(lines, pattern.lineno, pattern.col_offset)
+            end = _char_offset(lines, pattern.end_lineno, pattern.end_col_offset)
+            # Parentheses around the whole pattern are outside its span: walk back over them.
+            opener = start
+            while opener > 0 and text[opener - 1] in " \t\r\n\\(":
+                opener -= 1
+            weight, levels = pattern_weight(text[opener:end])
+            if weight > MAX_PATTERN_WEIGHT:
+                row = pattern.lineno
+                return levels, row, start - _char_offset(lines, row, 0)
+    return None
+
+
+def _char_offset(lines: List[str], row: int, byte_col: int) -> int:
+    """The offset in the text of (1-based row, UTF-8 byte column), as Python's tree gives them."""
+    offset = sum(len(line) for line in lines[: row - 1])
+    line = lines[row - 1] if 0 < row <= len(lines) else ""
+    if line.isascii():
+        return offset + byte_col
+    return offset + len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+
+def size_problem(text: str, max_size: Optional[int] = MAX_FILE_SIZE) -> Optional[Problem]:
+    """Why a text over `max_size` UTF-8 bytes is not analysed (None when it is not over)."""
+    if max_size is None or len(text) * 4 <= max_size:  # no character is more than 4 bytes
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= max_size:
+        return None
+    return Problem(
+        f"skipped: the code is {_size(size)}, over the {_size(max_size)} trainlint analyses "
+        "in one file (the `max-file-size` setting); not analysed",
+        1,
+        0,
+    )
+
+
+def _size(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MiB"
+    if size >= 1024:
+        return f"{size / 1024:.0f} KiB"
+    return f"{size} bytes"
 
 
 # libcst's own node validation hook, replaced by a no-op while `parse_checked` parses.

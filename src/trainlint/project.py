@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity
 from .rules.base import Rule
+from .source import read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .selection import Selection
@@ -190,7 +191,7 @@ def read_project_texts(root: Path, settings: Settings) -> List[Tuple[Path, str]]
         if path.suffix != ".py":
             continue
         try:
-            data = path.read_bytes()
+            data = read_regular_file(path)
         except OSError:
             continue
         texts.append((Path(os.path.abspath(path)), project_text(data)))

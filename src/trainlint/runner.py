@@ -18,9 +18,7 @@ this process and without the cache: what is written is always computed from the 
 from __future__ import annotations
 
 import difflib
-import errno
 import os
-import stat
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +40,7 @@ from typing import (
 from . import noqa
 from .cache import Cache, content_digest
 from .diagnostics import Diagnostic, FileResult, RuleCrash
-from .fixes import WriteError, apply_fixes, edits_of, fixable, write_atomic
+from .fixes import WriteError, apply_fixes, broken_by_fixes, edits_of, fixable, write_atomic
 from .project import (
     Project,
     project_text,
@@ -51,7 +49,7 @@ from .project import (
     texts_digest,
 )
 from .selection import Selection
-from .source import Source, SourceError
+from .source import Source, SourceError, read_regular_file
 
 MAX_FIX_ROUNDS = 10
 # The rule that reports `# noqa` codes that suppress nothing: it runs here, after `# noqa`
@@ -117,23 +115,6 @@ def read_source(
             None,
         )
     return data, source, None, None
-
-
-def read_regular_file(path: Path) -> bytes:
-    """The bytes of a regular file. Anything else named *.py (a FIFO, a socket, a symlink to
-    /dev/zero) raises OSError instead of blocking forever or reading without end."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-        chunks: List[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 def check_source(source: Source, selection: Selection) -> FileResult:
@@ -306,14 +287,11 @@ def _fix_file(
     new_text, applied = apply_fixes(state.source.text, candidates, unsafe)
     if not applied or new_text == state.source.text:
         return False
-    try:
-        import libcst as cst
-
-        cst.parse_module(new_text)
-    except Exception:
+    broken = broken_by_fixes(state.source.text, new_text)
+    if broken is not None:
         codes = ", ".join(sorted({d.code for d in applied}))
         out.errors.append(
-            f"{state.display}: the fix for {codes} produced code that does not parse; "
+            f"{state.display}: the fix for {codes} {broken}; "
             "it was rolled back (please report this as a trainlint bug)"
         )
         state.frozen = True

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import errno
 import io
+import os
+import stat
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from .lines import split_lines
 
@@ -35,6 +38,32 @@ class SourceError(Exception):
         self.message = message
         self.row = row
         self.col = col
+
+
+def read_regular_file(path: Union[str, "os.PathLike[str]"], limit: Optional[int] = None) -> bytes:
+    """The bytes of a regular file (of at most `limit` bytes when given). Anything else (a FIFO,
+    a socket, a symlink to /dev/zero) or a larger file raises OSError instead of blocking
+    forever or reading without end. Every file trainlint reads goes through here: sources,
+    notebooks, `.gitignore` files, cache entries."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket, device or folder)")
+        if limit is not None and info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        chunks: List[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if limit is not None and size > limit:  # it grew while being read
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def dominant_newline(text: str) -> str:
@@ -109,7 +138,7 @@ class Source:
 
     @classmethod
     def from_path(cls, path: Path, display: Optional[str] = None) -> "Source":
-        return cls.from_bytes(display or str(path), path.read_bytes())
+        return cls.from_bytes(display or str(path), read_regular_file(path))
 
     @classmethod
     def from_notebook_bytes(cls, path: str, data: bytes) -> "Source":

@@ -8,7 +8,9 @@
     trainlint --version
 
 Exit codes: 0 nothing left to report, 1 findings remain (or --diff would change something),
-2 usage, configuration or internal error.
+2 usage, configuration or internal error. Whatever fails inside trainlint ends here as one line
+on stderr and exit 2: an uncaught exception would end the process with Python's exit code 1,
+which CI and pre-commit read as "findings remain".
 
 parser.py is the grammar; options.py reads the parsed arguments once into `CheckOptions`, builds
 the Settings and decides the exit code; check.py checks files, stdin.py standard input;
@@ -17,13 +19,16 @@ output.py prints; explain.py documents the rules.
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from typing import Optional, Sequence
 
 from ..config import ConfigError
 from .check import check_files
 from .explain import cmd_rule, cmd_rules
 from .options import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, CheckOptions
+from .output import OutputError
 from .parser import UsageError, build_parser, normalise_argv
 from .stdin import check_stdin
 
@@ -65,6 +70,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:  # `trainlint ... | head`
         return EXIT_FINDINGS
+    except OutputError as exc:  # `trainlint check . > /dev/full`
+        _discard_stdout()
+        print(f"error: cannot write the report: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # trainlint's own bug: say what and where, in one line
+        print(f"error: internal error: {_describe(exc)}; please report it", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message (at file.py:line)`, where the exception was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    message = " ".join(str(exc).split())  # one line
+    return f"{type(exc).__name__}: {message}{where}" if message else f"{type(exc).__name__}{where}"
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device: what could not be written is dropped instead of failing
+    again (with a second message) when Python flushes stdout at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test's StringIO)
+        pass
 
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "main"]

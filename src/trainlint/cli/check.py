@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
 from ..config import Settings
+from ..report import printable
 from .options import EXIT_CLEAN, EXIT_ERROR, CheckOptions, exit_code, settings_for
-from .output import emit_report, finish_add_noqa, make_context, progress_for
+from .output import (
+    emit_report,
+    finish_add_noqa,
+    make_context,
+    print_lines,
+    progress_for,
+    write_out,
+)
 
 
 NO_RULES = (
@@ -30,8 +38,8 @@ def check_files(options: CheckOptions) -> int:
     paths = [Path(p) for p in options.paths] or [Path(".")]
     settings = settings_for(options, paths)
     found = discover(paths, settings)
-    for error in found.errors:
-        print(f"error: {error}", file=sys.stderr)
+    print_lines("error", found.errors)
+    print_lines("warning", found.warnings + _remove_stale_temporaries(found.temporaries))
     if found.errors and not found.files:
         return EXIT_ERROR
     selection = Selection.of(settings)
@@ -62,17 +70,14 @@ def check_files(options: CheckOptions) -> int:
     finally:
         if progress is not None:
             progress.close()
-    for error in result.errors:
-        print(f"error: {error}", file=sys.stderr)
-    for crash in result.crashes:
-        print(f"error: {crash.describe()}", file=sys.stderr)
+    print_lines("error", result.errors + [crash.describe() for crash in result.crashes])
 
     internal_error = bool(found.errors or result.errors or result.crashes)
     if options.add_noqa:
         code = finish_add_noqa(result)
         return EXIT_ERROR if internal_error else code
     if options.diff:
-        sys.stdout.write(result.diff())
+        write_out(sys.stdout, printable(result.diff()))
         if not options.quiet:
             n = result.fixed
             print(
@@ -85,6 +90,25 @@ def check_files(options: CheckOptions) -> int:
     ctx = make_context(options, result, settings, sys.stdout)
     emit_report(options, result.diagnostics, ctx, sys.stdout)
     return exit_code(options, result, internal_error)
+
+
+def _remove_stale_temporaries(temporaries: Sequence[Path]) -> List[str]:
+    """Remove the temporary files a killed `--fix` left behind; one warning line for each."""
+    from ..files import display_path
+    from ..fixes import stale_temporary
+
+    removed = []
+    for path in temporaries:
+        if not stale_temporary(path):
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(
+            f"{display_path(path)}: removed (a temporary file left by an interrupted --fix)"
+        )
+    return removed
 
 
 def _covers_project(paths: Sequence[Path], settings: Settings) -> bool:

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional, Sequence, TextIO
 
 from ..config import Settings
 from ..diagnostics import Diagnostic
-from ..report import HUMAN_FORMATS, ReportContext, get_reporter
+from ..report import HUMAN_FORMATS, ReportContext, get_reporter, printable
 from .options import EXIT_CLEAN, EXIT_ERROR, CheckOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -140,7 +140,34 @@ def make_context(
     )
 
 
+class OutputError(Exception):
+    """The report could not be written (a full disk, an I/O error): one line, exit 2."""
+
+
+def write_out(stream: TextIO, text: str) -> None:
+    """Write and flush `text`; a failure to write is an OutputError (a closed pipe is not: the
+    reader stopped reading, `trainlint ... | head`)."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
 def emit_report(
+    options: CheckOptions, diagnostics: Sequence[Diagnostic], ctx: ReportContext, stream: TextIO
+) -> None:
+    try:
+        _emit_report(options, diagnostics, ctx, stream)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
+def _emit_report(
     options: CheckOptions, diagnostics: Sequence[Diagnostic], ctx: ReportContext, stream: TextIO
 ) -> None:
     from ..report.text import fixed_summary, report_statistics
@@ -155,6 +182,12 @@ def emit_report(
 
 
 # -- --add-noqa ---------------------------------------------------------------------------------
+
+
+def print_lines(kind: str, lines: Sequence[str]) -> None:
+    """`kind: line` on stderr for each line (`error`, `warning`), file names made printable."""
+    for line in lines:
+        print(f"{kind}: {printable(line)}", file=sys.stderr)
 
 
 def finish_add_noqa(result: "RunResult") -> int:

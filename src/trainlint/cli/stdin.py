@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import List
 
+from ..report import printable
 from .options import EXIT_CLEAN, EXIT_ERROR, CheckOptions, exit_code, settings_for
-from .output import emit_report, make_context
+from .output import OutputError, emit_report, make_context, print_lines, write_out
 
 
 def check_stdin(options: CheckOptions) -> int:
@@ -40,11 +41,9 @@ def check_stdin(options: CheckOptions) -> int:
         contents={name: data},
     )
     errors: List[str] = list(result.errors) + [c.describe() for c in result.crashes]
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+    print_lines("error", errors)
     if options.diff:
-        sys.stdout.write(result.diff())
-        sys.stdout.flush()
+        write_out(sys.stdout, printable(result.diff()))
         return exit_code(options, result, bool(errors))
     report_stream = sys.stdout
     if options.fix:
@@ -52,8 +51,13 @@ def check_stdin(options: CheckOptions) -> int:
         fixed = data
         if state is not None and state.source is not None and result.changed:
             fixed = state.source.to_bytes()
-        sys.stdout.buffer.write(fixed)
-        sys.stdout.flush()
+        try:
+            sys.stdout.buffer.write(fixed)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.strerror or str(exc)) from None
         report_stream = sys.stderr
     ctx = make_context(options, result, settings, report_stream)
     emit_report(options, result.diagnostics, ctx, report_stream)

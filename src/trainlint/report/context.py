@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..diagnostics import Diagnostic
-from ..source import Source
+from ..source import Source, read_regular_file
 
 
 @dataclass
@@ -59,7 +59,7 @@ class ReportContext:
                 raw = source.to_bytes().decode("utf-8-sig")
             else:
                 try:
-                    raw = Path(d.path).read_bytes().decode("utf-8-sig")
+                    raw = read_regular_file(d.path).decode("utf-8-sig")
                 except (OSError, UnicodeDecodeError):
                     raw = ""
             positions = self._positions[d.path] = FilePositions(raw)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence, TextIO
 
 from ..diagnostics import Diagnostic, Severity
+from .escapes import printable
 from .context import ReportContext
 from .text import location
 
@@ -49,7 +50,7 @@ def annotation(d: Diagnostic, ctx: ReportContext) -> str:
     message = f"{location(d)}: {d.code} {d.message}"
     if d.help:
         message += f"\n{d.help}"
-    return f"::{COMMANDS[d.severity]} {props}::{escape_data(message)}"
+    return printable(f"::{COMMANDS[d.severity]} {props}::{escape_data(message)}")
 
 
 def report(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:

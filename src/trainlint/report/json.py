@@ -13,6 +13,7 @@ from typing import Any, Dict, Sequence, TextIO
 
 from .. import rule_url
 from ..diagnostics import Diagnostic
+from .escapes import printable_json
 from .context import ReportContext
 
 
@@ -49,4 +50,5 @@ def to_json(d: Diagnostic) -> Dict[str, Any]:
 
 def report(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     # One write of the whole text: json.dump's many small writes cost several times the encoding.
-    out.write(json.dumps([to_json(d) for d in diagnostics], indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps([to_json(d) for d in diagnostics], indent=2, ensure_ascii=False)
+    out.write(printable_json(text) + "\n")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
@@ -25,6 +26,7 @@ from urllib.parse import quote
 
 from .. import DOCS_URL, __version__, rule_url
 from ..diagnostics import Diagnostic, Severity
+from .escapes import printable_json
 from .context import ReportContext
 
 SCHEMA_URI = (
@@ -95,7 +97,8 @@ def _artifact(path: str, ctx: ReportContext) -> Dict[str, Any]:
     rel = ctx.relative(path)
     if rel.startswith("/"):
         return {"uri": Path(rel).as_uri()}
-    return {"uri": quote(rel), "uriBaseId": "%SRCROOT%"}
+    # The file name's bytes, percent-encoded: exact even where they are not UTF-8.
+    return {"uri": quote(os.fsencode(rel)), "uriBaseId": "%SRCROOT%"}
 
 
 def _region(
@@ -120,7 +123,7 @@ def _fingerprint(d: Diagnostic, ctx: ReportContext, seen: Dict[Tuple[str, str, s
     occurrence = seen.get(key, 0)
     seen[key] = occurrence + 1
     data = "\0".join([*key, str(occurrence)])
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _result(
@@ -226,4 +229,5 @@ def to_sarif(diagnostics: Sequence[Diagnostic], ctx: ReportContext) -> Dict[str,
 
 def report(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: TextIO) -> None:
     # One write (json.dump's many small writes cost several times the encoding).
-    out.write(json.dumps(to_sarif(diagnostics, ctx), indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(to_sarif(diagnostics, ctx), indent=2, ensure_ascii=False)
+    out.write(printable_json(text) + "\n")

@@ -13,6 +13,7 @@ from typing import Dict, List, Sequence, TextIO
 
 from ..diagnostics import Applicability, Diagnostic, Severity
 from ..fixes import apply_edits
+from .escapes import printable
 from .context import ReportContext
 
 _RESET = "\x1b[0m"
@@ -50,7 +51,7 @@ def _fix_marker(d: Diagnostic, ctx: ReportContext) -> str:
 
 def headline(d: Diagnostic, ctx: ReportContext) -> str:
     style = _SEVERITY_STYLE[d.severity]
-    return (
+    return printable(
         f"{paint(location(d), 'bold', ctx)}: {paint(d.code, style, ctx)}{_fix_marker(d, ctx)} "
         f"{paint(d.severity.value, style, ctx)}: {d.message}"
     )
@@ -87,12 +88,12 @@ def report_full(diagnostics: Sequence[Diagnostic], ctx: ReportContext, out: Text
         for path, row, col, note in d.related:
             cell, row, col = ctx.related_location(path, row, col)
             where = f"{path}:cell {cell}:{row}:{col + 1}" if cell else f"{path}:{row}:{col + 1}"
-            out.write(f"   = {paint('note', 'bold', ctx)}: {where}: {note}\n")
+            out.write(printable(f"   = {paint('note', 'bold', ctx)}: {where}: {note}\n"))
         if d.help:
-            out.write(f"   = {paint('help', 'bold', ctx)}: {d.help}\n")
+            out.write(printable(f"   = {paint('help', 'bold', ctx)}: {d.help}\n"))
         if d.fix is not None:
             label = "fix" if (d.fix.applicability is Applicability.SAFE) else "unsafe fix"
-            out.write(f"   = {paint(label, 'cyan', ctx)}: {d.fix.message}\n")
+            out.write(printable(f"   = {paint(label, 'cyan', ctx)}: {d.fix.message}\n"))
             if ctx.show_fixes:
                 for change in fix_preview(d, ctx):
                     style = "red" if change.startswith("-") else "green"
@@ -135,7 +136,7 @@ def fixed_summary(ctx: ReportContext) -> str:
     total = sum(len(found) for found in fixed.values())
     lines = [f"Fixed {total} finding{'s' if total != 1 else ''}:"]
     for path, found in fixed.items():
-        lines.append(f"- {paint(path, 'bold', ctx)}:")
+        lines.append(f"- {paint(printable(path), 'bold', ctx)}:")
         names: Dict[str, str] = {d.code: d.name for d in found}
         for code, count in sorted(Counter(d.code for d in found).items()):
             lines.append(f"    {count} \u00d7 {code} ({names[code]})")
