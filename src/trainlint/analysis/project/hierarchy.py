@@ -38,6 +38,15 @@ PLAIN_BASES = {
     "typing_extensions.Protocol",
     "abc.ABCMeta",
 }
+# torch classes that are not modules: an autograd Function (legacy style with an instance
+# `forward`/`backward` keeping `self.saved = x` for its backward, or the static-method style)
+# is built afresh for each call and never registered, replicated or reduced as a submodule.
+NON_MODULE_BASES = {
+    "torch.autograd.Function",
+    "torch.autograd.function.Function",
+    "torch.autograd.function.InplaceFunction",
+    "torch.autograd.function.NestedIOFunction",
+}
 # Library bases whose source we know: nn.Module with weight-initialisation helpers and no
 # forward, reading nothing a subclass registers. Any other library base stays unknown.
 INITIALISING_MODULES = {
@@ -223,15 +232,16 @@ class Hierarchy:
 
     def resolve(self, qualname: str, importer: Path, depth: int = 0):
         """What a class name used in `importer` is: a ClassRef of the project, "module"
-        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a class of
-        the project without bases), or None (unknown: a library, or not a class)."""
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, an autograd
+        Function, a class of the project without bases), or None (unknown: a library, or not a
+        class)."""
         if depth > _MAX_DEPTH:
             return None
         if qualname == MODULE or qualname in INITIALISING_MODULES:
             return "module"
         if qualname in CONTAINERS:
             return "container"
-        if qualname in PLAIN_BASES:
+        if qualname in PLAIN_BASES or qualname in NON_MODULE_BASES:
             return "plain"
         if qualname.startswith(LOCAL_PREFIX):
             return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)

@@ -53,7 +53,10 @@ class ForwardMutatesModuleState(Rule):
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
     the eval-only branch of `self.training` (inference caches; a cache filled on the training
     branch is reported); local variables and local containers; strings and numbers put into a
-    container (bookkeeping, no graph). An attribute set in `forward` (not in a hook) is only
+    container (bookkeeping, no graph); a flag updated the same way on every call
+    (`self.training |= self.export`: the next forward applies it again); classes that are not
+    modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
+    `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
     lost on the replica, so it is reported only when it matters: read by a method of the class
     or its relatives, or read on a model object anywhere in the project, and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
