@@ -32,7 +32,8 @@ def exclusive(code: str) -> bool:
     [
         "if x:\n    a()\nelse:\n    b()\n",
         "if RANK == -1:\n    a()\nif RANK != -1:\n    b()\n",
-        "if cuda and RANK == -1 and n > 1:\n    a()\nif sync and cuda and RANK != -1:\n    b()\n",
+        "if cuda and RANK == -1 and n > 1:\n    a()\n"
+        "if sync and cuda and RANK != -1:\n    b()\n",
         "if args.mode == 'dp':\n    a()\nif args.mode == \"ddp\":\n    b()\n",
         "if args.ddp:\n    a()\nif not args.ddp:\n    b()\n",
         "if not (rank != 0):\n    a()\nif rank != 0:\n    b()\n",
