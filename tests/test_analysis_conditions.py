@@ -37,7 +37,7 @@ def exclusive(code: str) -> bool:
         "if args.mode == 'dp':\n    a()\nif args.mode == \"ddp\":\n    b()\n",
         "if args.ddp:\n    a()\nif not args.ddp:\n    b()\n",
         "if not (rank != 0):\n    a()\nif rank != 0:\n    b()\n",
-        "if rank == 0:\n    a()\nelse:\n    pass\nif rank == 0 or other:\n    pass\nelse:\n    b()\n",
+        "if rank == 0:\n    a()\nif rank == 0 or other:\n    pass\nelse:\n    b()\n",
     ],
 )
 def test_exclusive(code):
