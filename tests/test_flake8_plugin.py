@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fixture_support import REPO
+from fixture_support import REPO, RULE_FIXTURES
 from test_cli import Exploding
 from trainlint.diagnostics import Severity
 from trainlint.flake8_plugin import TrainlintChecker
@@ -118,3 +118,12 @@ def test_entry_point_is_registered():
     assert any(
         ep.name == "TRL" and ep.value == "trainlint.flake8_plugin:TrainlintChecker" for ep in eps
     )
+
+
+def test_unused_parameter_without_ddp_in_view_is_a_warning_under_flake8_only():
+    # flake8 sees one file: the DDP launch may be in another, so TRL301 warns; the CLI reads
+    # the whole project, finds no DDP and stays quiet (fixtures/rules/TRL301/good_no_ddp_*).
+    path = RULE_FIXTURES / "TRL301" / "good_no_ddp_anywhere.py"
+    lines = path.read_text().splitlines(keepends=True)
+    results = list(TrainlintChecker(None, lines, str(path)).run())
+    assert [r[2].split()[0] for r in results if r[2].startswith("TRL301")] == ["TRL301"]
