@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import libcst as cst
 
 from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.parallel.parallel import Parallel
+from ...analysis.parallel.wraps import Wraps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -31,11 +32,17 @@ class LocalRankArgparseOnly(Rule):
       `error: unrecognized arguments: --local-rank=0`.
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
-    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves.
+    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves, nor a parser in a file that is
+    not distributed at all (no DDP wrap, no `init_process_group`) and never reads the flag: a copied parser in a script nobody launches per process. Both spellings
+    count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
+    another).
 
     ## Example
     ```python
     parser.add_argument("--local_rank", type=int, default=-1)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group("nccl")
     ```
 
     ## Use instead
@@ -43,6 +50,9 @@ class LocalRankArgparseOnly(Rule):
     parser.add_argument(
         "--local_rank", "--local-rank", type=int, default=os.environ.get("LOCAL_RANK", -1)
     )
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group("nccl")
     ```
 
     ## Fix safety
@@ -63,6 +73,7 @@ class LocalRankArgparseOnly(Rule):
         super().__init__(ctx)
         self.parallel: Parallel = ctx.analysis(Parallel)
         self.frameworks: Frameworks = ctx.analysis(Frameworks)
+        self._is_distributed: Optional[bool] = None
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_call(node, "add_argument") is None:
@@ -72,7 +83,9 @@ class LocalRankArgparseOnly(Rule):
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
             return
-        spellings = {_string(a.value) for a in flags}
+        if not self._distributed() and not self._flag_read():
+            return  # a copied parser in a script nobody launches per process
+        spellings = {_string(a.value) for a in flags} | self._other_spellings(node)
         default = keyword(node, "default")
         default_text = self.ctx.code(default) if default is not None else "None"
         parts = []
@@ -89,12 +102,44 @@ class LocalRankArgparseOnly(Rule):
         )
         self.report(
             node,
-            "`--local_rank` is only read from the command line and nothing in this file reads "
-            "the LOCAL_RANK environment variable: "
-            + "; ".join(parts)
-            + '; default it from `os.environ["LOCAL_RANK"]`',
+            "`--local_rank` comes only from the command line; nothing here reads the LOCAL_RANK "
+            "environment variable",
+            help=_sentence("; ".join(parts))
+            + '. Default it from `os.environ["LOCAL_RANK"]` and accept both spellings.',
             fix=self._fix(node, flags, spellings, default),
         )
+
+    def _distributed(self) -> bool:
+        """Does the file set up distributed training (a DDP wrap, `init_process_group`)? A
+        launcher named in a comment says less: a sweep driver may mention torchrun."""
+        if self._is_distributed is None:
+            signals = self.ctx.analysis(Wraps).signals
+            self._is_distributed = bool(
+                signals & {"a DistributedDataParallel wrap", "init_process_group"}
+            )
+        return self._is_distributed
+
+    def _flag_read(self) -> bool:
+        """Is the parsed flag used (`args.local_rank`, `opt.local_rank`)?"""
+        return any(
+            node.attr.value == "local_rank" and not _is_store(self.ctx, node)
+            for node in self.ctx.nodes(cst.Attribute)
+        )
+
+    def _other_spellings(self, call: cst.Call) -> Set[Optional[str]]:
+        """Spellings added by the file's other `add_argument` calls (one per PyTorch version:
+        `if torch.__version__ >= "2": add_argument("--local-rank") else: ("--local_rank")`)."""
+        found: Set[Optional[str]] = set()
+        parser = self.ctx.code(call.func.value)  # type: ignore[attr-defined]
+        scope = self.ctx.scopes.enclosing_function(call)
+        for other in self.ctx.nodes(cst.Call):
+            if other is call or method_call(other, "add_argument") is None:
+                continue
+            if self.ctx.code(other.func.value) != parser:  # type: ignore[attr-defined]
+                continue  # another parser (or argument group) of the file
+            if self.ctx.scopes.enclosing_function(other) is scope:
+                found |= {_string(a.value) for a in self._flag_args(other)}
+        return found - {None}
 
     def _flag_args(self, call: cst.Call) -> List[cst.Arg]:
         out = []
@@ -140,3 +185,14 @@ def _string(node: cst.CSTNode) -> Optional[str]:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def _is_store(ctx, node: cst.CSTNode) -> bool:
+    parent = ctx.parent(node)
+    return type(parent) is cst.AssignTarget or (
+        type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
+    )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
