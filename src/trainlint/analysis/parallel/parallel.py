@@ -445,6 +445,14 @@ class Parallel(Analysis):
             self._sets_device = found
         return self._sets_device
 
+    def initialises_process_group(self) -> bool:
+        """Does the file call `init_process_group`? Then a missing `set_device` is TRL305's
+        finding (a process group initialised in the file), and the device rules (TRL103) leave
+        that cause to it: one cause, one finding."""
+        return any(
+            self.names.is_(call.func, INIT_PROCESS_GROUP) for call in self.ctx.nodes(cst.Call)
+        )
+
     def spawned_functions(self) -> Set[cst.FunctionDef]:
         """Functions handed to `torch.multiprocessing.spawn(fn, ...)`: their first parameter
         is the process index, the local rank on one node."""
