@@ -500,6 +500,29 @@ class Hierarchy:
             return str(path)
 
 
+def classes_run_by(
+    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
+) -> Dict[ClassRef, str]:
+    """Classes whose code runs when the wrapped models run -> where: each wrapped class (by
+    the name its wrap site used), its ancestors, and (through `__init__`'s submodules) the
+    classes of its submodules. `wraps` are (where, importing file, class names)."""
+    out: Dict[ClassRef, str] = {}
+    todo: List[Tuple[str, Path, str, int]] = [
+        (name, path, where, 0) for where, path, names in wraps for name in names
+    ]
+    while todo:
+        name, importer, where, depth = todo.pop()
+        ref = hierarchy.resolve(name, importer)
+        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
+            continue
+        for member, facts in hierarchy.ancestry(ref).members:
+            out.setdefault(member, where)
+            for attr in facts.get("attrs", {}).values():
+                if attr.get("callee"):
+                    todo.append((attr["callee"], member.path, where, depth + 1))
+    return out
+
+
 def module_file(
     dotted: str, importer: Path, root: Path, is_file: Callable[[Path], bool]
 ) -> Optional[Path]:

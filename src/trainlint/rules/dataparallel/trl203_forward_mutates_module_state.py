@@ -9,7 +9,13 @@ import libcst as cst
 
 from ...analysis.parallel.state_writes import HookWrite, StateWrite, StateWrites
 from ...analysis.parallel.wraps import DP_KIND, Wraps
-from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.hierarchy import (
+    ClassRef,
+    Family,
+    Hierarchy,
+    classes_run_by,
+    file_facts,
+)
 from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
@@ -238,7 +244,7 @@ class ForwardMutatesModuleState(Rule):
         everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
-        wrapped = wrapped_classes(hierarchy, everywhere)
+        wrapped = classes_run_by(hierarchy, everywhere)
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
@@ -295,28 +301,6 @@ def data_parallel_wraps(
                 where = f"{hierarchy.display(path)}:{row}"
                 found.append((where, path, list(wrap.get("classes", ()))))
     return sorted(found, key=lambda item: item[0])
-
-
-def wrapped_classes(
-    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
-) -> Dict[ClassRef, str]:
-    """Classes whose code runs in DataParallel replicas -> where: each wrapped class, its
-    ancestors, and (through `__init__`'s submodules) the classes of its submodules."""
-    out: Dict[ClassRef, str] = {}
-    todo: List[Tuple[str, Path, str, int]] = [
-        (name, path, where, 0) for where, path, names in wraps for name in names
-    ]
-    while todo:
-        name, importer, where, depth = todo.pop()
-        ref = hierarchy.resolve(name, importer)
-        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
-            continue
-        for member, facts in hierarchy.ancestry(ref).members:
-            out.setdefault(member, where)
-            for attr in facts.get("attrs", {}).values():
-                if attr.get("callee"):
-                    todo.append((attr["callee"], member.path, where, depth + 1))
-    return out
 
 
 def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> bool:
