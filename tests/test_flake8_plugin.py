@@ -63,7 +63,7 @@ def test_flake8_reports_the_same_finding_at_the_same_column():
 def test_flake8_keeps_going_past_a_broken_file(tmp_path):
     (tmp_path / "a_broken.py").write_text("import torch\nfor x in y\n    pass\n")
     (tmp_path / "b_train.py").write_text(
-        "import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"
+        "import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(2, 2)).cuda(args.gpu)\n"
     )
     proc = flake8("--select", "TRL,E999", ".", cwd=tmp_path)
     assert "Traceback" not in proc.stderr
@@ -82,11 +82,16 @@ def test_plugin_yields_trl001_when_only_libcst_cannot_parse():
 
 def test_plugin_survives_a_crashing_rule(register_rule, capsys):
     register_rule(Exploding)
-    lines = ["import torch.nn as nn\n", "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"]
+    lines = [
+        "import torch\n",
+        "import torch.nn as nn\n",
+        "torch.cuda.set_device(args.gpu)\n",
+        "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n",
+    ]
     results = list(TrainlintChecker(None, lines, "train.py").run())
     # Info-level rules (TRL502 here) are left to flake8's default ignore list, not the checker.
     assert [r[2].split()[0] for r in results if not r[2].startswith("TRL5")] == ["TRL201"]
-    assert results[0][:2] == (2, 4)
+    assert results[0][:2] == (4, 4)
     assert "TRL999" in capsys.readouterr().err
 
 
