@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from ...analysis.base.calls import argument, int_list, method_call, needs_parentheses
+from ...analysis.base.conditions import Conditions
 from ...analysis.base.names import dotted_name
 from ...analysis.base.vocabulary import DTYPE_WORDS
 from ...analysis.device.expressions import Device, Devices
@@ -81,7 +82,6 @@ class DataParallelWrapThenMove(Rule):
         super().__init__(ctx)
         self.names = ctx.names
         self.devices: Devices = ctx.analysis(Devices)
-        self._sets_device: Optional[bool] = None
 
     # -- the one-expression form --------------------------------------------------------------
 
@@ -109,7 +109,7 @@ class DataParallelWrapThenMove(Rule):
         if self._known_mismatch(target, first_id, first_id_text):
             self._report_mismatch(move, target, first_id)
             return
-        if not self._may_differ(target, first_id, first_id_text):
+        if not self._may_differ(target, first_id, first_id_text, move):
             return  # `.cuda()`, "cuda", "cuda:0" without device_ids: that is device_ids[0]
         wrapper = self.ctx.code(wrap.func)
         self.report(
@@ -176,7 +176,7 @@ class DataParallelWrapThenMove(Rule):
             related = [(wrap, "wrapped in DataParallel here")]
             if self._known_mismatch(move_target, first_id, first_id_text):
                 self._report_mismatch(call, move_target, first_id, related)
-            elif self._may_differ(move_target, first_id, first_id_text):
+            elif self._may_differ(move_target, first_id, first_id_text, call):
                 self.report(
                     call,
                     f"`{target}` is a DataParallel wrapper moved to "
@@ -254,7 +254,9 @@ class DataParallelWrapThenMove(Rule):
             return not self._file_sets_device()
         return False
 
-    def _may_differ(self, target: Device, first_id: Optional[int], first_text) -> bool:
+    def _may_differ(
+        self, target: Device, first_id: Optional[int], first_text, move: cst.CSTNode
+    ) -> bool:
         """Can the target's index differ from device_ids[0]? Only what the analysis sees
         counts: an index chosen at run time, or the current device when device_ids does not
         start at 0 or the file sets another current device."""
@@ -264,16 +266,21 @@ class DataParallelWrapThenMove(Rule):
             return True
         if target.origin == "current" and first_id not in (0, None):
             return True
-        if target.origin == "current" and first_id == 0 and self._file_sets_device():
+        if target.origin == "current" and first_id == 0 and self._file_sets_device(move):
             return True  # set_device(local_rank) makes "cuda" another GPU than cuda:0
         return False
 
-    def _file_sets_device(self) -> bool:
-        if self._sets_device is None:
-            self._sets_device = any(
-                self.names.is_(c.func, "torch.cuda.set_device") for c in self.ctx.nodes(cst.Call)
-            )
-        return self._sets_device
+    def _file_sets_device(self, move: Optional[cst.CSTNode] = None) -> bool:
+        """Does a `torch.cuda.set_device` of the file run with the move? (One on an exclusive
+        branch, the distributed side of `if is_distributed: ... else: DataParallel(m).cuda()`,
+        leaves the current device at cuda:0.)"""
+        calls = [
+            c for c in self.ctx.nodes(cst.Call) if self.names.is_(c.func, "torch.cuda.set_device")
+        ]
+        if move is None:
+            return bool(calls)
+        conditions = self.ctx.analysis(Conditions)
+        return any(not conditions.exclusive(call, move) for call in calls)
 
     def _report_mismatch(self, node, target: Device, first_id, related=()) -> None:
         where = target.describe() if target.index is not None else "the current device"
