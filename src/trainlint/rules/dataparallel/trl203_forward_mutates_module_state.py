@@ -32,10 +32,10 @@ class ForwardMutatesModuleState(Rule):
     It is an error when the project wraps the class in `nn.DataParallel` (an instance of it or
     of a subclass, or of a class whose `__init__` builds it as a submodule; also through a
     helper such as `parallelize(config, model)`). It is a warning when a file that uses the
-    class's module (imports it, directly or not) wraps some other model in DataParallel, or
-    when the project wraps a model whose class cannot be named (built by a registry or a
-    dynamic import). Otherwise the rule is quiet: in projects without DataParallel, or that
-    use it only around other, known models, the writes are harmless
+    class's module (imports it, directly or not), or the project, wraps a model whose class
+    cannot be named (built by a registry or a dynamic import). Otherwise the rule is quiet: in
+    projects without DataParallel, or that use it only around other, known models (whose
+    classes and submodules do not include this one), the writes are harmless
     (DistributedDataParallel runs one model per process).
 
     ## Why is this bad
@@ -250,8 +250,11 @@ class ForwardMutatesModuleState(Rule):
         unknown = [wrap for wrap in everywhere if not wrap[2]]
         for display, (path, keys) in sorted(files.items()):
             # In a repository of many examples, one example's DataParallel of a known class
-            # says nothing of another's models.
-            near = data_parallel_wraps(hierarchy, evidence[display]) or unknown
+            # says nothing of another's models; a wrap whose model is named and does not run
+            # this class says nothing of it either (yolov3's DetectionModel is wrapped, the
+            # inference-only DetectMultiBackend is not).
+            near = [w for w in data_parallel_wraps(hierarchy, evidence[display]) if not w[2]]
+            near = near or unknown
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 ref = ClassRef(path, name)
