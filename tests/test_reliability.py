@@ -252,7 +252,8 @@ open({marker!r}, "w").write("executed")
 os.system("touch " + {marker!r} + ".sh")
 import torch
 import torch.nn as nn
-device = torch.device('cuda', int(os.environ['LOCAL_RANK']))\nmodel = nn.DataParallel(nn.Linear(2, 2)).to(device)
+device = torch.device('cuda', int(os.environ['LOCAL_RANK']))
+model = nn.DataParallel(nn.Linear(2, 2)).to(device)
 sys.exit(3)
 """
 

@@ -138,9 +138,10 @@ class Conditions(Analysis):
                 continue
             if not low < index.get(node, low) < high:
                 continue
-            targets = (
-                [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
-            )
+            if type(node) is cst.Assign:
+                targets = [t.target for t in node.targets]
+            else:
+                targets = [node.target]  # type: ignore[attr-defined]
             if any(self.ctx.code(t) == subject for t in targets):
                 return True
         return False

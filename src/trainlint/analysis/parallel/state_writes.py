@@ -328,7 +328,7 @@ class StateWrites(Analysis):
             return False
         stored = set(self._stores_in(write.function))
         stored |= {
-            node.target.attr.value
+            node.target.attr.value  # type: ignore[attr-defined]
             for node in _own_nodes(write.function)
             if type(node) is cst.AugAssign and _is_self_attr_any(node.target)
             and node is not statement

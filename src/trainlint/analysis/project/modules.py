@@ -641,4 +641,6 @@ def _built_empty(value: cst.CSTNode) -> bool:
     if len(value.args) != 1 or value.args[0].star:
         return False
     only = value.args[0].value
-    return type(only) in (cst.List, cst.Dict, cst.Tuple) and not only.elements
+    if type(only) is cst.List or type(only) is cst.Tuple or type(only) is cst.Dict:
+        return not only.elements
+    return False

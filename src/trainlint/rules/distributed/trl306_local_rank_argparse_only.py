@@ -135,7 +135,7 @@ class LocalRankArgparseOnly(Rule):
         for other in self.ctx.nodes(cst.Call):
             if other is call or method_call(other, "add_argument") is None:
                 continue
-            if self.ctx.code(other.func.value) != parser:  # type: ignore[attr-defined]
+            if self.ctx.code(other.func.value) != parser:
                 continue  # another parser (or argument group) of the file
             if self.ctx.scopes.enclosing_function(other) is scope:
                 found |= {_string(a.value) for a in self._flag_args(other)}
