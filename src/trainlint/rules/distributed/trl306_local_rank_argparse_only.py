@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -10,7 +10,8 @@ from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.parallel.parallel import Parallel
 from ...analysis.parallel.wraps import Wraps
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 _FLAGS = ("--local_rank", "--local-rank")
@@ -32,7 +33,8 @@ class LocalRankArgparseOnly(Rule):
       `error: unrecognized arguments: --local-rank=0`.
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
-    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves, nor a parser in a file that is
+    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
+    does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts), nor a parser in a file that is
     not distributed at all (no DDP wrap, no `init_process_group`) and never reads the flag: a copied parser in a script nobody launches per process. Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
     another).
@@ -67,7 +69,9 @@ class LocalRankArgparseOnly(Rule):
     name = "local-rank-argparse-only"
     severity = Severity.WARNING
     fix = "safe"
-    markers = ("local_rank", "local-rank")
+    # "LOCAL_RANK": the project's helper files that read it for the script (project phase).
+    markers = ("local_rank", "local-rank", "LOCAL_RANK")
+    project = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -100,7 +104,8 @@ class LocalRankArgparseOnly(Rule):
             "torchrun passes no flag at all, so `local_rank` stays "
             f"`{default_text}` on every rank"
         )
-        self.report(
+        self.candidate(
+            f"flag:{len(self.candidates)}",
             node,
             "`--local_rank` comes only from the command line; nothing here reads the LOCAL_RANK "
             "environment variable",
@@ -108,6 +113,26 @@ class LocalRankArgparseOnly(Rule):
             + '. Default it from `os.environ["LOCAL_RANK"]` and accept both spellings.',
             fix=self._fix(node, flags, spellings, default),
         )
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        return {
+            "imports": import_qualnames(self.ctx),
+            "reads_local_rank": self.parallel.reads_env("LOCAL_RANK"),
+        }
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display, keys in sorted(candidates.items()):
+            if _imports_a_local_rank_reader(hierarchy, hierarchy.absolute(display)):
+                continue  # `init_distributed()` of dist_utils.py reads LOCAL_RANK for it
+            for key in sorted(keys):
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
 
     def _distributed(self) -> bool:
         """Does the file set up distributed training (a DDP wrap, `init_process_group`)? A
@@ -196,3 +221,13 @@ def _is_store(ctx, node: cst.CSTNode) -> bool:
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
+    """Does a project file that `path` imports (directly, or through one more import) read
+    LOCAL_RANK from the environment?"""
+    files = set(hierarchy.imported_files(path))
+    for imported in list(files):
+        files |= hierarchy.imported_files(imported)
+    files.discard(path)
+    return any((hierarchy.facts_at(f) or {}).get("reads_local_rank") for f in files)
