@@ -25,6 +25,7 @@ def get_args():
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--gpu", type=int, default=0, help="GPU to train on")
     return parser.parse_args()
 
 
@@ -69,7 +70,7 @@ def evaluate(model, loader, device):
 
 def main():
     args = get_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{args.gpu}" if torch.cuda.is_available() else "cpu")
     train_loader, test_loader = build_loaders(args)
 
     model = torchvision.models.resnet18(num_classes=10)

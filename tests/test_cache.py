@@ -90,7 +90,7 @@ def test_a_second_run_reads_the_cache(project, tmp_path, checked_here):
 def test_changing_the_file_invalidates_its_entry_only(project, tmp_path, checked_here):
     (project / "other.py").write_text(DP_BUG)
     run_cached(Settings(root=project), tmp_path / "c")
-    (project / "train.py").write_text(DP_BUG + "model = nn.DataParallel(model).cuda()\n")
+    (project / "train.py").write_text(DP_BUG + "model = nn.DataParallel(model).cuda(args.gpu)\n")
     result, _ = run_cached(Settings(root=project), tmp_path / "c")
     assert checked_here == ["other.py", "train.py", "train.py"]
     assert [(d.path, d.row) for d in result.diagnostics] == [

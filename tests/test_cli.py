@@ -25,7 +25,7 @@ SCHEMA = json.loads((REPO / "tests" / "data" / "json_output.schema.json").read_t
 DP_BUG = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(8, 2)
 model = nn.DataParallel(model).to(device)

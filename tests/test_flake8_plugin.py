@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fixture_support import REPO
+from fixture_support import REPO, RULE_FIXTURES
 from test_cli import Exploding
 from trainlint.diagnostics import Severity
 from trainlint.flake8_plugin import TrainlintChecker
@@ -63,7 +63,7 @@ def test_flake8_reports_the_same_finding_at_the_same_column():
 def test_flake8_keeps_going_past_a_broken_file(tmp_path):
     (tmp_path / "a_broken.py").write_text("import torch\nfor x in y\n    pass\n")
     (tmp_path / "b_train.py").write_text(
-        "import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"
+        "import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(2, 2)).cuda(args.gpu)\n"
     )
     proc = flake8("--select", "TRL,E999", ".", cwd=tmp_path)
     assert "Traceback" not in proc.stderr
@@ -82,14 +82,19 @@ def test_plugin_yields_trl001_when_only_libcst_cannot_parse():
 
 def test_plugin_survives_a_crashing_rule(register_rule, capsys):
     register_rule(Exploding)
-    lines = ["import torch.nn as nn\n", "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n"]
+    lines = [
+        "import torch\n",
+        "import torch.nn as nn\n",
+        "torch.cuda.set_device(args.gpu)\n",
+        "m = nn.DataParallel(nn.Linear(2, 2)).cuda()\n",
+    ]
     results = list(TrainlintChecker(None, lines, "train.py").run())
     # Info-level rules (TRL502 here) are left to flake8's default ignore list, not the checker.
     assert [r[2].split()[0] for r in results if not r[2].startswith("TRL5")] == ["TRL000", "TRL201"]
     # The crash is a finding on line 1 that names the rule and the error, not a line on stderr.
     assert results[0][:2] == (1, 0)
     assert results[0][2].startswith("TRL000 trainlint internal error in rule TRL999: ValueError")
-    assert results[1][:2] == (2, 4)
+    assert results[1][:2] == (4, 4)
 
 
 def test_info_rules_are_default_ignored(register_rule):
@@ -126,7 +131,7 @@ def test_flake8_reads_rule_options_from_the_configuration(tmp_path):
     (tmp_path / "train.py").write_text(
         "import torch.nn as nn\n"
         "import torch.nn.functional as F\n\n"
-        'wrapped = nn.DataParallel(nn.Linear(4, 2)).to("cuda")\n\n\n'
+        'wrapped = nn.DataParallel(nn.Linear(4, 2)).to("cuda:1")\n\n\n'
         "def train(model, loader, shipper, device):\n"
         "    model.to(device)\n"
         "    for batch in loader:\n"
@@ -181,3 +186,12 @@ def test_a_failing_checker_is_one_trl000_finding(monkeypatch):
             "this file was not checked (please report it)",
         )
     ]
+
+
+def test_unused_parameter_without_ddp_in_view_is_a_warning_under_flake8_only():
+    # flake8 sees one file: the DDP launch may be in another, so TRL301 warns; the CLI reads
+    # the whole project, finds no DDP and stays quiet (fixtures/rules/TRL301/good_no_ddp_*).
+    path = RULE_FIXTURES / "TRL301" / "good_no_ddp_anywhere.py"
+    lines = path.read_text().splitlines(keepends=True)
+    results = list(TrainlintChecker(None, lines, str(path)).run())
+    assert [r[2].split()[0] for r in results if r[2].startswith("TRL301")] == ["TRL301"]

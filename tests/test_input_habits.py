@@ -16,7 +16,7 @@ from trainlint.rules import all_rules
 DP_BUG = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(8, 2)
 model = nn.DataParallel(model).to(device)
@@ -257,7 +257,7 @@ def test_per_file_ignores_globs(project, monkeypatch, capsys):
 BASELINE = '''\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 a = nn.DataParallel(nn.Linear(2, 2)).to(device)
 b = nn.DataParallel(nn.Linear(2, 2)).to(device)  # noqa: E501
@@ -313,7 +313,7 @@ def test_add_noqa_refuses_fix(project, monkeypatch, capsys):
 NOQA_LINES = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.DataParallel(nn.Linear(2, 2)).to(device)  # noqa: TRL201
 x = 1  # noqa: TRL201
@@ -329,7 +329,7 @@ s = "# noqa: TRL201"
 NOQA_FIXED = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.DataParallel(nn.Linear(2, 2)).to(device)  # noqa: TRL201
 x = 1

@@ -21,7 +21,7 @@ from trainlint.source import Source
 SCHEMA = json.loads((REPO / "tests" / "data" / "json_output.schema.json").read_text())
 INCIDENT = REPO / "fixtures" / "rules" / "TRL201" / "notebook_single_cell_embeddings.ipynb"
 
-IMPORTS = "%matplotlib inline\nimport torch\nimport torch.nn as nn"
+IMPORTS = "%matplotlib inline\nimport torch\nimport torch.nn as nn\ntorch.cuda.set_device(args.gpu)"
 MODEL = (
     'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
     "model = nn.Linear(8, 2)\n"
@@ -218,14 +218,16 @@ def test_a_notebook_that_is_not_valid_is_a_trl001_with_its_position(
         path.write_bytes(content)
     else:
         path.write_text(content)
-    (project / "train.py").write_text("import torch\nimport torch.nn as nn\n" + MODEL + "\n")
+    (project / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\ntorch.cuda.set_device(args.gpu)\n" + MODEL + "\n"
+    )
     code, out, err = run_main(monkeypatch, capsys, project, "--output-format", "concise", ".")
     assert code == 1, err
     assert "Traceback" not in err and err == ""
     first = out.splitlines()[0]
     assert first.startswith(f"broken.ipynb:{position}: TRL001 error: not a valid notebook"), first
     assert message in first
-    assert "train.py:5:9: TRL201" in out  # the rest of the run goes on
+    assert "train.py:6:9: TRL201" in out  # the rest of the run goes on
 
 
 def test_a_notebook_for_another_language_is_not_analysed(project, monkeypatch, capsys):
@@ -245,7 +247,9 @@ def test_noqa_inside_a_cell(project, monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, project, "nb.ipynb")
     assert code == 0, out
     # The same comment in another cell row does not suppress it.
-    nb["cells"][2] = code_cell(IMPORTS + "  # noqa: TRL201")
+    nb["cells"][2] = code_cell(
+        IMPORTS.replace("import torch.nn as nn", "import torch.nn as nn  # noqa: TRL201")
+    )
     nb["cells"][4] = code_cell(MODEL)
     (project / "nb.ipynb").write_text(dumps(nb))
     code, out, _ = run_main(monkeypatch, capsys, project, "nb.ipynb")
@@ -439,7 +443,9 @@ def test_add_noqa_in_a_notebook(project, monkeypatch, capsys):
 
 def test_unused_noqa_in_a_cell_is_reported_and_removed(project, monkeypatch, capsys):
     nb = standard_notebook()
-    nb["cells"][2] = code_cell(IMPORTS + "  # noqa: TRL201")
+    nb["cells"][2] = code_cell(
+        IMPORTS.replace("import torch.nn as nn", "import torch.nn as nn  # noqa: TRL201")
+    )
     before = dumps(nb)
     path = project / "nb.ipynb"
     path.write_text(before)
@@ -459,7 +465,7 @@ def test_unused_noqa_in_a_cell_is_reported_and_removed(project, monkeypatch, cap
     assert code == 0 and path.read_text() == before
     run_main(monkeypatch, capsys, project, "--select", "TRL002,TRL201", "--fix", path)
     assert path.read_text() == before.replace(
-        json.dumps("import torch.nn as nn  # noqa: TRL201"), json.dumps("import torch.nn as nn")
+        json.dumps("import torch.nn as nn  # noqa: TRL201\n"), json.dumps("import torch.nn as nn\n")
     ).replace(json.dumps(BUG + "\n"), json.dumps(FIXED + "\n"))
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 BUGGY = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.DataParallel(nn.Linear(8, 2)).to(device)
 """

@@ -34,7 +34,7 @@ from trainlint.source import Source
 DP_BUG = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(8, 2)
 model = nn.DataParallel(model).to(device)
@@ -253,7 +253,8 @@ open({marker!r}, "w").write("executed")
 os.system("touch " + {marker!r} + ".sh")
 import torch
 import torch.nn as nn
-device = torch.device('cuda')\nmodel = nn.DataParallel(nn.Linear(2, 2)).to(device)
+device = torch.device('cuda', int(os.environ['LOCAL_RANK']))
+model = nn.DataParallel(nn.Linear(2, 2)).to(device)
 sys.exit(3)
 """
 

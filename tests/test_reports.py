@@ -27,7 +27,7 @@ INCIDENT = REPO / "fixtures" / "rules" / "TRL201" / "notebook_single_cell_embedd
 DP_BUG = """\
 import torch
 import torch.nn as nn
-
+torch.cuda.set_device(args.gpu)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = nn.Linear(8, 2)
 model = nn.DataParallel(model).to(device)
@@ -159,7 +159,7 @@ def test_github_annotations(repo, monkeypatch, capsys):
     assert by_file["training/multi gpu.py"].startswith("::error ")
     notebook = by_file["training/notebooks/metric.ipynb"]
     assert "::notebooks/metric.ipynb:cell 8:19:9: TRL201" in notebook
-    assert "line=163," in notebook
+    assert "line=165," in notebook
     for line in lines:  # one annotation per line, nothing unescaped
         head, _, message = line.partition("::")[2].partition("::")
         assert "\n" not in message and "\r" not in message

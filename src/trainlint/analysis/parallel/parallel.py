@@ -169,25 +169,6 @@ class Parallel(Analysis):
                 break
         return node
 
-    def mutually_exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
-        """Are `a` and `b` in different branches of the same `if` (never both run)?"""
-        a_path = {}
-        child = a
-        for ancestor in self.ctx.ancestors(a):
-            a_path[ancestor] = child
-            child = ancestor
-        child = b
-        for ancestor in self.ctx.ancestors(b):
-            if ancestor in a_path:
-                if type(ancestor) in (cst.If, cst.IfExp):
-                    side_a = a_path[ancestor]
-                    side_b = child
-                    branches = (ancestor.body, ancestor.orelse)
-                    return side_a is not side_b and side_a in branches and side_b in branches
-                return False
-            child = ancestor
-        return False
-
     def _wrap_call_of(self, expr: cst.CSTNode) -> cst.Call:
         while type(expr) is cst.Call:
             if self.names.is_(expr.func, DATA_PARALLEL, *DDP_NAMES):

@@ -147,7 +147,9 @@ class StateWrites(Analysis):
                 if self._quiet_context(write.node, func):
                     continue
                 if write.kind == "assign" and (
-                    self._replica_cache(write, node) or self._scratch(write)
+                    self._replica_cache(write, node)
+                    or self._scratch(write)
+                    or self._reapplied(write, node)
                 ):
                     continue
                 yield write
@@ -314,6 +316,36 @@ class StateWrites(Analysis):
         # Any write of an attribute the function tests (`if self.mask is None or ...:` with
         # `else: self.mask = None`) maintains that cache.
         return write.attr in self._tested_attrs(write.function)
+
+    def _reapplied(self, write: StateWrite, statement: cst.CSTNode) -> bool:
+        """`self.training |= self.export`: an idempotent update (`|=`, `&=`) by a value that
+        is the same on every call (constants, and attributes the function does not set). A
+        replica loses it, and the next call applies it again to the same result: nothing
+        carried over, nothing lost."""
+        if type(statement) is not cst.AugAssign:
+            return False
+        if type(statement.operator) not in (cst.BitOrAssign, cst.BitAndAssign):
+            return False
+        stored = set(self._stores_in(write.function))
+        stored |= {
+            node.target.attr.value  # type: ignore[attr-defined]
+            for node in _own_nodes(write.function)
+            if type(node) is cst.AugAssign and _is_self_attr_any(node.target)
+            and node is not statement
+        }
+        for node in [statement.value, *self.ctx.tree.descendants(statement.value)]:
+            if type(node) is cst.Attribute:
+                if not _is_self_attr_any(node) or node.attr.value in stored:
+                    return False
+            elif type(node) is cst.Name:
+                parent = self.ctx.parent(node)
+                if type(parent) is cst.Attribute:
+                    continue  # `self` and `export` of `self.export`, checked above
+                if node.value not in ("True", "False", "None"):
+                    return False
+            elif type(node) in (cst.Call, cst.Subscript, cst.Lambda):
+                return False
+        return True
 
     def _tested_attrs(self, function: Function) -> Set[str]:
         """Attributes (`<name>.<attr>`) the `if`/`while` tests of a function's own body

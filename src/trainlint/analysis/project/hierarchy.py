@@ -38,6 +38,15 @@ PLAIN_BASES = {
     "typing_extensions.Protocol",
     "abc.ABCMeta",
 }
+# torch classes that are not modules: an autograd Function (legacy style with an instance
+# `forward`/`backward` keeping `self.saved = x` for its backward, or the static-method style)
+# is built afresh for each call and never registered, replicated or reduced as a submodule.
+NON_MODULE_BASES = {
+    "torch.autograd.Function",
+    "torch.autograd.function.Function",
+    "torch.autograd.function.InplaceFunction",
+    "torch.autograd.function.NestedIOFunction",
+}
 # Library bases whose source we know: nn.Module with weight-initialisation helpers and no
 # forward, reading nothing a subclass registers. Any other library base stays unknown.
 INITIALISING_MODULES = {
@@ -223,15 +232,16 @@ class Hierarchy:
 
     def resolve(self, qualname: str, importer: Path, depth: int = 0):
         """What a class name used in `importer` is: a ClassRef of the project, "module"
-        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a class of
-        the project without bases), or None (unknown: a library, or not a class)."""
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, an autograd
+        Function, a class of the project without bases), or None (unknown: a library, or not a
+        class)."""
         if depth > _MAX_DEPTH:
             return None
         if qualname == MODULE or qualname in INITIALISING_MODULES:
             return "module"
         if qualname in CONTAINERS:
             return "container"
-        if qualname in PLAIN_BASES:
+        if qualname in PLAIN_BASES or qualname in NON_MODULE_BASES:
             return "plain"
         if qualname.startswith(LOCAL_PREFIX):
             return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
@@ -488,6 +498,29 @@ class Hierarchy:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+def classes_run_by(
+    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
+) -> Dict[ClassRef, str]:
+    """Classes whose code runs when the wrapped models run -> where: each wrapped class (by
+    the name its wrap site used), its ancestors, and (through `__init__`'s submodules) the
+    classes of its submodules. `wraps` are (where, importing file, class names)."""
+    out: Dict[ClassRef, str] = {}
+    todo: List[Tuple[str, Path, str, int]] = [
+        (name, path, where, 0) for where, path, names in wraps for name in names
+    ]
+    while todo:
+        name, importer, where, depth = todo.pop()
+        ref = hierarchy.resolve(name, importer)
+        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
+            continue
+        for member, facts in hierarchy.ancestry(ref).members:
+            out.setdefault(member, where)
+            for attr in facts.get("attrs", {}).values():
+                if attr.get("callee"):
+                    todo.append((attr["callee"], member.path, where, depth + 1))
+    return out
 
 
 def module_file(

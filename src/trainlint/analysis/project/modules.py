@@ -36,7 +36,7 @@ import libcst as cst
 from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
 from ..base.names import Names, dotted_name
-from ..base.nodes import descendants, self_and_descendants
+from ..base.nodes import descendants, is_self_attr, self_and_descendants
 from .. import Analysis
 
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
@@ -250,12 +250,35 @@ class Modules(Analysis):
         kind, callee, frozen = self._kind_of(value)
         if kind is None:
             return
+        if kind == "container" and _built_empty(value) and not self._filled(cls, name):
+            return  # `self.blocks = nn.ModuleList()` never added to: it holds no parameters
         # The first registration names the place; a later one of the same attribute keeps it.
         attr = cls.attrs.get(name)
         if attr is None:
             cls.attrs[name] = Attr(name, kind, callee, node, frozen)
         elif frozen:
             attr.frozen = True
+
+    def _filled(self, cls: ModuleClass, name: str) -> bool:
+        """Does a method of the class add to `self.<name>` (`append`, `extend`, `insert`,
+        `add_module`, `update`, `self.<name>[k] = m`, `self.<name> += [...]`) or hand it to
+        other code (`build(self.<name>)`, `for ... in ...: self.<name>...` is a read)?"""
+        for node in self.ctx.tree.descendants(cls.node.body):
+            if not is_self_attr(node, name):
+                continue
+            parent = self.ctx.parent(node)
+            if type(parent) is cst.Attribute and parent.value is node:
+                if parent.attr.value in _FILLING:
+                    return True
+            elif type(parent) is cst.Subscript and parent.value is node:
+                holder = self.ctx.parent(parent)
+                if type(holder) is cst.AssignTarget:
+                    return True
+            elif type(parent) is cst.AugAssign and parent.target is node:
+                return True
+            elif type(parent) is cst.Arg:
+                return True  # passed to a helper that may fill it
+        return False
 
     def _kind_of(self, value: cst.CSTNode):
         """(kind, constructor, frozen) for a value assigned to `self.x`; kind None when it is
@@ -609,3 +632,21 @@ def forward_reach(cls: ModuleClass) -> Set[str]:
                 reached.add(name)
                 todo.append(name)
     return reached
+
+
+# Container methods that add modules.
+_FILLING = {"append", "extend", "insert", "add_module", "update", "register_module", "__setitem__"}
+
+
+def _built_empty(value: cst.CSTNode) -> bool:
+    """`nn.ModuleList()`, `nn.ModuleDict({})`, `nn.Sequential()`, `nn.ModuleList([])`."""
+    if type(value) is not cst.Call:
+        return False
+    if not value.args:
+        return True
+    if len(value.args) != 1 or value.args[0].star:
+        return False
+    only = value.args[0].value
+    if type(only) is cst.List or type(only) is cst.Tuple or type(only) is cst.Dict:
+        return not only.elements
+    return False

@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from ...analysis.base.calls import argument, int_list, method_call, needs_parentheses
+from ...analysis.base.conditions import Conditions
 from ...analysis.base.names import dotted_name
 from ...analysis.base.vocabulary import DTYPE_WORDS
 from ...analysis.device.expressions import Device, Devices
@@ -18,11 +19,12 @@ DATA_PARALLEL = "torch.nn.DataParallel"
 
 class DataParallelWrapThenMove(Rule):
     """## What it does
-    Reports `nn.DataParallel(model).to(device)` and `nn.DataParallel(model).cuda(...)`: moving
-    the DataParallel *wrapper* instead of the module before wrapping it. The two-statement form
-    (`model = nn.DataParallel(model)` then `model.to(device)`) is reported when the device is
-    known to differ from `device_ids[0]` (a literal `cuda:1`, `.cuda(2)`) or may differ because
-    it comes from user input (`f"cuda:{args.gpu}"`).
+    Reports a DataParallel *wrapper* moved to a device (`nn.DataParallel(model).to(device)`,
+    `.cuda(...)`, or `model = nn.DataParallel(model)` followed by `model.to(device)`) when that
+    device is known to differ from `device_ids[0]` (a literal `cuda:1`, `.cuda(2)`, `.cuda()`
+    after `device_ids=[1, 2]`: an error) or may differ from it because its index is chosen at
+    run time (`f"cuda:{args.gpu}"`, `.cuda(args.local_rank)`) or the file sets another current
+    device (`torch.cuda.set_device(...)` before `.cuda()`): a warning.
 
     ## Why is this bad
     DataParallel keeps the module, and scatters every input batch, on `device_ids[0]`; without
@@ -32,19 +34,21 @@ class DataParallelWrapThenMove(Rule):
         RuntimeError: module must have its parameters and buffers on device cuda:0
         (device_ids[0]) but found one of them on device: cuda:1
 
-    Even when the target is `cuda:0` and it works, every replica is gathered back on GPU 0, which
-    is why users of the one-line form report that "only GPU 0 is used" and it runs out of memory
-    first. Move the module before wrapping, so that the placement is explicit and matches
+    Move the module before wrapping, so that the placement is explicit and matches
     `device_ids[0]`; better, use DistributedDataParallel, which PyTorch recommends even on one
     machine.
 
-    The tutorial form, `model = nn.DataParallel(model)` followed by `model.to("cuda")` (or
-    `cuda:0`, or a `device` that is one of those), works and is not reported.
+    Not reported: a move to the device DataParallel uses anyway. Without `device_ids` and
+    without `set_device`, `.cuda()`, `"cuda"`, `"cuda:0"` and a `device` bound only to one of
+    those (or to `"cpu"`) all mean `cuda:0` = `device_ids[0]`, in the one-line form
+    (`nn.DataParallel(model).cuda()`) as in the tutorial's two statements; so is a move to the
+    same expression as `device_ids[0]` (`device_ids=[args.gpu]` with `.cuda(args.gpu)`).
+    `CUDA_VISIBLE_DEVICES` changes which GPUs are visible, not that the first visible one is
+    `cuda:0`. A device the analysis cannot resolve (a parameter of a helper) is not reported.
 
     ## Example
     ```python
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = nn.DataParallel(model).to(device)
+    model = nn.DataParallel(model).to(f"cuda:{args.gpu}")  # cuda:0 is device_ids[0]
 
     model = nn.DataParallel(model, device_ids=[1, 2])
     model.to("cuda:0")  # error: device_ids[0] is cuda:1
@@ -52,7 +56,7 @@ class DataParallelWrapThenMove(Rule):
 
     ## Use instead
     ```python
-    model = nn.DataParallel(model.to(device))
+    model = nn.DataParallel(model.to(f"cuda:{args.gpu}"), device_ids=[args.gpu])
 
     model = nn.DataParallel(model.to("cuda:1"), device_ids=[1, 2])
     ```
@@ -60,9 +64,11 @@ class DataParallelWrapThenMove(Rule):
     ## Fix safety
     The fix rewrites `DataParallel(m, **kw).to(d)` to `DataParallel(m.to(d), **kw)` (and
     `.cuda(...)` likewise). It is safe: `Module.to` returns the module itself, so both
-    expressions produce the same wrapper around the same, moved module. It is offered only when
-    the device is not known to differ from `device_ids[0]`, because then moving the module first
-    would still fail; those findings are errors and the message says which device to use.
+    expressions produce the same wrapper around the same, moved module. It makes the placement
+    explicit at the wrap; it does not choose `device_ids`: when `d` is chosen at run time, start
+    `device_ids` with it (the help says so). It is not offered when the device is known to
+    differ from `device_ids[0]`: moving the module first would still fail; those findings are
+    errors and the message says which device to use.
     """
 
     code = "TRL201"
@@ -76,7 +82,6 @@ class DataParallelWrapThenMove(Rule):
         super().__init__(ctx)
         self.names = ctx.names
         self.devices: Devices = ctx.analysis(Devices)
-        self._sets_device: Optional[bool] = None
 
     # -- the one-expression form --------------------------------------------------------------
 
@@ -101,21 +106,17 @@ class DataParallelWrapThenMove(Rule):
         if target is None:
             return
         first_id, first_id_text = self._first_device_id(wrap)
-        mismatch = self._known_mismatch(target, first_id, first_id_text)
-        if mismatch:
-            self.report(
-                move,
-                self._mismatch_message(target, first_id, first_id_text),
-                severity=Severity.ERROR,
-            )
+        if self._known_mismatch(target, first_id, first_id_text):
+            self._report_mismatch(move, target, first_id)
             return
+        if not self._may_differ(target, first_id, first_id_text, move):
+            return  # `.cuda()`, "cuda", "cuda:0" without device_ids: that is device_ids[0]
         wrapper = self.ctx.code(wrap.func)
         self.report(
             move,
-            f"`{wrapper}(...).{method}(...)` moves the DataParallel wrapper after wrapping; "
-            'forward fails unless that is device_ids[0] (cuda:0 by default): "module must '
-            'have its parameters and buffers on device cuda:0 (device_ids[0])". Move the '
-            "module first, or use DistributedDataParallel",
+            f"`{wrapper}(...).{method}(...)` moves the wrapper to {_where(target)}, which may "
+            f"not be device_ids[0] ({_first(first_id, first_id_text)})",
+            help=_MAY_DIFFER_HELP,
             fix=self._fix(wrap, move, method),
         )
 
@@ -172,30 +173,28 @@ class DataParallelWrapThenMove(Rule):
             if move_target is None:
                 continue
             first_id, first_id_text = self._first_device_id(wrap)
+            related = [(wrap, "wrapped in DataParallel here")]
             if self._known_mismatch(move_target, first_id, first_id_text):
+                self._report_mismatch(call, move_target, first_id, related)
+            elif self._may_differ(move_target, first_id, first_id_text, call):
                 self.report(
                     call,
-                    self._mismatch_message(move_target, first_id, first_id_text),
-                    severity=Severity.ERROR,
-                    related=[(wrap, "wrapped in DataParallel here")],
-                )
-            elif self._may_differ(move_target, first_id, first_id_text):
-                self.report(
-                    call,
-                    f"`{target}` is a DataParallel wrapper moved to {move_target.describe()}; "
-                    'forward fails unless that is device_ids[0] (cuda:0 by default): "module '
-                    'must have its parameters and buffers on device cuda:0 (device_ids[0])". '
-                    "Move the module first and start device_ids with its device, or use "
-                    "DistributedDataParallel",
-                    related=[(wrap, "wrapped in DataParallel here")],
+                    f"`{target}` is a DataParallel wrapper moved to "
+                    f"{_where(move_target)}, which may not be device_ids[0] "
+                    f"({_first(first_id, first_id_text)})",
+                    help=_MAY_DIFFER_HELP,
+                    related=related,
                 )
             return  # only the first move after the wrap matters
 
     def _later_calls(self, wrap: cst.Call):
+        """Calls after the wrap statement (not inside the wrap: `DataParallel(m.to(d))` moves
+        the module, not the wrapper)."""
         tree = self.ctx.tree
         start = tree.index[wrap]
+        inside = {id(node) for node in tree.descendants(wrap)}
         for call in self.ctx.nodes(cst.Call):
-            if tree.index[call] > start:
+            if tree.index[call] > start and id(call) not in inside:
                 yield call
 
     def _rebinds(self, call: cst.Call, target: str, wrap: cst.Call) -> bool:
@@ -255,29 +254,68 @@ class DataParallelWrapThenMove(Rule):
             return not self._file_sets_device()
         return False
 
-    def _may_differ(self, target: Device, first_id: Optional[int], first_text) -> bool:
+    def _may_differ(
+        self, target: Device, first_id: Optional[int], first_text, move: cst.CSTNode
+    ) -> bool:
+        """Can the target's index differ from device_ids[0]? Only what the analysis sees
+        counts: an index chosen at run time, or the current device when device_ids does not
+        start at 0 or the file sets another current device."""
         if first_text is not None and target.index_text == first_text:
             return False  # device_ids=[args.gpu] with .cuda(args.gpu): the same device
         if target.user_chosen:
             return True
         if target.origin == "current" and first_id not in (0, None):
             return True
+        if target.origin == "current" and first_id == 0 and self._file_sets_device(move):
+            return True  # set_device(local_rank) makes "cuda" another GPU than cuda:0
         return False
 
-    def _file_sets_device(self) -> bool:
-        if self._sets_device is None:
-            self._sets_device = any(
-                self.names.is_(c.func, "torch.cuda.set_device") for c in self.ctx.nodes(cst.Call)
-            )
-        return self._sets_device
+    def _file_sets_device(self, move: Optional[cst.CSTNode] = None) -> bool:
+        """Does a `torch.cuda.set_device` of the file run with the move? (One on an exclusive
+        branch, the distributed side of `if is_distributed: ... else: DataParallel(m).cuda()`,
+        leaves the current device at cuda:0.)"""
+        calls = [
+            c for c in self.ctx.nodes(cst.Call) if self.names.is_(c.func, "torch.cuda.set_device")
+        ]
+        if move is None:
+            return bool(calls)
+        conditions = self.ctx.analysis(Conditions)
+        return any(not conditions.exclusive(call, move) for call in calls)
 
-    def _mismatch_message(self, target: Device, first_id, first_text) -> str:
+    def _report_mismatch(self, node, target: Device, first_id, related=()) -> None:
         where = target.describe() if target.index is not None else "the current device"
         found_on = target.describe() if target.index is not None else "cuda:0"
-        return (
-            f"DataParallel wrapper moved to {where} but device_ids[0] is cuda:{first_id}; "
-            'forward will fail: "module must have its parameters and buffers on device '
-            f'cuda:{first_id} (device_ids[0]) but found one of them on device: {found_on}". '
-            f"Move the module to cuda:{first_id} before wrapping, or start device_ids with "
-            f"{found_on}"
+        self.report(
+            node,
+            f"DataParallel wrapper moved to {where} but device_ids[0] is cuda:{first_id}: "
+            "forward will fail",
+            severity=Severity.ERROR,
+            related=related,
+            help=(
+                'DataParallel raises "module must have its parameters and buffers on device '
+                f'cuda:{first_id} (device_ids[0]) but found one of them on device: {found_on}". '
+                f"Move the module to cuda:{first_id} before wrapping, or start device_ids with "
+                f"{found_on}."
+            ),
         )
+
+
+_MAY_DIFFER_HELP = (
+    "DataParallel keeps the module on device_ids[0]; when the wrapper is moved elsewhere, "
+    'forward raises "module must have its parameters and buffers on device cuda:0 '
+    '(device_ids[0]) but found one of them on device: ...". Move the module before wrapping '
+    "and start device_ids with its device (`DataParallel(model.to(d), device_ids=[d, ...])`), "
+    "or use DistributedDataParallel."
+)
+
+
+def _where(target: Device) -> str:
+    if target.origin == "current" and target.index is None:
+        return "the current CUDA device"
+    return target.describe()
+
+
+def _first(first_id: Optional[int], first_text: Optional[str]) -> str:
+    if first_id is not None:
+        return f"cuda:{first_id}" + (" by default" if first_id == 0 else "")
+    return f"`{first_text}`"

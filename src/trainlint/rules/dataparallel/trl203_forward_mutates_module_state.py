@@ -9,7 +9,13 @@ import libcst as cst
 
 from ...analysis.parallel.state_writes import HookWrite, StateWrite, StateWrites
 from ...analysis.parallel.wraps import DP_KIND, Wraps
-from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
+from ...analysis.project.hierarchy import (
+    ClassRef,
+    Family,
+    Hierarchy,
+    classes_run_by,
+    file_facts,
+)
 from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
@@ -26,10 +32,10 @@ class ForwardMutatesModuleState(Rule):
     It is an error when the project wraps the class in `nn.DataParallel` (an instance of it or
     of a subclass, or of a class whose `__init__` builds it as a submodule; also through a
     helper such as `parallelize(config, model)`). It is a warning when a file that uses the
-    class's module (imports it, directly or not) wraps some other model in DataParallel, or
-    when the project wraps a model whose class cannot be named (built by a registry or a
-    dynamic import). Otherwise the rule is quiet: in projects without DataParallel, or that
-    use it only around other, known models, the writes are harmless
+    class's module (imports it, directly or not), or the project, wraps a model whose class
+    cannot be named (built by a registry or a dynamic import). Otherwise the rule is quiet: in
+    projects without DataParallel, or that use it only around other, known models (whose
+    classes and submodules do not include this one), the writes are harmless
     (DistributedDataParallel runs one model per process).
 
     ## Why is this bad
@@ -53,7 +59,10 @@ class ForwardMutatesModuleState(Rule):
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
     the eval-only branch of `self.training` (inference caches; a cache filled on the training
     branch is reported); local variables and local containers; strings and numbers put into a
-    container (bookkeeping, no graph). An attribute set in `forward` (not in a hook) is only
+    container (bookkeeping, no graph); a flag updated the same way on every call
+    (`self.training |= self.export`: the next forward applies it again); classes that are not
+    modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
+    `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
     lost on the replica, so it is reported only when it matters: read by a method of the class
     or its relatives, or read on a model object anywhere in the project, and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
@@ -235,14 +244,17 @@ class ForwardMutatesModuleState(Rule):
         everywhere = data_parallel_wraps(hierarchy, list(hierarchy.known_files()))
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
-        wrapped = wrapped_classes(hierarchy, everywhere)
+        wrapped = classes_run_by(hierarchy, everywhere)
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
         for display, (path, keys) in sorted(files.items()):
             # In a repository of many examples, one example's DataParallel of a known class
-            # says nothing of another's models.
-            near = data_parallel_wraps(hierarchy, evidence[display]) or unknown
+            # says nothing of another's models; a wrap whose model is named and does not run
+            # this class says nothing of it either (yolov3's DetectionModel is wrapped, the
+            # inference-only DetectMultiBackend is not).
+            near = [w for w in data_parallel_wraps(hierarchy, evidence[display]) if not w[2]]
+            near = near or unknown
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 ref = ClassRef(path, name)
@@ -292,28 +304,6 @@ def data_parallel_wraps(
                 where = f"{hierarchy.display(path)}:{row}"
                 found.append((where, path, list(wrap.get("classes", ()))))
     return sorted(found, key=lambda item: item[0])
-
-
-def wrapped_classes(
-    hierarchy: Hierarchy, wraps: List[Tuple[str, Path, List[str]]]
-) -> Dict[ClassRef, str]:
-    """Classes whose code runs in DataParallel replicas -> where: each wrapped class, its
-    ancestors, and (through `__init__`'s submodules) the classes of its submodules."""
-    out: Dict[ClassRef, str] = {}
-    todo: List[Tuple[str, Path, str, int]] = [
-        (name, path, where, 0) for where, path, names in wraps for name in names
-    ]
-    while todo:
-        name, importer, where, depth = todo.pop()
-        ref = hierarchy.resolve(name, importer)
-        if not isinstance(ref, ClassRef) or ref in out or depth > 6:
-            continue
-        for member, facts in hierarchy.ancestry(ref).members:
-            out.setdefault(member, where)
-            for attr in facts.get("attrs", {}).values():
-                if attr.get("callee"):
-                    todo.append((attr["callee"], member.path, where, depth + 1))
-    return out
 
 
 def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> bool:

@@ -36,7 +36,9 @@ class StateDictModulePrefix(Rule):
 
     Saving `model.module.state_dict()`, a reference taken before wrapping (`model_without_ddp`),
     `getattr(model, "module", model).state_dict()` or the result of an unwrap helper is not
-    reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)`.
+    reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)`, nor
+    the resume checkpoint of a model wrapped on every path when the file loads that checkpoint
+    (the same file name) back only into wrappers: its one known consumer expects the prefix.
 
     ## Example
     ```python
@@ -82,6 +84,8 @@ class StateDictModulePrefix(Rule):
             state = self.parallel.wrapper_state(receiver, call)
             if not state.some or not self._saved(call) or self._guarded(call, receiver):
                 continue
+            if state.every and self._resumed_into_wrapper(call):
+                continue  # the file's own loads of this checkpoint expect the prefix
             self._report(call, receiver, state)
 
     def _report(self, call: cst.Call, receiver, state: WrapState) -> None:
@@ -91,17 +95,19 @@ class StateDictModulePrefix(Rule):
             what = f"`{text}` is a {kind} wrapper here"
         else:
             what = f"`{text}` is a {kind} wrapper on some paths"
-        message = (
-            f"{what}: its state_dict() keys all start with `module.`, so the checkpoint only "
-            'loads into a wrapped model ("Unexpected key(s) in state_dict: module.…"); save '
+        message = f"{what}: the checkpoint's keys all start with `module.`"
+        help_text = (
+            "It then loads only into a wrapped model; a bare model raises \"Missing key(s) in "
+            'state_dict ... Unexpected key(s) in state_dict: "module.…"". Save '
             f"`{text}.module.state_dict()`"
-            + ("" if state.every else f' (or `getattr({text}, "module", {text})`)')
+            + ("" if state.every else f' (or `getattr({text}, "module", {text}).state_dict()`)')
+            + "."
         )
         fix = None
         if state.every and not self._loads_into_wrappers():
             fix = self._fix(receiver, text)
         related = [(site, f"wrapped in {kind} here") for site in state.sites[:1]]
-        self.report(call, message, fix=fix, related=related)
+        self.report(call, message, fix=fix, related=related, help=help_text)
 
     def _fix(self, receiver, text: str) -> Optional[PendingFix]:
         return self.safe_fix(
@@ -169,6 +175,91 @@ class StateDictModulePrefix(Rule):
                     return True
         return False
 
+    def _resumed_into_wrapper(self, call: cst.Call) -> bool:
+        """Is the checkpoint this state dict is saved to (named by a file-name literal of the
+        save, `"checkpoint.pth"`) loaded back in this file, and only into wrappers? Then the
+        `module.` keys are what its one known consumer expects."""
+        names = self._file_names(self._save_call(call))
+        if not names:
+            return False
+        key = self._saved_under(call)
+        loads = [
+            (found[0], load)
+            for load in self.ctx.nodes(cst.Call)
+            for found in [method_call(load, "load_state_dict")]
+            if found is not None and load.args
+            and _entry(load.args[0].value) in (key, None)
+            and names & self._file_names(self._loaded_from(load.args[0].value))
+        ]
+        return bool(loads) and all(
+            type(receiver) in (cst.Name, cst.Attribute)
+            and self.parallel.wrapper_state(receiver, load).every
+            for receiver, load in loads
+        )
+
+    def _saved_under(self, call: cst.Call) -> Optional[str]:
+        """The checkpoint entry the state dict is saved as: `dict(model=...)`,
+        `{"model": ...}`; None when it is saved as it is."""
+        parent = self.ctx.parent(call)
+        if type(parent) is cst.Arg and parent.keyword is not None:
+            return parent.keyword.value
+        if type(parent) is cst.DictElement and type(parent.key) is cst.SimpleString:
+            value = parent.key.evaluated_value
+            return value if isinstance(value, str) else None
+        return None
+
+    def _save_call(self, call: cst.Call) -> Optional[cst.Call]:
+        """The save call that writes `call`'s state dict (directly, or through a dict name)."""
+        node: cst.CSTNode = call
+        for _ in range(8):
+            parent = self.ctx.parent(node)
+            if type(parent) is cst.Call and _is_save(parent):
+                return parent
+            if type(parent) is cst.Assign:
+                targets = [t.target for t in parent.targets]
+                name = targets[0].value if type(targets[0]) is cst.Subscript else targets[0]
+                if type(name) is not cst.Name:
+                    return None
+                for save in self.ctx.nodes(cst.Call):
+                    if _is_save(save) and any(
+                        type(n) is cst.Name and n.value == name.value
+                        for arg in save.args
+                        for n in [arg.value, *self.ctx.tree.descendants(arg.value)]
+                    ):
+                        return save
+                return None
+            if parent is None:
+                return None
+            node = parent
+        return None
+
+    def _loaded_from(self, expr: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """`ckpt["model"]` with `ckpt = torch.load(path)`: the load call."""
+        while type(expr) is cst.Subscript:
+            expr = expr.value
+        if type(expr) is cst.Name:
+            for binding in self.ctx.scopes.lookup(expr.value, expr):
+                if binding.value is not None:
+                    return binding.value
+            return None
+        return expr
+
+    def _file_names(self, node: Optional[cst.CSTNode]) -> set:
+        """File-name literals in a save or load call (`"checkpoint.pth"`, `f"{d}/last.pt"`)."""
+        if node is None:
+            return set()
+        found = set()
+        for inner in [node, *self.ctx.tree.descendants(node)]:
+            if type(inner) is cst.SimpleString:
+                value = inner.evaluated_value
+            elif type(inner) is cst.FormattedStringText:
+                value = inner.value
+            else:
+                continue
+            if isinstance(value, str) and "." in value and len(value) > 3:
+                found.add(value.strip("/").split("/")[-1])
+        return found
+
     def _loads_into_wrappers(self) -> bool:
         if self._loads_into_wrapper is None:
             found = False
@@ -186,3 +277,13 @@ class StateDictModulePrefix(Rule):
 def _is_save(call: cst.Call) -> bool:
     leaf = (dotted_name(call.func) or "").split(".")[-1].lower()
     return "save" in leaf and leaf != "save_pretrained"
+
+
+def _entry(expr: cst.CSTNode) -> Optional[str]:
+    """`ckpt["model"]` -> "model"; None for anything else."""
+    if type(expr) is cst.Subscript and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        if type(index) is cst.Index and type(index.value) is cst.SimpleString:
+            value = index.value.evaluated_value
+            return value if isinstance(value, str) else None
+    return None

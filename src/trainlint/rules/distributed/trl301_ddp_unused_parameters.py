@@ -51,7 +51,10 @@ class DdpUnusedParameters(Rule):
 
     The rule is an error when the project trains with DDP (a DDP wrap, `init_process_group`,
     torchrun or `torch.distributed.launch` usage, `LOCAL_RANK`, an MMEngine/MMDetection config
-    that builds the class with `type=`, in it or in its `_base_` files), a warning otherwise;
+    that builds the class with `type=`, in it or in its `_base_` files). When the CLI, which
+    reads the whole project, finds nothing that trains with DDP, no failure is established and
+    the rule is quiet; under flake8, which sees one file, it is a warning then (the DDP launch
+    may be in a file flake8 was not given);
     such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
     `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
     the class's parents and subclasses across the files of the project (also files outside the
@@ -60,7 +63,8 @@ class DdpUnusedParameters(Rule):
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
-    (`register_buffer` is not a parameter), and attributes read on another object
+    (`register_buffer` is not a parameter), containers built empty and never added to
+    (`self.blocks = nn.ModuleList()`: no parameters), and attributes read on another object
     (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP.
     Under flake8, which sees one file, only that file is evidence.
 
@@ -105,7 +109,7 @@ class DdpUnusedParameters(Rule):
     code = "TRL301"
     name = "ddp-unused-parameters"
     severity = Severity.ERROR
-    severity_note = "warning when nothing in the project trains with DDP"
+    severity_note = "warning under flake8 when its one file shows no DDP training"
     fix = "unsafe"
     # Every file that imports may link a class to the script that wraps it in DDP.
     markers = ("class ", "torch", "find_unused", "import ") + MM_CONFIG_MARKERS
@@ -179,6 +183,10 @@ class DdpUnusedParameters(Rule):
                 if configs.naming(family, tolerant=True):
                     continue
                 named = signals or configs.naming(family)
+                if not named and project.complete:
+                    # The CLI sees the whole project: nothing in it trains with DDP, so no
+                    # reduction waits for this parameter.
+                    continue
                 diagnostic = project.candidate(
                     display,
                     cls.code,

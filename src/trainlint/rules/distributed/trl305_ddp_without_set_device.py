@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
 from ...analysis.base.calls import argument, keyword
 from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
 from ...analysis.parallel.parallel import INIT_PROCESS_GROUP, Parallel
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 _CUDA = re.compile(r"\bcuda\b|nccl|device_ids", re.I)
+_SETTERS = ("set_device", "set_device_index")
 # Launchers that choose the device for each process themselves.
 _LAUNCHERS = ("lightning", "accelerate", "mmengine", "deepspeed")
 
@@ -21,7 +25,8 @@ _LAUNCHERS = ("lightning", "accelerate", "mmengine", "deepspeed")
 class DdpWithoutSetDevice(Rule):
     """## What it does
     Reports `torch.distributed.init_process_group(...)` with the NCCL backend (or no backend, or
-    one chosen at run time) in a script that uses CUDA, when nothing in the file sets the
+    one chosen at run time whose default is not known to be another backend: a `--backend`
+    option defaulting to `"gloo"` is the gloo the script runs with) in a script that uses CUDA, when nothing in the file sets the
     process's current device: no `torch.cuda.set_device(...)`, no
     `torch.accelerator.set_device_index(...)`, no `with torch.cuda.device(...)`, no `device_id=`
     argument to `init_process_group`, no per-process `CUDA_VISIBLE_DEVICES`.
@@ -38,7 +43,12 @@ class DdpWithoutSetDevice(Rule):
 
     Calling `torch.cuda.set_device(local_rank)` before `init_process_group` makes each process
     use its own GPU for everything that says "cuda". Scripts run by Lightning, Accelerate,
-    MMEngine or DeepSpeed launchers are not reported: those set the device.
+    MMEngine or DeepSpeed launchers are not reported: those set the device. Nor is a file that
+    calls a function of another project file that sets the device (`make_data_parallel()` of
+    model.py calling `torch.cuda.set_device(device)`, directly or through the helper file's own
+    functions); the project phase follows the call (under flake8, only this file is seen).
+    This rule owns a missing `set_device` in a file that initialises a process group
+    (`Parallel.process_group_inits`): TRL103 leaves that cause to it.
 
     ## Example
     ```python
@@ -70,10 +80,13 @@ class DdpWithoutSetDevice(Rule):
     name = "ddp-without-set-device"
     severity = Severity.WARNING
     fix = "safe"
-    markers = ("init_process_group",)
+    # "set_device": a helper file that sets the device for the file that initialises the group.
+    markers = ("init_process_group", "set_device")
+    project = True
 
     def finish(self) -> None:
         ctx = self.ctx
+        self.sets_device_in = self._functions_setting_device()
         if not _CUDA.search(ctx.source.text):
             return  # CPU-only code: gloo is the default there
         parallel: Parallel = ctx.analysis(Parallel)
@@ -88,31 +101,129 @@ class DdpWithoutSetDevice(Rule):
             if frameworks.managed(call) or keyword(call, "device_id") is not None:
                 continue
             backend = argument(call, 0, "backend")
-            if not self._may_be_nccl(backend):
+            which = self._backend(backend)
+            if which is None:
                 continue
-            fix = None if self._may_be_gloo(backend) else self._fix(call, parallel)
-            self.report(
+            self.candidate(
+                f"init:{len(self.candidates)}",
                 call,
-                "`init_process_group` with NCCL but the current CUDA device is never set: "
-                "every process keeps cuda:0 as its default, so NCCL, `barrier()` and anything "
-                'created with "cuda" land on GPU 0 (extra memory there, hangs, "Duplicate GPU '
-                'detected"); call `torch.cuda.set_device(local_rank)` first',
-                fix=fix,
+                f"`init_process_group` with {which}, but this process's current CUDA device is "
+                "never set",
+                help=(
+                    "Every process keeps cuda:0 as its current device, so NCCL's communicator, "
+                    '`barrier()` and anything created with "cuda" land on GPU 0: extra memory '
+                    'there, hangs, or "Duplicate GPU detected". Call '
+                    "`torch.cuda.set_device(local_rank)` before `init_process_group`."
+                ),
+                # No fix where the script also runs with gloo (no GPU per process there).
+                fix=None if self._may_be_gloo(backend) else self._fix(call, parallel),
             )
 
-    def _may_be_nccl(self, backend: Optional[cst.BaseExpression]) -> bool:
+    # -- the project phase: set_device in a helper of another file --------------------------
+
+    def _functions_setting_device(self) -> List[str]:
+        """Module-level functions of this file that set the current CUDA device, directly or
+        through the file's other functions (`make_data_parallel` calling set_device)."""
+        functions = {
+            statement.name.value: statement
+            for statement in self.ctx.module.body
+            if type(statement) is cst.FunctionDef
+        }
+        direct = set()
+        calls: Dict[str, Set[str]] = {}
+        for name, function in functions.items():
+            calls[name] = set()
+            for node in self.ctx.tree.descendants(function):
+                if type(node) is not cst.Call:
+                    continue
+                func = node.func
+                if type(func) is cst.Attribute and func.attr.value in _SETTERS:
+                    direct.add(name)
+                elif type(func) is cst.Name and func.value in functions:
+                    calls[name].add(func.value)
+        found = set(direct)
+        changed = True
+        while changed:
+            changed = False
+            for name, callees in calls.items():
+                if name not in found and callees & found:
+                    found.add(name)
+                    changed = True
+        return sorted(found)
+
+    def _called_names(self) -> List[str]:
+        """`helper` and `module.helper` called in this file (what imports may resolve)."""
+        found = set()
+        for call in self.ctx.nodes(cst.Call):
+            name = dotted_name(call.func)
+            if name is not None and name.count(".") <= 1:
+                found.add(name)
+        return sorted(found)
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        return {
+            "imports": import_qualnames(self.ctx),
+            "called": self._called_names() if self.candidates else [],
+            "sets_device_in": self.sets_device_in,
+        }
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display, keys in sorted(candidates.items()):
+            path = hierarchy.absolute(display)
+            helper = _device_setting_helper(hierarchy, path)
+            for key in sorted(keys):
+                if helper is not None:
+                    continue  # `make_data_parallel()` of model.py calls set_device
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
+
+    def _backend(self, backend: Optional[cst.BaseExpression]) -> Optional[str]:
+        """How the message names the backend, or None when it is not NCCL: a literal, the
+        default (NCCL for CUDA tensors), a name bound to literals, or a run-time choice whose
+        default the file shows (`add_argument("--backend", default="gloo")`, a config
+        dataclass's `backend: str = "gloo"`)."""
         if backend is None:
-            return True  # the default picks NCCL for CUDA
+            return "the default backend (NCCL on GPUs)"
         value = _literal(backend)
         if value is None and type(backend) is cst.Name:
             bindings = self.ctx.scopes.lookup(backend.value, backend)
             values = [_literal(b.value) if b.value is not None else None for b in bindings]
             if values and all(v is not None for v in values):
-                return any("nccl" in v.lower() for v in values)  # type: ignore[union-attr]
-            return True
+                nccl = any("nccl" in v.lower() for v in values)  # type: ignore[union-attr]
+                return "NCCL" if nccl else None
         if value is None:
-            return True  # args.dist_backend, a config value: NCCL on GPUs by convention
-        return "nccl" in value.lower()
+            default = self._default_of(backend)
+            if default is not None and "nccl" not in default.lower():
+                return None  # run as configured by default, the group is not NCCL
+            if default is not None:
+                return f"NCCL (the default of `{self.ctx.code(backend)}`)"
+            return "a backend chosen at run time (NCCL on GPUs by convention)"
+        return "NCCL" if "nccl" in value.lower() else None
+
+    def _default_of(self, expr: cst.BaseExpression) -> Optional[str]:
+        """The literal default of a command-line or config option read as `args.<name>`."""
+        if type(expr) is not cst.Attribute:
+            return None
+        name = expr.attr.value
+        flags = {f"--{name}", f"--{name.replace('_', '-')}"}
+        for node in self.ctx.nodes(cst.AnnAssign):
+            target = node.target
+            if type(target) is cst.Name and target.value == name and node.value is not None:
+                if any(type(a) is cst.ClassDef for a in self.ctx.ancestors(node)):
+                    return _literal(node.value)
+        for call in self.ctx.nodes(cst.Call):
+            if type(call.func) is not cst.Attribute or call.func.attr.value != "add_argument":
+                continue
+            if any(_literal(arg.value) in flags for arg in call.args if arg.keyword is None):
+                default = keyword(call, "default")
+                return _literal(default) if default is not None else None
+        return None
 
     def _may_be_gloo(self, backend: Optional[cst.BaseExpression]) -> bool:
         """The script also runs with gloo (`"nccl" if torch.cuda.is_available() else "gloo"`,
@@ -161,4 +272,26 @@ def _literal(node: Optional[cst.CSTNode]) -> Optional[str]:
     if type(node) is cst.SimpleString:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
+    return None
+
+
+def _device_setting_helper(hierarchy: Hierarchy, path: Path) -> Optional[str]:
+    """A function of another project file, called in `path`, that sets the current device."""
+    facts = hierarchy.facts_at(path) or {}
+    imports = facts.get("imports", {})
+    for called in facts.get("called", ()):
+        head, _, rest = called.partition(".")
+        imported = imports.get(head)
+        if imported is None:
+            continue
+        qualified = f"{imported}.{rest}" if rest else imported
+        module, _, function = qualified.rpartition(".")
+        if not module:
+            continue
+        helper_file = hierarchy.module_file(module, path)
+        if helper_file is None:
+            continue
+        helper_facts = hierarchy.facts_at(helper_file) or {}
+        if function in helper_facts.get("sets_device_in", ()):
+            return qualified
     return None

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
 from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.parallel.parallel import Parallel
-from ...diagnostics import Severity
+from ...analysis.parallel.wraps import Wraps
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 _FLAGS = ("--local_rank", "--local-rank")
@@ -31,11 +33,18 @@ class LocalRankArgparseOnly(Rule):
       `error: unrecognized arguments: --local-rank=0`.
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
-    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves.
+    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
+    does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts), nor a parser in a file that is
+    not distributed at all (no DDP wrap, no `init_process_group`) and never reads the flag: a copied parser in a script nobody launches per process. Both spellings
+    count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
+    another).
 
     ## Example
     ```python
     parser.add_argument("--local_rank", type=int, default=-1)
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group("nccl")
     ```
 
     ## Use instead
@@ -43,6 +52,9 @@ class LocalRankArgparseOnly(Rule):
     parser.add_argument(
         "--local_rank", "--local-rank", type=int, default=os.environ.get("LOCAL_RANK", -1)
     )
+    args = parser.parse_args()
+    torch.cuda.set_device(args.local_rank)
+    dist.init_process_group("nccl")
     ```
 
     ## Fix safety
@@ -57,12 +69,15 @@ class LocalRankArgparseOnly(Rule):
     name = "local-rank-argparse-only"
     severity = Severity.WARNING
     fix = "safe"
-    markers = ("local_rank", "local-rank")
+    # "LOCAL_RANK": the project's helper files that read it for the script (project phase).
+    markers = ("local_rank", "local-rank", "LOCAL_RANK")
+    project = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.parallel: Parallel = ctx.analysis(Parallel)
         self.frameworks: Frameworks = ctx.analysis(Frameworks)
+        self._is_distributed: Optional[bool] = None
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_call(node, "add_argument") is None:
@@ -72,7 +87,9 @@ class LocalRankArgparseOnly(Rule):
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
             return
-        spellings = {_string(a.value) for a in flags}
+        if not self._distributed() and not self._flag_read():
+            return  # a copied parser in a script nobody launches per process
+        spellings = {_string(a.value) for a in flags} | self._other_spellings(node)
         default = keyword(node, "default")
         default_text = self.ctx.code(default) if default is not None else "None"
         parts = []
@@ -87,14 +104,67 @@ class LocalRankArgparseOnly(Rule):
             "torchrun passes no flag at all, so `local_rank` stays "
             f"`{default_text}` on every rank"
         )
-        self.report(
+        self.candidate(
+            f"flag:{len(self.candidates)}",
             node,
-            "`--local_rank` is only read from the command line and nothing in this file reads "
-            "the LOCAL_RANK environment variable: "
-            + "; ".join(parts)
-            + '; default it from `os.environ["LOCAL_RANK"]`',
+            "`--local_rank` comes only from the command line; nothing here reads the LOCAL_RANK "
+            "environment variable",
+            help=_sentence("; ".join(parts))
+            + '. Default it from `os.environ["LOCAL_RANK"]` and accept both spellings.',
             fix=self._fix(node, flags, spellings, default),
         )
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        return {
+            "imports": import_qualnames(self.ctx),
+            "reads_local_rank": self.parallel.reads_env("LOCAL_RANK"),
+        }
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display, keys in sorted(candidates.items()):
+            if _imports_a_local_rank_reader(hierarchy, hierarchy.absolute(display)):
+                continue  # `init_distributed()` of dist_utils.py reads LOCAL_RANK for it
+            for key in sorted(keys):
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
+
+    def _distributed(self) -> bool:
+        """Does the file set up distributed training (a DDP wrap, `init_process_group`)? A
+        launcher named in a comment says less: a sweep driver may mention torchrun."""
+        if self._is_distributed is None:
+            signals = self.ctx.analysis(Wraps).signals
+            self._is_distributed = bool(
+                signals & {"a DistributedDataParallel wrap", "init_process_group"}
+            )
+        return self._is_distributed
+
+    def _flag_read(self) -> bool:
+        """Is the parsed flag used (`args.local_rank`, `opt.local_rank`)?"""
+        return any(
+            node.attr.value == "local_rank" and not _is_store(self.ctx, node)
+            for node in self.ctx.nodes(cst.Attribute)
+        )
+
+    def _other_spellings(self, call: cst.Call) -> Set[Optional[str]]:
+        """Spellings added by the file's other `add_argument` calls (one per PyTorch version:
+        `if torch.__version__ >= "2": add_argument("--local-rank") else: ("--local_rank")`)."""
+        found: Set[Optional[str]] = set()
+        parser = self.ctx.code(call.func.value)  # type: ignore[attr-defined]
+        scope = self.ctx.scopes.enclosing_function(call)
+        for other in self.ctx.nodes(cst.Call):
+            if other is call or method_call(other, "add_argument") is None:
+                continue
+            if self.ctx.code(other.func.value) != parser:
+                continue  # another parser (or argument group) of the file
+            if self.ctx.scopes.enclosing_function(other) is scope:
+                found |= {_string(a.value) for a in self._flag_args(other)}
+        return found - {None}
 
     def _flag_args(self, call: cst.Call) -> List[cst.Arg]:
         out = []
@@ -140,3 +210,24 @@ def _string(node: cst.CSTNode) -> Optional[str]:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def _is_store(ctx, node: cst.CSTNode) -> bool:
+    parent = ctx.parent(node)
+    return type(parent) is cst.AssignTarget or (
+        type(parent) in (cst.AugAssign, cst.AnnAssign) and parent.target is node
+    )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
+    """Does a project file that `path` imports (directly, or through one more import) read
+    LOCAL_RANK from the environment?"""
+    files = set(hierarchy.imported_files(path))
+    for imported in list(files):
+        files |= hierarchy.imported_files(imported)
+    files.discard(path)
+    return any((hierarchy.facts_at(f) or {}).get("reads_local_rank") for f in files)

@@ -7,6 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from ...analysis.base.calls import argument
+from ...analysis.base.conditions import Conditions
 from ...analysis.parallel.parallel import (
     CONVERT_SYNC_BATCHNORM,
     MODULE_RETURNING,
@@ -17,6 +18,11 @@ from ...diagnostics import Severity
 from ..base import Rule
 
 SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
+_NO_GROUP_HELP = (
+    "Without a DDP process group, current releases silently fall back to per-device BatchNorm "
+    "statistics (each GPU's slice of the batch); older releases raise \"Default process group "
+    'has not been initialized".'
+)
 
 
 class SyncBatchNormAfterDdp(Rule):
@@ -45,6 +51,11 @@ class SyncBatchNormAfterDdp(Rule):
     fall back to ordinary per-device BatchNorm: the "synchronized" statistics are computed on
     each GPU's slice of the batch, which is exactly what the conversion was meant to avoid
     (older releases raise "Default process group has not been initialized").
+
+    A conversion and a DataParallel wrap on branches that never run together are not paired:
+    DataParallel under `if RANK == -1:` and the conversion under `if RANK != -1:` (the same
+    variable compared with `==` and `!=` against the same constant, or tested and negated, and
+    not reassigned in between; analysis/base/conditions.py).
 
     ## Example
     ```python
@@ -84,9 +95,9 @@ class SyncBatchNormAfterDdp(Rule):
                 if branch is not None:
                     self.report(
                         node,
-                        "SyncBatchNorm on the non-distributed branch of this script: without a "
-                        "DDP process group it silently computes per-device statistics like "
-                        "BatchNorm; use it only on the distributed path",
+                        "SyncBatchNorm on the non-distributed branch: no DDP process group "
+                        "synchronizes its statistics",
+                        help=_NO_GROUP_HELP + " Use it only on the distributed path.",
                         related=[(branch, "the non-distributed branch")],
                     )
 
@@ -105,7 +116,7 @@ class SyncBatchNormAfterDdp(Rule):
             assert type(target) is cst.Call  # wrap_kind names only wrap calls
             state = WrapState(every=True, some=True, kinds={direct}, sites=[target])
         else:
-            state = parallel.wrapper_state(target, call)
+            state = self._reaching(parallel.wrapper_state(target, call), call)
         if "DistributedDataParallel" in state.kinds:
             what = f"`{self.ctx.code(module)}`"
             extra = (
@@ -117,10 +128,13 @@ class SyncBatchNormAfterDdp(Rule):
             self.report(
                 call,
                 f"convert_sync_batchnorm on {what} after it was wrapped in "
-                "DistributedDataParallel: PyTorch requires converting before wrapping (DDP "
-                'sets up the layers it is given; older releases raise "SyncBatchNorm is only '
-                f'supported within torch.nn.parallel.DistributedDataParallel"){extra}; convert '
-                "first, then wrap",
+                "DistributedDataParallel",
+                help=(
+                    "PyTorch requires converting before wrapping: DDP sets up the layers it is "
+                    'given, and older releases raise "SyncBatchNorm is only supported within '
+                    f'torch.nn.parallel.DistributedDataParallel"{extra}. Convert first, then '
+                    "wrap."
+                ),
                 related=[
                     (site, "wrapped in DistributedDataParallel here") for site in state.sites[:1]
                 ],
@@ -137,19 +151,30 @@ class SyncBatchNormAfterDdp(Rule):
         if branch is not None:
             self.report(
                 call,
-                "convert_sync_batchnorm on the non-distributed branch: without a DDP process "
-                "group SyncBatchNorm silently falls back to per-device BatchNorm statistics; "
-                "convert only when training with DistributedDataParallel",
+                "convert_sync_batchnorm on the non-distributed branch: no DDP process group "
+                "synchronizes the statistics",
+                help=_NO_GROUP_HELP + " Convert only when training with DistributedDataParallel.",
                 related=[(branch, "the non-distributed branch")],
             )
+
+    def _reaching(self, state: WrapState, call: cst.Call) -> WrapState:
+        """The wraps of `state` that can run together with `call` (not on an exclusive
+        branch: DataParallel under `RANK == -1`, the conversion under `RANK != -1`)."""
+        if not state.sites:
+            return state
+        conditions = self.ctx.analysis(Conditions)
+        sites = [site for site in state.sites if not conditions.exclusive(site, call)]
+        kinds = {kind for kind in map(self.parallel.wrap_kind, sites) if kind is not None}
+        return WrapState(every=state.every and sites == state.sites, some=bool(sites),
+                         kinds=kinds, sites=sites)
 
     def _report_data_parallel(self, call: cst.Call, wrap: Optional[cst.CSTNode]) -> None:
         related = [(wrap, "wrapped in DataParallel here")] if wrap is not None else []
         self.report(
             call,
-            "SyncBatchNorm inside nn.DataParallel: DataParallel runs one process, so there is no "
-            "process group to synchronize over and every replica silently uses its own slice's "
-            "statistics (older releases raise); use DistributedDataParallel, or keep BatchNorm",
+            "SyncBatchNorm inside nn.DataParallel: one process, no process group to synchronize "
+            "its statistics over",
+            help=_NO_GROUP_HELP + " Use DistributedDataParallel, or keep BatchNorm.",
             related=related,
         )
 
@@ -160,8 +185,8 @@ class SyncBatchNormAfterDdp(Rule):
         for wrap, kind in self.parallel.wrap_calls():
             if kind != "DataParallel" or index.get(wrap, -1) <= start:
                 continue
-            if self.parallel.mutually_exclusive(convert, wrap):
-                continue
+            if self.ctx.analysis(Conditions).exclusive(convert, wrap):
+                continue  # `if rank == -1: DataParallel` / `if rank != -1: convert`
             module = argument(wrap, 0, "module")
             if module is not None and self._flows_from(module, convert, 0):
                 return wrap
