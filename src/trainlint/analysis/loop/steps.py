@@ -635,7 +635,39 @@ class TrainingSteps(Analysis):
                 break
         return names
 
-    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 3) -> bool:
+    def freed_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
+        the backpropagated tensor and the terms it was computed from in the loop
+        (`loss = cls_loss + box_loss`). A running total of such a value keeps only the freed
+        autograd nodes alive (host bookkeeping), not the saved activations."""
+        found: Set[str] = set()
+        for event in events_of(self.flow(loop)):
+            if event.kind != "backward" or event.via or type(event.node) is not cst.Call:
+                continue
+            retain = keyword(event.node, "retain_graph")
+            if retain is not None and not (
+                type(retain) is cst.Name and retain.value in ("False", "None")
+            ):
+                continue
+            found.update(name_leaves(self.backward_tensor(event.node)))
+        if not found:
+            return found
+        assigns = [n for n in self.ctx.tree.descendants(loop) if type(n) is cst.Assign]
+        for _ in range(3):
+            grown = False
+            for assign in assigns:
+                if not any(dotted_name(t.target) in found for t in assign.targets):
+                    continue
+                for node in [assign.value, *self.ctx.tree.descendants(assign.value)]:
+                    text = dotted_name(node)
+                    if text and text not in found and type(node) in (cst.Name, cst.Attribute):
+                        found.add(text)
+                        grown = True
+            if not grown:
+                break
+        return found
+
+    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 5) -> bool:
         """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
         or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
         `loss = outputs.loss` outside the block holds no graph.)"""
@@ -659,22 +691,62 @@ class TrainingSteps(Analysis):
                 and loops[0] in set(self.ctx.ancestors(b.statement))
             ]
             if inside:
-                bindings = [max(inside, key=lambda b: index.get(b.statement, -1))]
+                last = max(inside, key=lambda b: index.get(b.statement, -1))
+                # `total += x` adds to what came before: every binding in the iteration counts.
+                bindings = inside if last.kind == "augassign" else [last]
         for binding in bindings:
-            if binding.kind not in ("assign", "unpack", "annassign", "with", "for"):
+            if binding.kind not in ("assign", "augassign", "unpack", "annassign", "with", "for"):
                 return False
             statement = binding.statement
             if self.grad_disabled(statement):
                 continue
             value = getattr(statement, "value", None)
             if binding.kind == "assign" and value is not None:
-                if self._detaching(value):
+                if self.holds_no_graph(value, _depth - 1):
                     continue
-                if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
-                    if self.recorded_without_grad(value, _depth - 1):
-                        continue
             return False
         return True
+
+    def holds_no_graph(self, value: cst.CSTNode, _depth: int = 2) -> bool:
+        """Is `value` known to hold no autograd graph: a number, a detaching read, a name bound
+        only without grad, a dict/tuple/list of such values, or the result of a same-file
+        function whose every return is such a value (`res = evaluate(...)` returning a dict of
+        losses computed under `torch.no_grad()`)?"""
+        if _depth < 0:
+            return False
+        if type(value) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString):
+            return True
+        if type(value) is cst.UnaryOperation:
+            return self.holds_no_graph(value.expression, _depth)
+        if self._detaching(value):
+            return True
+        if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
+            return self.recorded_without_grad(value, _depth)
+        if type(value) is cst.Dict:
+            return all(
+                type(e) is cst.DictElement and self.holds_no_graph(e.value, _depth)
+                for e in value.elements
+            )
+        if type(value) in (cst.Tuple, cst.List):
+            return all(
+                type(e) is cst.Element and self.holds_no_graph(e.value, _depth)
+                for e in value.elements
+            )
+        if type(value) is cst.Call:
+            function = self.loops.callgraph.callee(value)
+            if function is None or function is self.scopes.enclosing_function(value):
+                return False
+            returns = [
+                n
+                for n in self.ctx.tree.descendants(function)
+                if type(n) is cst.Return and self.scopes.enclosing_function(n) is function
+            ]
+            return bool(returns) and all(
+                r.value is not None
+                and (self.grad_disabled(r) or self.holds_no_graph(r.value, _depth - 1))
+                for r in returns
+            )
+        return False
 
     def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
         """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
