@@ -424,6 +424,9 @@ class TrainingSteps(Analysis):
             items.append(Exit("return"))
         elif type(small) is cst.Raise:
             items.append(Exit("raise"))
+        elif type(small) is cst.Assert and type(small.test) is cst.Name:
+            if small.test.value == "False":  # `else: assert False`: an unreachable branch
+                items.append(Exit("raise"))
         return Seq(tuple(items))
 
     def _expr(self, node, mapping, site, via, follow):
@@ -874,12 +877,17 @@ class TrainingSteps(Analysis):
                                 owner = dotted_name(node.func.value)
                                 if owner:
                                     found.add(strip_wrapper(owner))
-            # Modules called in a loop that backpropagates in its own iteration.
+            # Modules called in a loop that backpropagates in its own iteration (a call under
+            # `no_grad()` there, like sampling from an EMA copy, trains nothing).
             for loop in self.all_loops():
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
                     continue
                 for node in own_nodes(loop.body):
-                    if type(node) is cst.Call and self.is_model(node.func):
+                    if (
+                        type(node) is cst.Call
+                        and self.is_model(node.func)
+                        and not self.grad_disabled(node)
+                    ):
                         text = dotted_name(node.func)
                         if text:
                             found.add(strip_wrapper(text))
