@@ -638,6 +638,52 @@ class TrainingSteps(Analysis):
                 break
         return names
 
+    def carried_graph_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names that carry an autograd graph from one iteration of `loop` to the next: a value
+        fed back into what computes it (`out, hidden = rnn(x, hidden)`, `total += loss` with a
+        graph-carrying `loss`), recorded with grad on and never re-bound otherwise in the loop
+        (a reset or `.detach()` each iteration cuts the chain)."""
+        names = self.graph_names(loop)
+        fed: Dict[str, List[cst.CSTNode]] = {}
+        others: Set[str] = set()
+        if type(loop) is cst.For:
+            others.update(_bound_names(loop.target))
+        for node in self.ctx.tree.descendants(loop):
+            if type(node) is cst.For:
+                others.update(_bound_names(node.target))
+                continue
+            if type(node) is cst.AugAssign:
+                target = dotted_name(node.target)
+                if target and self.carries_graph(node.value, names):
+                    fed.setdefault(target, []).append(node)
+                elif target:
+                    others.add(target)
+                continue
+            if type(node) is cst.Call and type(node.func) is cst.Attribute:
+                if node.func.attr.value in ("detach_", "zero_", "fill_", "copy_"):
+                    root = node.func.value
+                    while type(root) is cst.Subscript:
+                        root = root.value
+                    if dotted_name(root):
+                        others.add(dotted_name(root))
+                continue
+            if type(node) is not cst.Assign:
+                continue
+            bound: List[str] = []
+            for target in node.targets:
+                bound.extend(_bound_names(target.target))
+            mentioned = _read_names(node.value)
+            for name in bound:
+                if name in mentioned and not self._detaching(node.value):
+                    fed.setdefault(name, []).append(node)
+                else:
+                    others.add(name)
+        return {
+            name
+            for name, sites in fed.items()
+            if name not in others and not all(self.grad_disabled(site) for site in sites)
+        }
+
     def freed_names(self, loop: cst.CSTNode) -> Set[str]:
         """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
         the backpropagated tensor and the terms it was computed from in the loop
@@ -936,3 +982,33 @@ class TrainingSteps(Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
+
+
+def _bound_names(target: cst.BaseExpression) -> List[str]:
+    text = dotted_name(target)
+    if text is not None:
+        return [text]
+    out: List[str] = []
+    if type(target) is cst.Tuple or type(target) is cst.List:
+        for element in target.elements:
+            out.extend(_bound_names(element.value))
+    elif type(target) is cst.StarredElement:
+        out.extend(_bound_names(target.value))
+    return out
+
+
+def _read_names(expr: cst.CSTNode) -> Set[str]:
+    """Dotted names read in `expr` (`self.pi(s, h)` reads "self.pi", "s", "h"; not "pi")."""
+    out: Set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        text = dotted_name(node)
+        if text is not None:
+            out.add(text)
+            continue
+        if type(node) is cst.Attribute:
+            stack.append(node.value)
+            continue
+        stack.extend(children(node))
+    return out
