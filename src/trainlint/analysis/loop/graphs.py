@@ -130,8 +130,8 @@ class AutogradGraphs:
 
     def freed_names(self, loop: cst.CSTNode) -> Set[str]:
         """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
-        the backpropagated tensor and the terms it was computed from in the loop
-        (`loss = cls_loss + box_loss`). A running total of such a value keeps only the freed
+        the backpropagated tensor, the terms it was computed from in the loop
+        (`loss = cls_loss + box_loss`) and the other outputs of the call that returned it. A running total of such a value keeps only the freed
         autograd nodes alive (host bookkeeping), not the saved activations."""
         found: Set[str] = set()
         for event in events_of(self.flow(loop)):
@@ -149,6 +149,14 @@ class AutogradGraphs:
         for _ in range(3):
             grown = False
             for assign in assigns:
+                unpacked = [n for t in assign.targets for n in _bound_names(t.target)]
+                if type(assign.value) is cst.Call and any(n in found for n in unpacked):
+                    # `loss, box_loss, cls_loss = criterion(...)`: the outputs of one call
+                    # share the graph its backpropagated output frees.
+                    for name in unpacked:
+                        if name not in found:
+                            found.add(name)
+                            grown = True
                 if not any(dotted_name(t.target) in found for t in assign.targets):
                     continue
                 for node in [assign.value, *self.ctx.tree.descendants(assign.value)]:
