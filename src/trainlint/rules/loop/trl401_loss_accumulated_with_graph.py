@@ -51,8 +51,9 @@ class LossAccumulatedWithGraph(Rule):
     next. When nothing backpropagates the loss in the iteration (an evaluation loop without
     `no_grad()`), the saved activations stay referenced: memory grows each step until the run
     dies with CUDA out of memory. When the loss is backpropagated, `backward()` frees the
-    activations and what grows is the autograd bookkeeping on the host (about 1 KB per graph
-    node per step, measured with PyTorch 2.13). PyTorch's FAQ ("My model reports cuda runtime error(2): out
+    activations and what grows is the autograd bookkeeping on the host (measured with PyTorch
+    2.13 on a 4-layer MLP: under 1 MB per step, against about 19 MB per step for one layer's
+    activations kept without backward). PyTorch's FAQ ("My model reports cuda runtime error(2): out
     of memory") gives exactly this example and the fix `total_loss += float(loss)`.
 
     Backpropagating the accumulator fails on the second iteration, because its graph includes
@@ -211,7 +212,7 @@ class LossAccumulatedWithGraph(Rule):
             help = (
                 f"`{shown}` is backpropagated in the same iteration, which frees its saved "
                 "activations; the total still references every iteration's autograd nodes "
-                "(host-side bookkeeping, about 1 KB per node per step) until it is reset. "
+                "(host memory, far less than the activations) until it is reset. "
                 f"Accumulate `{shown}.{read}` to keep only the value."
             )
             severity = Severity.INFO
