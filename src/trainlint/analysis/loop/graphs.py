@@ -108,14 +108,15 @@ class AutogradGraphs:
                     root = node.func.value
                     while type(root) is cst.Subscript:
                         root = root.value
-                    if dotted_name(root):
-                        others.add(dotted_name(root))
+                    root_name = dotted_name(root)
+                    if root_name:
+                        others.add(root_name)
                 continue
             if type(node) is not cst.Assign:
                 continue
             bound: List[str] = []
-            for target in node.targets:
-                bound.extend(_bound_names(target.target))
+            for assign_target in node.targets:
+                bound.extend(_bound_names(assign_target.target))
             mentioned = _read_names(node.value)
             for name in bound:
                 if name in mentioned and not self._detaching(node.value):
@@ -131,8 +132,9 @@ class AutogradGraphs:
     def freed_names(self, loop: cst.CSTNode) -> Set[str]:
         """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
         the backpropagated tensor, the terms it was computed from in the loop
-        (`loss = cls_loss + box_loss`) and the other outputs of the call that returned it. A running total of such a value keeps only the freed
-        autograd nodes alive (host bookkeeping), not the saved activations."""
+        (`loss = cls_loss + box_loss`) and the other outputs of the call that returned it. A
+        running total of such a value keeps only the freed autograd nodes alive (host
+        bookkeeping), not the saved activations."""
         found: Set[str] = set()
         for event in events_of(self.flow(loop)):
             if event.kind != "backward" or event.via or type(event.node) is not cst.Call:
@@ -168,7 +170,9 @@ class AutogradGraphs:
                 break
         return found
 
-    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 5) -> bool:
+    def recorded_without_grad(
+        self, leaf: cst.CSTNode, _depth: int = 5
+    ) -> bool:
         """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
         or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
         `loss = outputs.loss` outside the block holds no graph.)"""
@@ -253,7 +257,9 @@ class AutogradGraphs:
         """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
         return any(True for _ in self.graph_leaves(expr, names))
 
-    def graph_leaves(self, expr: cst.CSTNode, names: Set[str]) -> Iterator[cst.CSTNode]:
+    def graph_leaves(
+        self, expr: cst.CSTNode, names: Set[str]
+    ) -> Iterator[cst.CSTNode]:
         """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
         stack = [expr]
         while stack:
