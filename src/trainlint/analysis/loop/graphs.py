@@ -17,7 +17,7 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -35,6 +35,14 @@ _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
 
 class AutogradGraphs:
     """Graph facts of `TrainingSteps` (mixed into it; see the module docstring)."""
+
+    # What `TrainingSteps` provides (annotations only: no class attributes are created).
+    ctx: Any
+    scopes: Any
+    loops: Any
+    flow: Callable[[cst.CSTNode], Any]
+    backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
+    grad_disabled: Callable[..., bool]
 
     def graph_names(self, loop: cst.CSTNode) -> Set[str]:
         """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
@@ -232,7 +240,7 @@ class AutogradGraphs:
                 type(e) is cst.DictElement and self.holds_no_graph(e.value, _depth)
                 for e in value.elements
             )
-        if type(value) in (cst.Tuple, cst.List):
+        if isinstance(value, (cst.Tuple, cst.List)):
             return all(
                 type(e) is cst.Element and self.holds_no_graph(e.value, _depth)
                 for e in value.elements
