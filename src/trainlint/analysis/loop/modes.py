@@ -43,11 +43,65 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
                 value = value.func.value
                 continue
             break
+        if type(value) is cst.Call and steps.names.is_(value.func, "torch.nn.Sequential"):
+            if not _mode_free_layers(steps, value):
+                return False
+            continue
         if not (type(value) is cst.Call and type(value.func) is cst.Name):
             return False
         if not _mode_free_class(steps, value.func.value, value):
             return False
     return True
+
+
+def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
+    """Is `name` a `def` or a lambda (`net = lambda X: linreg(X, w, b)`)? It has no train/eval
+    modes at all."""
+    if not name or "." in name:
+        return False
+    bindings = steps.scopes.lookup(name, at)
+    if not bindings:
+        return False
+    for binding in bindings:
+        if binding.kind == "def" and type(binding.node) is cst.FunctionDef:
+            continue
+        if binding.kind == "assign" and type(binding.value) is cst.Lambda:
+            continue
+        if binding.kind == "unpack" and _unpacked_lambda(binding.statement, name):
+            continue  # `net, loss = lambda X: linreg(X, w, b), squared_loss`
+        return False
+    return True
+
+
+def _unpacked_lambda(statement, name: str) -> bool:
+    if type(statement) is not cst.Assign or type(statement.value) is not cst.Tuple:
+        return False
+    values = statement.value.elements
+    for target in statement.targets:
+        if type(target.target) is not cst.Tuple:
+            continue
+        names = target.target.elements
+        if len(names) != len(values):
+            continue
+        for element, value in zip(names, values):
+            if type(element.value) is cst.Name and element.value.value == name:
+                return type(value.value) is cst.Lambda
+    return False
+
+
+def _mode_free_layers(steps: "TrainingSteps", sequential: cst.Call) -> bool:
+    """`nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))`: only torch layers, none of
+    them mode-dependent."""
+    for arg in sequential.args:
+        layer = arg.value
+        if arg.star or type(layer) is not cst.Call:
+            return False
+        qualified = steps.names.qualified(layer.func)
+        if not any(q.startswith("torch.nn.") for q in qualified):
+            return False
+        if any(_MODE_DEPENDENT.search(q.split(".")[-1]) for q in qualified):
+            return False
+    return bool(sequential.args)
 
 
 def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:

@@ -26,8 +26,8 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 
 4. Loops. `step_loops()` (loops that run `backward()` and an optimizer `step()`),
    `is_step_loop(loop)` (a `backward()` runs in the loop's own iteration, not only in a nested
-   loop: the "hot" loop), `graph_names(loop)` (names holding tensors with an autograd graph:
-   backpropagated losses and what is computed from them or from loss functions),
+   loop: the "hot" loop), and the graph facts of `graphs.py` (`graph_names(loop)`,
+   `freed_names(loop)`, `carried_graph_names(loop)`, `recorded_without_grad(leaf)`),
    `eval_loops()` (evaluation loops: over a validation/test loader or in an evaluation function,
    calling a model, with no backward/step).
 """
@@ -35,11 +35,11 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from ...walk import children, own_nodes
+from ...walk import own_nodes
 from ..base.calls import keyword, positional
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
@@ -48,8 +48,6 @@ from ..base.scopes import Scopes
 from ..base.vocabulary import (
     EVAL_FUNCTION,
     EVAL_LOADER,
-    LOSS_FUNCTIONS,
-    LOSS_NAME,
     MODEL_NAME,
     NOT_MODEL_NAME,
     NOT_OPTIMIZER_NAME,
@@ -58,7 +56,8 @@ from ..base.vocabulary import (
     disables_grad,
 )
 from ..parallel.parallel import module_root
-from .stepexprs import grad_owner, is_grad, is_loss_key, name_leaves, peel_iterable, strip_wrapper
+from .stepexprs import grad_owner, is_grad, peel_iterable, strip_wrapper
+from .graphs import AutogradGraphs
 from .structure import Loops
 from .. import Analysis
 
@@ -67,9 +66,6 @@ from .. import Analysis
 
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
-# Detaching reads: what they return holds no autograd graph.
-_DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
-_DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
 _TRAIN_WORD = re.compile(r"train", re.I)
 
 
@@ -79,7 +75,7 @@ _EMPTY = Seq(())
 _TOP = (None, None, (), 2)
 
 
-class TrainingSteps(Analysis):
+class TrainingSteps(AutogradGraphs, Analysis):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
@@ -424,6 +420,9 @@ class TrainingSteps(Analysis):
             items.append(Exit("return"))
         elif type(small) is cst.Raise:
             items.append(Exit("raise"))
+        elif type(small) is cst.Assert and type(small.test) is cst.Name:
+            if small.test.value == "False":  # `else: assert False`: an unreachable branch
+                items.append(Exit("raise"))
         return Seq(tuple(items))
 
     def _expr(self, node, mapping, site, via, follow):
@@ -589,185 +588,6 @@ class TrainingSteps(Analysis):
     def enclosing_loops(self, node: cst.CSTNode) -> List[Union[cst.For, cst.While]]:
         return self.loops.enclosing_loops(node)
 
-    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
-        """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
-        backpropagated there, what a loss function or loss attribute returns, and what is
-        computed from those without detaching."""
-        names: Set[str] = set()
-        for event in events_of(self.flow(loop)):
-            if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
-                tensor = self.backward_tensor(event.node)
-                for leaf in name_leaves(tensor):
-                    names.add(leaf)
-        assigns = [
-            n
-            for n in self.ctx.tree.descendants(loop)
-            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign)
-        ]
-        for _ in range(3):
-            grown = False
-            for assign in assigns:
-                value = assign.value
-                if value is None:
-                    continue
-                if not self.carries_graph(value, names):
-                    continue
-                targets = (
-                    [t.target for t in assign.targets]
-                    if type(assign) is cst.Assign
-                    else [assign.target]
-                )
-                for target in targets:
-                    if type(target) is cst.Tuple or type(target) is cst.List:
-                        # `loss, logs = compute(...)`: only loss-named parts.
-                        for element in target.elements:
-                            text = dotted_name(element.value)
-                            if text and LOSS_NAME.search(text.split(".")[-1]):
-                                if text not in names:
-                                    names.add(text)
-                                    grown = True
-                        continue
-                    text = dotted_name(target)
-                    if text and text not in names:
-                        names.add(text)
-                        grown = True
-            if not grown:
-                break
-        return names
-
-    def recorded_without_grad(self, leaf: cst.CSTNode, _depth: int = 3) -> bool:
-        """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
-        or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
-        `loss = outputs.loss` outside the block holds no graph.)"""
-        root = leaf
-        while (type(root) is cst.Attribute or type(root) is cst.Subscript):
-            root = root.value
-        if type(root) is not cst.Name or _depth <= 0:
-            return False
-        bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
-        if not bindings:
-            return False
-        loops = self.loops.enclosing_loops(root)
-        if loops:
-            # Bound earlier in the same iteration: that binding is the one in effect.
-            index = self.ctx.tree.index
-            at = index.get(root, -1)
-            inside = [
-                (index.get(b.statement, -1), b)
-                for b in bindings
-                if b.statement is not None  # always so (see `bindings`): for the type checker
-                and index.get(b.statement, -1) < at
-                and loops[0] in set(self.ctx.ancestors(b.statement))
-            ]
-            if inside:
-                bindings = [max(inside, key=lambda pair: pair[0])[1]]
-        for binding in bindings:
-            if binding.kind not in ("assign", "unpack", "annassign", "with", "for"):
-                return False
-            statement = binding.statement
-            assert statement is not None  # `bindings` keeps only bindings with a statement
-            if self.grad_disabled(statement):
-                continue
-            value = getattr(statement, "value", None)
-            if binding.kind == "assign" and value is not None:
-                if self._detaching(value):
-                    continue
-                if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
-                    if self.recorded_without_grad(value, _depth - 1):
-                        continue
-            return False
-        return True
-
-    def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
-        """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
-        return any(True for _ in self.graph_leaves(expr, names))
-
-    def graph_leaves(self, expr: cst.CSTNode, names: Set[str]) -> Iterator[cst.CSTNode]:
-        """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if self._detaching(node):
-                continue
-            text = dotted_name(node)
-            if text is not None and text in names:
-                yield node
-                continue
-            if type(node) is cst.Call and self._is_loss_call(node):
-                yield node
-                continue
-            if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
-                yield node
-                continue
-            if type(node) is cst.Subscript and is_loss_key(node):
-                yield node
-                continue
-            if type(node) in (cst.Lambda, cst.FunctionDef):
-                continue
-            if type(node) is cst.Call:
-                # Arguments of an unknown call may or may not reach its result: follow only
-                # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
-                func = node.func
-                if type(func) is cst.Attribute:
-                    stack.append(func.value)
-                if self._tensor_function(node):
-                    stack.extend(a.value for a in node.args)
-                continue
-            stack.extend(children(node))
-
-    def _detaching(self, node: cst.CSTNode) -> bool:
-        if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
-            return True
-        if type(node) is cst.Call:
-            func = node.func
-            if type(func) is cst.Attribute and func.attr.value in _DETACHING_ATTRS:
-                return True
-            if type(func) is cst.Name and func.value in _DETACHING_CALLS:
-                return True
-            dotted = dotted_name(func) or ""
-            if dotted.startswith(("np.", "numpy.", "math.")):
-                return True
-        return False
-
-    def _is_loss_call(self, call: cst.Call) -> bool:
-        dotted = dotted_name(call.func) or ""
-        leaf = dotted.split(".")[-1]
-        if leaf in LOSS_FUNCTIONS:
-            return True
-        if not re.search(r"loss|criterion", leaf, re.I) or leaf.startswith(
-            ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
-        ):
-            return False
-        return not self._returns_without_graph(call)
-
-    def _returns_without_graph(self, call: cst.Call) -> bool:
-        """`estimate_loss(...)` where `estimate_loss` is a function of this file that returns
-        only with autograd off (decorated with `@torch.no_grad()`, or every `return` inside
-        `with torch.no_grad():`): its result holds no graph whatever its name says."""
-        if type(call.func) is not cst.Name:
-            return False
-        bindings = self.scopes.lookup(call.func.value, call)
-        functions = [b.node for b in bindings if b.kind == "def"]
-        if not functions or len(functions) != len(bindings):
-            return False
-        for function in functions:
-            if type(function) is not cst.FunctionDef:
-                return False
-            returns = [
-                n
-                for n in self.ctx.tree.descendants(function)
-                if type(n) is cst.Return and self.scopes.enclosing_function(n) is function
-            ]
-            if not returns or not all(
-                self.loops.under_no_grad(n) or self._spelled_no_grad(n) for n in returns
-            ):
-                return False
-        return True
-
-    def _tensor_function(self, call: cst.Call) -> bool:
-        dotted = dotted_name(call.func) or ""
-        return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
-
     # -- models -------------------------------------------------------------------------------
 
     def module_like(self) -> Set[str]:
@@ -830,12 +650,17 @@ class TrainingSteps(Analysis):
                                 owner = dotted_name(node.func.value)
                                 if owner:
                                     found.add(strip_wrapper(owner))
-            # Modules called in a loop that backpropagates in its own iteration.
+            # Modules called in a loop that backpropagates in its own iteration (a call under
+            # `no_grad()` there, like sampling from an EMA copy, trains nothing).
             for loop in self.all_loops():
                 if not self.file_backpropagates() or not self.is_step_loop(loop):
                     continue
                 for node in own_nodes(loop.body):
-                    if type(node) is cst.Call and self.is_model(node.func):
+                    if (
+                        type(node) is cst.Call
+                        and self.is_model(node.func)
+                        and not self.grad_disabled(node)
+                    ):
                         text = dotted_name(node.func)
                         if text:
                             found.add(strip_wrapper(text))

@@ -7,6 +7,8 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from ...analysis.base.calls import keyword
+from ...analysis.base.dataflow import events_of
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
@@ -99,6 +101,7 @@ class HiddenStateNotDetached(Rule):
     code = "TRL402"
     name = "hidden-state-not-detached"
     severity = Severity.ERROR
+    severity_note = "warning when the loop's backward retains the graph (no error: slower steps)"
     fix = "unsafe"
     markers = ("backward",)
 
@@ -179,14 +182,52 @@ class HiddenStateNotDetached(Rule):
     def _report(self, assign: cst.Assign, call: cst.Call, names: List[str], loop) -> None:
         shown = ", ".join(f"`{n}`" for n in names)
         verb = "are" if len(names) > 1 else "is"
+        if self._retains_graph(loop):
+            # retain_graph=True: no error, every backward runs through all earlier batches.
+            self.report(
+                call,
+                f"{shown} {verb} carried into the next batch with its autograd graph: each "
+                "backward() goes through every earlier batch",
+                help=(
+                    "the loop's backward(retain_graph=True) keeps the earlier batches' graphs, "
+                    "so instead of an error every step backpropagates through all previous "
+                    "batches: slower each step, memory grows until out of memory, and earlier "
+                    "batches add to the gradients again. Detach the state at the start of each "
+                    "batch and drop `retain_graph=True`."
+                ),
+                severity=Severity.WARNING,
+                fix=self._fix(assign, call, names, loop),
+                related=[(loop, "the loop that carries the state")],
+            )
+            return
         self.report(
             call,
             f"{shown} {verb} carried into the next batch with its autograd graph: the next "
-            "backward() goes through this batch's freed graph (\"Trying to backward through "
-            'the graph a second time"); detach the state at the start of each batch',
+            "backward() fails",
+            help=(
+                "the next backward() goes through this batch's graph, already freed: "
+                '"RuntimeError: Trying to backward through the graph a second time (or directly '
+                'access saved tensors after they have already been freed)". Detach the state '
+                "at the start of each batch (truncated backpropagation through time)."
+            ),
             fix=self._fix(assign, call, names, loop),
             related=[(loop, "the loop that carries the state")],
         )
+
+    def _retains_graph(self, loop) -> bool:
+        """Does every backward of the loop keep its graph (`retain_graph=True`)?"""
+        backwards = [
+            e.node
+            for e in events_of(self.steps.flow(loop))
+            if e.kind == "backward" and type(e.node) is cst.Call
+        ]
+        if not backwards:
+            return False
+        for call in backwards:
+            value = keyword(call, "retain_graph")
+            if not (type(value) is cst.Name and value.value == "True"):
+                return False
+        return True
 
     # -- fix ----------------------------------------------------------------------------------
 

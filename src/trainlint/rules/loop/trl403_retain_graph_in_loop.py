@@ -53,7 +53,9 @@ class RetainGraphInLoop(Rule):
     Not reported: a backward that retains the graph for a later backward of the same
     iteration, as GAN and multi-loss code does (`loss_d.backward(retain_graph=True)` then
     `loss_g.backward()`), `retain_graph=` with a non-literal value, `create_graph=True`
-    (higher-order gradients), backward outside loops, framework-managed code.
+    (higher-order gradients), backward outside loops, framework-managed code, and loops where
+    nothing carries a graph into the next iteration (every graph is rebuilt from leaf tensors,
+    or from targets computed once before the loop): the flag is then redundant, not harmful.
 
     ## Fix safety
     There is no fix: the right change is to detach what outlives the iteration, which TRL401
@@ -96,14 +98,24 @@ class RetainGraphInLoop(Rule):
                     continue
                 if any(index.get(g, -1) > index.get(event.site, -1) for g in grads):
                     continue
+                carried: Set[str] = set()
+                for around in steps.enclosing_loops(event.site):
+                    carried |= steps.carried_graph_names(around)
+                if not carried:
+                    continue  # every graph is rebuilt each iteration: the flag wastes one graph
                 reported.add(call)
+                shown = ", ".join(f"`{n}`" for n in sorted(carried)[:3])
                 self.report(
                     call,
-                    "backward(retain_graph=True) with no later backward in the same iteration: "
-                    "the graph is kept only for what outlives the iteration; a loss total or "
-                    "hidden state carried to the next step then backpropagates through every "
-                    "previous step (slower each step, memory grows until OOM); detach that "
-                    "instead (TRL401, TRL402)",
+                    f"backward(retain_graph=True) with {shown} carried to the next iteration: "
+                    "each backward goes through every earlier step",
+                    help=(
+                        "no later backward in the iteration needs the retained graph; it only "
+                        f"keeps alive the graph that {shown} carries into the next iteration, so "
+                        "every backward() runs through all previous steps: slower each step, "
+                        "memory grows until out of memory. Detach what is carried over "
+                        "(TRL401, TRL402) and drop `retain_graph=True`."
+                    ),
                 )
 
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import dotted_name
-from ...analysis.loop.modes import mode_free_model
+from ...analysis.loop.modes import mode_free_model, plain_function
 from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
@@ -66,7 +66,12 @@ class EvalModeMissing(Rule):
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
-    pooling, activations: the CIFAR-10 tutorial's `Net`); `no_grad()` is still required.
+    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers);
+    `no_grad()` is still required. For such a model a missing `train()` is not reported either.
+    A "model" that is a plain `def` or lambda has no modes and is not reported. An `eval()` in
+    one branch of an `if` whose other branch calls `train()` (`if phase == "train":
+    model.train() else: model.eval()`) is a deliberate choice, and a module only called under
+    `no_grad()` in the loop (an EMA copy used for samples) is not trained there.
 
     ## Fix safety
     The fix inserts `model.eval()` before the evaluation loop, decorates the evaluation function
@@ -96,6 +101,8 @@ class EvalModeMissing(Rule):
         model = dotted_name(model_call.func) or "model"
         function = self.steps.scopes.enclosing_function(loop)
         callers = self.steps.callers(function) if function is not None else []
+        if self._plain_function(model, loop, function):
+            return  # a `def`/lambda has no modes, and its graph is dropped with each result
         sets_eval_itself = self._eval_before(loop, model, function)
         if function is not None and not callers and not sets_eval_itself:
             if self._from_outside(model, function):
@@ -106,28 +113,54 @@ class EvalModeMissing(Rule):
         missing_no_grad = not self._grad_off(model_call, model, loop)
         if not (missing_eval or missing_no_grad):
             return
+        mode_effect = (
+            "dropout and BatchNorm run in training mode: wrong metrics, and BatchNorm running "
+            "statistics are updated with evaluation data"
+        )
+        graph_effect = (
+            "every forward records an autograd graph: the evaluation holds activations it does "
+            "not need (more memory than inference, slower)"
+        )
         if missing_eval and missing_no_grad:
             what = f"without `{model}.eval()` and without `torch.no_grad()`"
-            effect = (
-                "dropout and BatchNorm run in training mode (wrong metrics, BatchNorm statistics "
-                "updated with evaluation data) and every forward records an autograd graph"
+            help = (
+                f"{mode_effect}; and {graph_effect}. Call `{model}.eval()` before the loop and "
+                "run it under `torch.no_grad()` (or `torch.inference_mode()`)."
             )
         elif missing_eval:
             what = f"without `{model}.eval()`"
-            effect = (
-                "dropout and BatchNorm run in training mode: wrong metrics, and BatchNorm "
-                "running statistics are updated with evaluation data"
-            )
+            help = f"{mode_effect}. Call `{model}.eval()` before the loop."
         else:
             what = "without `torch.no_grad()`"
-            effect = (
-                "every forward records an autograd graph: several times the memory (OOM on "
-                "a batch size that trains fine) and slower"
+            help = (
+                f"{graph_effect}. Run the loop under `torch.no_grad()` (or "
+                "`torch.inference_mode()`)."
             )
         self.report(
             model_call,
-            f"evaluation loop calls `{model}` {what}: {effect}",
+            f"evaluation loop calls `{model}` {what}",
+            help=help,
             fix=self._eval_fix(loop, model, function, missing_eval, missing_no_grad),
+        )
+
+    def _plain_function(self, model: str, at, function, depth: int = 3) -> bool:
+        """The evaluated "model" is a `def` or lambda: here, or passed in by every same-file
+        caller of the evaluation function (through up to `depth` callers)."""
+        if plain_function(self.steps, model, at):
+            return True
+        if function is None or depth <= 0 or "." in model:
+            return False
+        if not self._from_outside(model, function):
+            return False
+        callers = self.steps.callers(function)
+        return bool(callers) and all(
+            self._plain_function(
+                self._passed_as(call, function, model),
+                call,
+                self.steps.scopes.enclosing_function(call),
+                depth - 1,
+            )
+            for call in callers
         )
 
     def _from_outside(self, model: str, function: cst.FunctionDef) -> bool:
@@ -313,7 +346,7 @@ class EvalModeMissing(Rule):
             if not steps.has_backward(loop):
                 continue
             found: List[Tuple[str, Event]] = []
-            chosen = self._eval_chosen_for_training(flow)
+            chosen = self._eval_chosen_for_training(flow) | self._eval_chosen_by_branch(flow)
 
             def transfer(event: Event, state):
                 if event.kind == "eval" and event.receiver is not None and event in chosen:
@@ -338,6 +371,8 @@ class EvalModeMissing(Rule):
                 if event.site in reported:
                     continue
                 reported.add(event.site)
+                if mode_free_model(self.steps, receiver, event.site):
+                    continue  # no dropout/BatchNorm/...: training in eval mode changes nothing
                 self._report_restore(receiver, event)
 
     def _eval_chosen_for_training(self, flow) -> Set[Event]:
@@ -360,6 +395,46 @@ class EvalModeMissing(Rule):
                 chosen.add(event)
         return chosen
 
+    def _eval_chosen_by_branch(self, flow) -> Set[Event]:
+        """`if phase == "train": model.train() else: model.eval()`: an `eval()` in one branch
+        of an `if` whose other branch calls `train()` on the same module is a deliberate choice
+        of mode (phase loops, linear probing with frozen BatchNorm), not a forgotten one."""
+        events = list(events_of(flow))
+        chosen: Set[Event] = set()
+        for event in events:
+            if event.kind != "eval" or event.receiver is None:
+                continue
+            branch_if, side = self._enclosing_branch(event.node)
+            if branch_if is None:
+                continue
+            for other in events:
+                if other.kind != "train" or not _same_module(other.receiver, event.receiver):
+                    continue
+                other_if, other_side = self._enclosing_branch(other.node, top=branch_if)
+                if other_if is branch_if and other_side != side:
+                    chosen.add(event)
+                    break
+        return chosen
+
+    def _enclosing_branch(self, node, top=None):
+        """The outermost `if` of the if/elif chain around `node` (or `top` when `node` is inside
+        it) and which of its branches holds `node` (the `if`/`elif`/`else` node itself)."""
+        child = node
+        for ancestor in self.ctx.ancestors(node):
+            if type(ancestor) in (cst.FunctionDef, cst.For, cst.While):
+                return None, None
+            if type(ancestor) is cst.If:
+                side = ancestor.body if child is ancestor.body else ancestor.orelse
+                if child is ancestor.body or child is ancestor.orelse:
+                    chain = ancestor
+                    parent = self.ctx.parent(chain)
+                    while type(parent) is cst.If and parent.orelse is chain:
+                        chain, parent = parent, self.ctx.parent(parent)
+                    if top is None or chain is top:
+                        return chain, side if type(side) is not cst.If else side.body
+            child = ancestor
+        return None, None
+
     def _report_restore(self, receiver: str, event: Event) -> None:
         shown = receiver if not receiver.startswith("<param:") else "the model"
         if event.via:
@@ -370,8 +445,12 @@ class EvalModeMissing(Rule):
             where = f"`{shown}.eval()` is not undone"
         self.report(
             event.site,
-            f"{where} and the loop trains it again without `{shown}.train()`: later steps run "
-            "with dropout off and BatchNorm statistics frozen (silently wrong)",
+            f"{where} and the loop trains it again without `{shown}.train()`",
+            help=(
+                "later training steps run with dropout off and BatchNorm statistics frozen; "
+                f"nothing raises, the results are silently worse. Call `{shown}.train()` after "
+                "the evaluation (or at the top of each training epoch)."
+            ),
             fix=self._restore_fix(receiver, event),
         )
 

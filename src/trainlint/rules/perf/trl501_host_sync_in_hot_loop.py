@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -95,6 +95,9 @@ class HostSyncInHotLoop(Rule):
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
         self._graph: Dict[cst.CSTNode, Set[str]] = {}
         self._hot_functions: Dict[cst.CSTNode, bool] = {}
+        # One finding per site: the reads of one statement (`print(a.item(), b.item())`)
+        # wait for the GPU once, at the first of them.
+        sites: Dict[cst.CSTNode, List[Tuple[cst.Call, str]]] = {}
         for call in calls:
             kind = self._sync(call)
             if kind is None:
@@ -103,14 +106,22 @@ class HostSyncInHotLoop(Rule):
                 continue
             if self.steps.library_owned(call):
                 continue
+            statement = self.ctx.statement_of(call) or call
+            sites.setdefault(statement, []).append((call, kind))
+        for reads in sites.values():
+            call, kind = reads[0]
             shown = self.ctx.code(call)
             if len(shown) > 40 or "\n" in shown:
                 shown = kind
+            more = f" (and {len(reads) - 1} more reads here)" if len(reads) > 1 else ""
             self.report(
                 call,
-                f"`{shown}` makes the CPU wait for the GPU every training step (a host sync): "
-                "log every N steps (`if step % log_interval == 0:`) or accumulate on the device "
-                "with `.detach()`",
+                f"`{shown}`{more} makes the CPU wait for the GPU every training step (a host sync)",
+                help=(
+                    "the host stops queueing work until the GPU has finished everything before "
+                    "this read, every step. Log every N steps (`if step % log_interval == 0:`) "
+                    "or accumulate on the device with `.detach()` and read once per epoch."
+                ),
             )
 
     # -- what syncs ---------------------------------------------------------------------------

@@ -1,0 +1,382 @@
+"""Which values hold an autograd graph in a loop, and which graphs cross iterations: the facts
+behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL403
+`retain_graph`).
+
+`AutogradGraphs` is a part of `TrainingSteps` (it uses its flows, events and grad mode):
+
+- `graph_names(loop)`: names holding a tensor with a graph inside the loop (backpropagated
+  losses and what is computed from them or from loss functions), `graph_leaves(expr, names)`
+  the parts of an expression that carry one;
+- `recorded_without_grad(leaf)` / `holds_no_graph(value)`: bound only under `no_grad()`, from a
+  detaching read, a number, or a same-file helper whose every return holds no graph;
+- `freed_names(loop)`: what a `backward()` of the iteration frees (its saved activations);
+- `carried_graph_names(loop)`: values fed back into what computes them and so carried, with
+  their graph, into the next iteration.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
+
+import libcst as cst
+
+from ...walk import children
+from ..base.calls import keyword
+from ..base.dataflow import events_of
+from ..base.names import dotted_name
+from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
+from .stepexprs import is_loss_key, name_leaves
+
+# Detaching reads: what they return holds no autograd graph.
+_DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
+_DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
+
+
+class AutogradGraphs:
+    """Graph facts of `TrainingSteps` (mixed into it; see the module docstring)."""
+
+    # What `TrainingSteps` provides (annotations only: no class attributes are created).
+    ctx: Any
+    scopes: Any
+    loops: Any
+    flow: Callable[[cst.CSTNode], Any]
+    backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
+    grad_disabled: Callable[..., bool]
+
+    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
+        backpropagated there, what a loss function or loss attribute returns, and what is
+        computed from those without detaching."""
+        names: Set[str] = set()
+        for event in events_of(self.flow(loop)):
+            if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
+                tensor = self.backward_tensor(event.node)
+                for leaf in name_leaves(tensor):
+                    names.add(leaf)
+        assigns = [
+            n
+            for n in self.ctx.tree.descendants(loop)
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign)
+        ]
+        for _ in range(3):
+            grown = False
+            for assign in assigns:
+                value = assign.value
+                if value is None:
+                    continue
+                if not self.carries_graph(value, names):
+                    continue
+                targets = (
+                    [t.target for t in assign.targets]
+                    if type(assign) is cst.Assign
+                    else [assign.target]
+                )
+                for target in targets:
+                    if type(target) is cst.Tuple or type(target) is cst.List:
+                        # `loss, logs = compute(...)`: only loss-named parts.
+                        for element in target.elements:
+                            text = dotted_name(element.value)
+                            if text and LOSS_NAME.search(text.split(".")[-1]):
+                                if text not in names:
+                                    names.add(text)
+                                    grown = True
+                        continue
+                    text = dotted_name(target)
+                    if text and text not in names:
+                        names.add(text)
+                        grown = True
+            if not grown:
+                break
+        return names
+
+    def carried_graph_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names that carry an autograd graph from one iteration of `loop` to the next: a value
+        fed back into what computes it (`out, hidden = rnn(x, hidden)`, `total += loss` with a
+        graph-carrying `loss`), recorded with grad on and never re-bound otherwise in the loop
+        (a reset or `.detach()` each iteration cuts the chain)."""
+        names = self.graph_names(loop)
+        fed: Dict[str, List[cst.CSTNode]] = {}
+        others: Set[str] = set()
+        if type(loop) is cst.For:
+            others.update(_bound_names(loop.target))
+        for node in self.ctx.tree.descendants(loop):
+            if type(node) is cst.For:
+                others.update(_bound_names(node.target))
+                continue
+            if type(node) is cst.AugAssign:
+                target = dotted_name(node.target)
+                if target and self.carries_graph(node.value, names):
+                    fed.setdefault(target, []).append(node)
+                elif target:
+                    others.add(target)
+                continue
+            if type(node) is cst.Call and type(node.func) is cst.Attribute:
+                if node.func.attr.value in ("detach_", "zero_", "fill_", "copy_"):
+                    root = node.func.value
+                    while type(root) is cst.Subscript:
+                        root = root.value
+                    root_name = dotted_name(root)
+                    if root_name:
+                        others.add(root_name)
+                continue
+            if type(node) is not cst.Assign:
+                continue
+            bound: List[str] = []
+            for assign_target in node.targets:
+                bound.extend(_bound_names(assign_target.target))
+            mentioned = _read_names(node.value)
+            for name in bound:
+                if name in mentioned and not self._detaching(node.value):
+                    fed.setdefault(name, []).append(node)
+                else:
+                    others.add(name)
+        return {
+            name
+            for name, sites in fed.items()
+            if name not in others and not all(self.grad_disabled(site) for site in sites)
+        }
+
+    def freed_names(self, loop: cst.CSTNode) -> Set[str]:
+        """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
+        the backpropagated tensor, the terms it was computed from in the loop
+        (`loss = cls_loss + box_loss`) and the other outputs of the call that returned it. A
+        running total of such a value keeps only the freed autograd nodes alive (host
+        bookkeeping), not the saved activations."""
+        found: Set[str] = set()
+        for event in events_of(self.flow(loop)):
+            if event.kind != "backward" or event.via or type(event.node) is not cst.Call:
+                continue
+            retain = keyword(event.node, "retain_graph")
+            if retain is not None and not (
+                type(retain) is cst.Name and retain.value in ("False", "None")
+            ):
+                continue
+            found.update(name_leaves(self.backward_tensor(event.node)))
+        if not found:
+            return found
+        assigns = [n for n in self.ctx.tree.descendants(loop) if type(n) is cst.Assign]
+        for _ in range(3):
+            grown = False
+            for assign in assigns:
+                unpacked = [n for t in assign.targets for n in _bound_names(t.target)]
+                if type(assign.value) is cst.Call and any(n in found for n in unpacked):
+                    # `loss, box_loss, cls_loss = criterion(...)`: the outputs of one call
+                    # share the graph its backpropagated output frees.
+                    for name in unpacked:
+                        if name not in found:
+                            found.add(name)
+                            grown = True
+                if not any(dotted_name(t.target) in found for t in assign.targets):
+                    continue
+                for node in [assign.value, *self.ctx.tree.descendants(assign.value)]:
+                    text = dotted_name(node)
+                    if text and text not in found and type(node) in (cst.Name, cst.Attribute):
+                        found.add(text)
+                        grown = True
+            if not grown:
+                break
+        return found
+
+    def recorded_without_grad(
+        self, leaf: cst.CSTNode, _depth: int = 5
+    ) -> bool:
+        """Is `leaf` (a name, `outputs.loss`, `out["loss"]`) bound only where autograd was off,
+        or from a detaching read? (`with torch.no_grad(): outputs = model(**batch)` then
+        `loss = outputs.loss` outside the block holds no graph.)"""
+        root = leaf
+        while (type(root) is cst.Attribute or type(root) is cst.Subscript):
+            root = root.value
+        if type(root) is not cst.Name or _depth <= 0:
+            return False
+        bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
+        if not bindings:
+            return False
+        loops = self.loops.enclosing_loops(root)
+        if loops:
+            # Bound earlier in the same iteration: that binding is the one in effect.
+            index = self.ctx.tree.index
+            at = index.get(root, -1)
+            inside = [
+                b
+                for b in bindings
+                if index.get(b.statement, -1) < at
+                and loops[0] in set(self.ctx.ancestors(b.statement))
+            ]
+            if inside:
+                last = max(inside, key=lambda b: index.get(b.statement, -1))
+                # `total += x` adds to what came before: every binding in the iteration counts.
+                bindings = inside if last.kind == "augassign" else [last]
+        for binding in bindings:
+            if binding.kind not in ("assign", "augassign", "unpack", "annassign", "with", "for"):
+                return False
+            statement = binding.statement
+            if self.grad_disabled(statement):
+                continue
+            value = getattr(statement, "value", None)
+            if binding.kind == "assign" and value is not None:
+                if self.holds_no_graph(value, _depth - 1):
+                    continue
+            return False
+        return True
+
+    def holds_no_graph(self, value: cst.CSTNode, _depth: int = 2) -> bool:
+        """Is `value` known to hold no autograd graph: a number, a detaching read, a name bound
+        only without grad, a dict/tuple/list of such values, or the result of a same-file
+        function whose every return is such a value (`res = evaluate(...)` returning a dict of
+        losses computed under `torch.no_grad()`)?"""
+        if _depth < 0:
+            return False
+        if type(value) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString):
+            return True
+        if type(value) is cst.UnaryOperation:
+            return self.holds_no_graph(value.expression, _depth)
+        if self._detaching(value):
+            return True
+        if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
+            return self.recorded_without_grad(value, _depth)
+        if type(value) is cst.Dict:
+            return all(
+                type(e) is cst.DictElement and self.holds_no_graph(e.value, _depth)
+                for e in value.elements
+            )
+        if isinstance(value, (cst.Tuple, cst.List)):
+            return all(
+                type(e) is cst.Element and self.holds_no_graph(e.value, _depth)
+                for e in value.elements
+            )
+        if type(value) is cst.Call:
+            function = self.loops.callgraph.callee(value)
+            if function is None or function is self.scopes.enclosing_function(value):
+                return False
+            returns = [
+                n
+                for n in self.ctx.tree.descendants(function)
+                if type(n) is cst.Return and self.scopes.enclosing_function(n) is function
+            ]
+            return bool(returns) and all(
+                r.value is not None
+                and (self.grad_disabled(r) or self.holds_no_graph(r.value, _depth - 1))
+                for r in returns
+            )
+        return False
+
+    def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
+        """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
+        return any(True for _ in self.graph_leaves(expr, names))
+
+    def graph_leaves(
+        self, expr: cst.CSTNode, names: Set[str]
+    ) -> Iterator[cst.CSTNode]:
+        """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if self._detaching(node):
+                continue
+            text = dotted_name(node)
+            if text is not None and text in names:
+                yield node
+                continue
+            if type(node) is cst.Call and self._is_loss_call(node):
+                yield node
+                continue
+            if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
+                yield node
+                continue
+            if type(node) is cst.Subscript and is_loss_key(node):
+                yield node
+                continue
+            if type(node) in (cst.Lambda, cst.FunctionDef):
+                continue
+            if type(node) is cst.Call:
+                # Arguments of an unknown call may or may not reach its result: follow only
+                # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
+                func = node.func
+                if type(func) is cst.Attribute:
+                    stack.append(func.value)
+                if self._tensor_function(node):
+                    stack.extend(a.value for a in node.args)
+                continue
+            stack.extend(children(node))
+
+    def _detaching(self, node: cst.CSTNode) -> bool:
+        if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
+            return True
+        if type(node) is cst.Call:
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value in _DETACHING_ATTRS:
+                return True
+            if type(func) is cst.Name and func.value in _DETACHING_CALLS:
+                return True
+            dotted = dotted_name(func) or ""
+            if dotted.startswith(("np.", "numpy.", "math.")):
+                return True
+        return False
+
+    def _is_loss_call(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        leaf = dotted.split(".")[-1]
+        if leaf in LOSS_FUNCTIONS:
+            return True
+        if not re.search(r"loss|criterion", leaf, re.I) or leaf.startswith(
+            ("get_", "build_", "make_", "create_", "log", "print", "record", "update", "plot")
+        ):
+            return False
+        return not self._returns_without_graph(call)
+
+    def _returns_without_graph(self, call: cst.Call) -> bool:
+        """`estimate_loss(...)` where `estimate_loss` is a function of this file that returns
+        only with autograd off (decorated with `@torch.no_grad()`, or every `return` inside
+        `with torch.no_grad():`): its result holds no graph whatever its name says."""
+        if type(call.func) is not cst.Name:
+            return False
+        bindings = self.scopes.lookup(call.func.value, call)
+        functions = [b.node for b in bindings if b.kind == "def"]
+        if not functions or len(functions) != len(bindings):
+            return False
+        for function in functions:
+            if type(function) is not cst.FunctionDef:
+                return False
+            returns = [
+                n
+                for n in self.ctx.tree.descendants(function)
+                if type(n) is cst.Return and self.scopes.enclosing_function(n) is function
+            ]
+            if not returns or not all(self.grad_disabled(n, 0) for n in returns):
+                return False
+        return True
+
+    def _tensor_function(self, call: cst.Call) -> bool:
+        dotted = dotted_name(call.func) or ""
+        return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
+
+
+def _bound_names(target: cst.BaseExpression) -> List[str]:
+    text = dotted_name(target)
+    if text is not None:
+        return [text]
+    out: List[str] = []
+    if type(target) is cst.Tuple or type(target) is cst.List:
+        for element in target.elements:
+            out.extend(_bound_names(element.value))
+    elif type(target) is cst.StarredElement:
+        out.extend(_bound_names(target.value))
+    return out
+
+
+def _read_names(expr: cst.CSTNode) -> Set[str]:
+    """Dotted names read in `expr` (`self.pi(s, h)` reads "self.pi", "s", "h"; not "pi")."""
+    out: Set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        text = dotted_name(node)
+        if text is not None:
+            out.add(text)
+            continue
+        if type(node) is cst.Attribute:
+            stack.append(node.value)
+            continue
+        stack.extend(children(node))
+    return out
