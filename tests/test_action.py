@@ -31,7 +31,7 @@ BUGGY = """\
 import torch
 import torch.nn as nn
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device = torch.device(f"cuda:{args.gpu}" if torch.cuda.is_available() else "cpu")
 model = nn.DataParallel(nn.Linear(8, 2)).to(device)
 """
 

@@ -14,7 +14,7 @@ from trainlint.config import ConfigError, settings_from_table
 from trainlint.rules import all_rules, rule_names
 from trainlint.schema import settings_schema
 
-BUGGY = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2)).to("cuda")\n'
+BUGGY = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2)).to(f"cuda:{args.gpu}")\n'
 
 
 @pytest.fixture

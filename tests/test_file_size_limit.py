@@ -45,7 +45,8 @@ def test_the_limit_is_a_setting(tmp_path):
     assert out.splitlines()[:2] == [
         "plain.py:1:1: TRL001 error: skipped: the code is 2 KiB, over the 100 bytes "
         "trainlint analyses in one file (the `max-file-size` setting); not analysed",
-        "train.py:1:1: TRL001 error: skipped: the code is 172 bytes, over the 100 bytes "
+        f"train.py:1:1: TRL001 error: skipped: the code is {len(DP_BUG.encode())} bytes, over the "
+        "100 bytes "
         "trainlint analyses in one file (the `max-file-size` setting); not analysed",
     ]
     (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\nmax-file-size = 0\n")

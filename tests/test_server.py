@@ -17,7 +17,7 @@ BUGGY = """\
 import torch
 import torch.nn as nn
 
-model = nn.DataParallel(nn.Linear(4, 2)).to("cuda")
+model = nn.DataParallel(nn.Linear(4, 2)).to(f"cuda:{args.gpu}")
 """
 
 

@@ -18,8 +18,8 @@ from trainlint.cli.watch import CLEAR_SCREEN
 
 pytest.importorskip("watchfiles")  # the module's import is what --watch needs
 
-BUGGY = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2)).to("cuda")\n'
-FIXED = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2).to("cuda"))\n'
+BUGGY = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2)).to(f"cuda:{args.gpu}")\n'
+FIXED = 'import torch.nn as nn\nmodel = nn.DataParallel(nn.Linear(4, 2).to(f"cuda:{args.gpu}"))\n'
 ROUND_END = "Watching for file changes."
 WAIT = 120  # seconds: an upper bound for one round on a loaded machine, not an expectation
 
