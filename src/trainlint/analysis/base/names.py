@@ -12,7 +12,7 @@ would cost more than the parse itself.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -81,6 +81,21 @@ def dotted_name(node: cst.CSTNode) -> Optional[str]:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))
+
+
+def dotted_targets(target: cst.CSTNode) -> List[str]:
+    """The dotted names an assignment or loop target binds, in order: `x` -> ["x"],
+    `self.h, (c, *rest)` -> ["self.h", "c", "rest"]; subscripts bind no name."""
+    text = dotted_name(target)
+    if text is not None:
+        return [text]
+    out: List[str] = []
+    if type(target) is cst.Tuple or type(target) is cst.List:
+        for element in target.elements:
+            out.extend(dotted_targets(element.value))
+    elif type(target) is cst.StarredElement:
+        out.extend(dotted_targets(target.value))
+    return out
 
 
 class Names(Analysis):

@@ -24,7 +24,7 @@ import libcst as cst
 from ...walk import children
 from ..base.calls import keyword
 from ..base.dataflow import events_of
-from ..base.names import dotted_name
+from ..base.names import dotted_name, dotted_targets
 from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
 from .stepexprs import is_loss_key, name_leaves
 
@@ -99,10 +99,10 @@ class AutogradGraphs:
         fed: Dict[str, List[cst.CSTNode]] = {}
         others: Set[str] = set()
         if type(loop) is cst.For:
-            others.update(_bound_names(loop.target))
+            others.update(dotted_targets(loop.target))
         for node in self.ctx.tree.descendants(loop):
             if type(node) is cst.For:
-                others.update(_bound_names(node.target))
+                others.update(dotted_targets(node.target))
                 continue
             if type(node) is cst.AugAssign:
                 target = dotted_name(node.target)
@@ -124,7 +124,7 @@ class AutogradGraphs:
                 continue
             bound: List[str] = []
             for assign_target in node.targets:
-                bound.extend(_bound_names(assign_target.target))
+                bound.extend(dotted_targets(assign_target.target))
             mentioned = _read_names(node.value)
             for name in bound:
                 if name in mentioned and not self._detaching(node.value):
@@ -159,7 +159,7 @@ class AutogradGraphs:
         for _ in range(3):
             grown = False
             for assign in assigns:
-                unpacked = [n for t in assign.targets for n in _bound_names(t.target)]
+                unpacked = [n for t in assign.targets for n in dotted_targets(t.target)]
                 if type(assign.value) is cst.Call and any(n in found for n in unpacked):
                     # `loss, box_loss, cls_loss = criterion(...)`: the outputs of one call
                     # share the graph its backpropagated output frees.
@@ -350,19 +350,6 @@ class AutogradGraphs:
     def _tensor_function(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""
         return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
-
-
-def _bound_names(target: cst.BaseExpression) -> List[str]:
-    text = dotted_name(target)
-    if text is not None:
-        return [text]
-    out: List[str] = []
-    if type(target) is cst.Tuple or type(target) is cst.List:
-        for element in target.elements:
-            out.extend(_bound_names(element.value))
-    elif type(target) is cst.StarredElement:
-        out.extend(_bound_names(target.value))
-    return out
 
 
 def _read_names(expr: cst.CSTNode) -> Set[str]:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ...analysis.base.calls import keyword
 from ...analysis.base.dataflow import events_of
-from ...analysis.base.names import dotted_name
+from ...analysis.base.names import dotted_name, dotted_targets
 from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
@@ -130,7 +130,7 @@ class HiddenStateNotDetached(Rule):
         """Names both passed to the call and bound from its result: the recurrent state."""
         bound: List[str] = []
         for target in assign.targets:
-            bound.extend(_target_names(target.target))
+            bound.extend(dotted_targets(target.target))
         if not bound:
             return []
         passed: Set[str] = set()
@@ -163,12 +163,12 @@ class HiddenStateNotDetached(Rule):
                 continue
             if type(node) is cst.Assign:
                 for target in node.targets:
-                    if set(_target_names(target.target)) & set(names):
+                    if set(dotted_targets(target.target)) & set(names):
                         return True
             elif type(node) in (cst.AnnAssign, cst.AugAssign):
                 if dotted_name(node.target) in names:
                     return True
-            elif type(node) is cst.For and set(_target_names(node.target)) & set(names):
+            elif type(node) is cst.For and set(dotted_targets(node.target)) & set(names):
                 return True
             elif type(node) is cst.Call and type(node.func) is cst.Attribute:
                 if node.func.attr.value in ("detach_", "zero_", "fill_", "copy_"):
@@ -314,16 +314,3 @@ class HiddenStateNotDetached(Rule):
             if leaf not in _TENSOR_MAKERS:
                 return False
         return True
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    text = dotted_name(target)
-    if text is not None:
-        return [text]
-    out: List[str] = []
-    if type(target) is cst.Tuple or type(target) is cst.List:
-        for element in target.elements:
-            out.extend(_target_names(element.value))
-    elif type(target) is cst.StarredElement:
-        out.extend(_target_names(target.value))
-    return out
