@@ -324,7 +324,7 @@ v = 5  # noqa: TRL299
 u = 6  # noqa
 t = 7  # noqa: E501
 s = "# noqa: TRL201"
-    # noqa: TRL2
+    # noqa: TRL3
 """
 NOQA_FIXED = """\
 import torch
