@@ -101,14 +101,17 @@ class SamplerSetEpochMissing(Rule):
         row_note = "the loader is iterated again on every pass of this loop"
         sampler_text = self._sampler_name(sampler) or "the DistributedSampler"
         message = (
-            f"{sampler_text} is never told the epoch: no `set_epoch(epoch)` in the loop that "
-            "re-iterates its DataLoader, so every epoch shuffles into the same order on every "
-            "rank (no error, just a fixed batch sequence); call "
-            "`sampler.set_epoch(epoch)` at the start of each epoch"
+            f"{sampler_text} is never told the epoch: no `set_epoch()` in the loop "
+            "re-iterating its DataLoader"
         )
         self.report(
             sampler,
             message,
+            help=(
+                "Every epoch then shuffles into the same order on every rank (no error, just a "
+                "fixed batch sequence). Call `sampler.set_epoch(epoch)` at the start of each "
+                "epoch."
+            ),
             fix=self._fix(sampler, loop, loader, how),
             related=[(loop, row_note)],
         )

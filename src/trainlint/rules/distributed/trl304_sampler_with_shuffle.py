@@ -79,14 +79,22 @@ class SamplerWithShuffle(Rule):
                 '"batch_sampler option is mutually exclusive with batch_size, shuffle, '
                 'sampler, and drop_last"'
             )
-        where = ""
+        where = when = ""
         if type(value) in (cst.Name, cst.Attribute):
-            where = f" whenever `{short}` is not None (often only on the distributed path)"
+            where = " whenever it is not None"
+            when = f"`{short}` is often set only on the distributed path. "
         message = (
-            f"`{keyword}={short}` together with `shuffle=True`: DataLoader raises ValueError"
-            f"{where}: {error}; the sampler already decides the order"
+            f"`{keyword}={short}` with `shuffle=True`: DataLoader raises ValueError{where}"
         )
-        self.report(shuffle, message, fix=self._fix(call, shuffle, keyword, value))
+        self.report(
+            shuffle,
+            message,
+            help=(
+                f"{when}PyTorch's error: {error}. The sampler already decides the order: leave "
+                f"`shuffle` off whenever `{keyword}` is given."
+            ),
+            fix=self._fix(call, shuffle, keyword, value),
+        )
 
     def _fix(self, call: cst.Call, shuffle: cst.Arg, keyword: str, value) -> Optional[PendingFix]:
         if keyword == "batch_sampler":

@@ -112,10 +112,12 @@ class DdpWithoutDistributedSampler(Rule):
             name = self._loader_name(call)
             self.report(
                 call,
-                f"{name} has no DistributedSampler but trains a DistributedDataParallel model: "
-                "every rank iterates the whole dataset, so an epoch is world_size passes over "
-                "the data (identical batches on every rank when seeds match); pass "
-                "`sampler=DistributedSampler(dataset)` and call `set_epoch` each epoch",
+                f"{name} has no DistributedSampler but trains a DistributedDataParallel model",
+                help=(
+                    "Every rank then iterates the whole dataset, so an epoch is world_size "
+                    "passes over the data (identical batches on every rank when seeds match). "
+                    "Pass `sampler=DistributedSampler(dataset)` and call `set_epoch` each epoch."
+                ),
                 related=[(wraps[0], "the model is wrapped in DistributedDataParallel here")],
             )
 

@@ -69,7 +69,10 @@ class PreferDDP(Rule):
             return
         self.report(
             node.func,
-            f"{what} drives every GPU from one process (GIL, model replicated every forward, "
-            "outputs gathered on GPU 0); PyTorch recommends DistributedDataParallel even on "
-            "one machine (torchrun --nproc_per_node=N)",
+            f"{what} drives every GPU from one process; DistributedDataParallel runs one per GPU",
+            help=(
+                "One process means the GIL, the model replicated on every forward and the outputs "
+                "gathered on GPU 0. PyTorch recommends DistributedDataParallel even on one "
+                "machine: launch with `torchrun --nproc_per_node=N`."
+            ),
         )
