@@ -186,7 +186,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         for site in checkpoints:
             self.report(
                 site.node,
-                _message(site.text, site.why, first.text, None, site.when),
+                _message(site.text, first.text, None, site.when),
                 help=_help(site.why),
                 fix=site.fix,
                 related=[(first.node, f"`{first.text}` is set here")],
@@ -523,9 +523,7 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                 display,
                 code,
                 site["key"],
-                message=_message(
-                    site["text"], site["why"], first["text"], script_display, site["when"]
-                ),
+                message=_message(site["text"], first["text"], script_display, site["when"]),
                 help=_help(site["why"]),
             )
             if diagnostic is not None:
@@ -533,24 +531,24 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                 yield dataclasses.replace(diagnostic, related=(note,))
 
 
-def _message(
-    checkpoint: str, why: str, find_unused: str, elsewhere: Optional[str], when: str = ""
-) -> str:
+def _message(checkpoint: str, find_unused: str, elsewhere: Optional[str], when: str = "") -> str:
     where = f" in {elsewhere}" if elsewhere else ""
-    flag = f" (whenever `{when}` is on)" if when else ""
-    return (
-        f"`{checkpoint}`{flag} is reentrant ({why}) while DDP has `{find_unused}`{where}"
-    )
+    flag = f" (when `{when}` is on)" if when else ""
+    return f"`{checkpoint}`{flag} is reentrant while DDP has `{find_unused}`{where}"
 
 
 def _help(why: str) -> str:
+    """Why the checkpoint is reentrant, what DDP then raises, and the fix."""
     if why == _HF_WHY:
         return (
-            f"DDP raises {ERROR_TEXT} in the first backward: Hugging Face passes "
-            "`use_reentrant=True` unless gradient_checkpointing_kwargs say False. Pass "
+            "Hugging Face passes `use_reentrant=True` unless gradient_checkpointing_kwargs say "
+            f"False, so DDP raises {ERROR_TEXT} in the first backward. Pass "
             '`gradient_checkpointing_kwargs={"use_reentrant": False}`.'
         )
-    return f"DDP raises {ERROR_TEXT} in the first backward. Use non-reentrant checkpointing."
+    return (
+        f"The checkpoint is reentrant ({why}), so DDP raises {ERROR_TEXT} in the first "
+        "backward. Use non-reentrant checkpointing."
+    )
 
 
 # -- small readers ---------------------------------------------------------------------------
