@@ -79,15 +79,18 @@ class Project:
         message: Optional[str] = None,
         severity: Optional[Severity] = None,
         drop_fix: bool = False,
+        help: Optional[str] = None,
     ) -> Optional[Diagnostic]:
         """The Diagnostic for candidate `key` of rule `code` in file `path` of the run (None if
-        it was not recorded), with the message or severity the project phase decided."""
+        it was not recorded), with the message, help or severity the project phase decided."""
         result = self.results.get(path)
         if result is None or key not in result.candidates.get(code, {}):
             return None
         diagnostic = Diagnostic.from_dict(result.candidates[code][key])
         if message is not None:
             diagnostic = dataclasses.replace(diagnostic, message=message)
+        if help is not None:
+            diagnostic = dataclasses.replace(diagnostic, help=help)
         if severity is not None:
             diagnostic = dataclasses.replace(diagnostic, severity=severity)
         if drop_fix:

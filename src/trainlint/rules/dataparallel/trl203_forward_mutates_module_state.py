@@ -163,16 +163,18 @@ class ForwardMutatesModuleState(Rule):
             seen.add(write.attr)
             lost = write.kind == "assign"  # set on the replica: matters only if read
             if lost and self.writes.carries_over(write):
-                what = (
-                    f"advances `self.{write.attr}` from its previous value: under "
-                    "nn.DataParallel each forward runs on fresh per-GPU replicas, so it stays "
-                    "at its initial value (the update is lost with the replica)"
+                what = f"advances `self.{write.attr}`, an update lost with the replica"
+                help = (
+                    "Under nn.DataParallel each forward runs on fresh per-GPU replicas, so "
+                    f"`self.{write.attr}` stays at its initial value (the update is lost with "
+                    "the replica). Keep such state outside the module, or return it from "
+                    "forward."
                 )
                 effect = "carried"  # reads its own lost value: wrong at every call
             else:
-                what = _what(write)
+                what, help = _what(write)
                 effect = "lost" if lost else "shared"
-            self._add(cls, write.node, f"{where} of `{cls}` {what}", write.attr, effect)
+            self._add(cls, write.node, f"{where} of `{cls}` {what}", help, write.attr, effect)
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
@@ -184,16 +186,18 @@ class ForwardMutatesModuleState(Rule):
             node = write.node if hook.inside else hook.hook
             # A hook keeps the `self` it closed over: the original module, which every
             # replica's thread then writes, attribute or container alike.
-            message = f"a forward hook of `{cls}` {_what(write, shared=True)}"
-            self._add(cls, node, message, write.attr, "shared")
+            what, help = _what(write, shared=True)
+            self._add(cls, node, f"a forward hook of `{cls}` {what}", help, write.attr, "shared")
 
-    def _add(self, cls: str, node: cst.CSTNode, message: str, attr: str, effect: str) -> None:
+    def _add(
+        self, cls: str, node: cst.CSTNode, message: str, help: str, attr: str, effect: str
+    ) -> None:
         # The key carries what the project phase needs: class, attribute, and the effect:
         # "shared" (a container or a hook's write: races), "lost" (set on the replica: matters
         # only if read after the call), "carried" (advanced from its previous value).
         number = self.recorded.get(cls, 0)
         self.recorded[cls] = number + 1
-        self.candidate(f"{cls}:{number}:{attr}:{effect}", node, message)
+        self.candidate(f"{cls}:{number}:{attr}:{effect}", node, message, help=help)
 
     def _assigned_through_calls(self, cls, methods) -> Dict[str, List[str]]:
         assigned = {
@@ -276,7 +280,7 @@ class ForwardMutatesModuleState(Rule):
                     continue
                 base = str(keys[key]["message"])
                 if ref in wrapped:
-                    message = f"{base} (`{name}` is wrapped in nn.DataParallel at {wrapped[ref]})"
+                    message = f"{base} (run by nn.DataParallel at {wrapped[ref]})"
                     severity = Severity.ERROR
                 elif near:
                     message = f"{base} (nn.DataParallel is used at {near[0][0]})"
@@ -332,19 +336,20 @@ def _read_by(family: Family, attr: str) -> bool:
     )
 
 
-def _what(write: StateWrite, shared: bool = False) -> str:
-    """What the write does under DataParallel, for the message."""
+def _what(write: StateWrite, shared: bool = False) -> Tuple[str, str]:
+    """What the write does under DataParallel: the headline's part and the help."""
     if write.kind == "assign" and not shared:
         return (
-            f"sets `self.{write.attr}`: under nn.DataParallel this happens on a per-GPU replica "
-            "that is discarded after forward, so the model never sees it; return the value "
-            "from forward instead"
+            f"sets `self.{write.attr}`, lost with the replica",
+            "Under nn.DataParallel forward runs on per-GPU replicas that are discarded "
+            "afterwards, so the model never sees the value. Return it from forward instead.",
         )
     target = f"writes into `self.{write.attr}`" if write.kind == "item" else (
         f"sets `self.{write.attr}` on the original module"
     )
     return (
-        f"{target}, which nn.DataParallel replicas share: their threads "
-        "race on it and mix tensors from different GPUs (\"Trying to backward through the "
-        "graph a second time\"); keep such values local to forward and return them"
+        f"{target}, which the replicas share",
+        "The replicas' threads race on it and mix tensors from different GPUs (\"Trying to "
+        "backward through the graph a second time\"). Keep such values local to forward and "
+        "return them.",
     )

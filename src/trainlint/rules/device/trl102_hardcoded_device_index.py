@@ -10,10 +10,16 @@ from ...analysis.device.choices import DeviceChoices, HardcodedIndex
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
-_TAIL = (
-    'on a machine with fewer GPUs it fails with "CUDA error: invalid device ordinal", and the '
+_HELP = (
+    'On a machine with fewer GPUs this fails with "CUDA error: invalid device ordinal", and the '
     "current device stays GPU 0, so `.cuda()`, custom CUDA ops and the CUDA context still use "
-    'GPU 0; use "cuda" and choose the GPU with CUDA_VISIBLE_DEVICES'
+    'GPU 0. Use "cuda" and choose the GPU with CUDA_VISIBLE_DEVICES.'
+)
+_HELP_DEVICE_IDS = (
+    'On a machine with fewer GPUs this fails with "CUDA error: invalid device ordinal", and the '
+    "current device stays GPU 0, so `.cuda()`, custom CUDA ops and the CUDA context still use "
+    "GPU 0. Leave `device_ids` out for DataParallel (it uses every visible GPU), or pass the "
+    "local rank for DDP, and choose the GPUs with CUDA_VISIBLE_DEVICES."
 )
 
 
@@ -88,7 +94,8 @@ class HardcodedDeviceIndex(Rule):
             if self.ctx.statement_of(site.node) not in unfixable:
                 if not choices.current_device_follows(site.node):
                     fix = self._fix(site)
-            self.report(site.node, self._message(site), fix=fix)
+            help = _HELP_DEVICE_IDS if site.form == "device_ids" else _HELP
+            self.report(site.node, self._message(site), help=help, fix=fix)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -96,29 +103,26 @@ class HardcodedDeviceIndex(Rule):
         code = self.ctx.code(site.node)
         where = f"GPU {site.index}"
         if site.form == "device_ids":
-            return (
-                f"`device_ids={code}` hardcodes GPU numbers: {_TAIL}; leave `device_ids` out "
-                "for DataParallel (it uses every visible GPU), or pass the local rank for DDP"
-            )
+            return f"`device_ids={code}` hardcodes GPU numbers"
         if site.form == "set_device":
-            return f"`set_device({code})` hardcodes {where}: {_TAIL}"
+            return f"`set_device({code})` hardcodes {where}"
         if site.form == "option_default":
-            return f"this option defaults to {code}, hardcoding {where}: {_TAIL}"
+            return f"this option defaults to {code}, hardcoding {where}"
         if site.form == "param_default":
-            return f"this parameter defaults to {code}, hardcoding {where}: {_TAIL}"
+            return f"this parameter defaults to {code}, hardcoding {where}"
         if site.form == "field_default":
-            return f"this field defaults to {code}, hardcoding {where}: {_TAIL}"
+            return f"this field defaults to {code}, hardcoding {where}"
         if site.form == "output_device":
-            return f"`output_device={code}` hardcodes {where}: {_TAIL}"
+            return f"`output_device={code}` hardcodes {where}"
         if site.form == "constant":
-            return f"{code} hardcodes {where} as a setting: {_TAIL}"
+            return f"{code} hardcodes {where} as a setting"
         if site.form in ("cuda", "to", "device", "keyword", "output_device", "device_context"):
             call = self.ctx.code(site.call) if site.call is not None else code
             if len(call) > 60 or "\n" in call:
                 method = getattr(getattr(site.call, "func", None), "attr", None)
                 call = f".{method.value}({code})" if method is not None else code
-            return f"`{call}` hardcodes {where}: {_TAIL}"
-        return f"{code} hardcodes {where}: {_TAIL}"
+            return f"`{call}` hardcodes {where}"
+        return f"{code} hardcodes {where}"
 
     # -- fixes --------------------------------------------------------------------------------
 

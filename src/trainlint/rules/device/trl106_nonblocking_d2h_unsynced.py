@@ -84,9 +84,12 @@ class NonBlockingD2HUnsynced(Rule):
         if func.attr.value == "cpu":
             self.report(
                 node,
-                '`Tensor.cpu()` takes no `non_blocking` argument: this raises "TypeError: '
-                "cpu() got an unexpected keyword argument 'non_blocking'\"; a non-blocking "
-                "copy to the host would also be read before it has arrived",
+                "`Tensor.cpu()` takes no `non_blocking` argument",
+                help=(
+                    "This raises \"TypeError: cpu() got an unexpected keyword argument "
+                    "'non_blocking'\"; a non-blocking copy to the host would also be read "
+                    "before it has arrived. Drop `non_blocking=True`."
+                ),
                 fix=self._fix(node, flag),
             )
             return
@@ -97,9 +100,12 @@ class NonBlockingD2HUnsynced(Rule):
             return
         self.report(
             node,
-            "non-blocking copy to the CPU is read before any synchronize: the returned tensor "
-            "is filled in later by the GPU, so this reads zeros or stale values without an "
-            "error; drop `non_blocking=True` (or call torch.cuda.synchronize() before reading)",
+            "non-blocking copy to the CPU is read before any synchronize",
+            help=(
+                "The returned tensor is filled in later by the GPU, so this reads zeros or stale "
+                "values without an error. Drop `non_blocking=True`, or call "
+                "`torch.cuda.synchronize()` before reading."
+            ),
             fix=self._fix(node, flag),
             related=[(read, "read here")] if read is not node else [],
         )

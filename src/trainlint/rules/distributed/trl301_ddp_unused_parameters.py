@@ -176,9 +176,10 @@ class DdpUnusedParameters(Rule):
             for key in sorted(keys):
                 name, attr = key.split(".", 1)
                 ref = ClassRef(path, name)
-                message = _message(hierarchy, evidence, facts, ref, attr)
-                if message is None:
+                found = _message(hierarchy, evidence, facts, ref, attr)
+                if found is None:
                     continue
+                message, help = found
                 family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
                 if configs.naming(family, tolerant=True):
                     continue
@@ -192,6 +193,7 @@ class DdpUnusedParameters(Rule):
                     cls.code,
                     key,
                     message=message,
+                    help=help,
                     severity=Severity.ERROR if named else Severity.WARNING,
                 )
                 if diagnostic is not None:
@@ -279,8 +281,8 @@ def _absolute(project, display: str) -> Path:
 
 def _message(
     hierarchy: Hierarchy, evidence, facts: dict, ref: ClassRef, attr: str
-) -> Optional[str]:
-    """The finding's message, or None when the attribute is (or may be) used."""
+) -> Optional[Tuple[str, str]]:
+    """The finding's headline and help, or None when the attribute is (or may be) used."""
     class_facts = facts.get("classes", {}).get(ref.name)
     if class_facts is None or attr not in class_facts.get("attrs", {}):
         return None
@@ -300,15 +302,18 @@ def _message(
     if readers:
         return (
             f"`self.{attr}` ({what} of `{ref.name}`) is read only under a data-dependent branch "
-            f"(in `{readers[0]}`): under DDP an iteration that skips it leaves its gradient "
-            f'reduction unfinished and the next iteration raises "{DDP_ERROR}"; make every '
-            "iteration use it, or pass `find_unused_parameters=True` to DDP"
+            f"(in `{readers[0]}`)",
+            "Under DDP an iteration that skips it leaves its gradient reduction unfinished and "
+            f'the next iteration raises "{DDP_ERROR}". Make every iteration use it, or pass '
+            "`find_unused_parameters=True` to DDP.",
         )
     return (
-        f"`self.{attr}` ({what}) is registered in `{ref.name}` but no method of `{ref.name}` "
-        "(nor of its parents or subclasses) reads it: under DDP it gets no gradient, the first "
-        f'iteration\'s gradient reduction never finishes and iteration 2 raises "{DDP_ERROR}"; '
-        "use it, delete it, or pass `find_unused_parameters=True` to DDP"
+        f"`self.{attr}` ({what}) is registered in `{ref.name}` but nothing in its class "
+        "hierarchy reads it",
+        f"No method of `{ref.name}` (nor of its parents or subclasses) reads it, so under DDP "
+        "it gets no gradient: the first iteration's gradient reduction never finishes and "
+        f'iteration 2 raises "{DDP_ERROR}". Use it, delete it, or pass '
+        "`find_unused_parameters=True` to DDP.",
     )
 
 

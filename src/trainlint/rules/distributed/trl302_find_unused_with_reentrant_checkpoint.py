@@ -46,7 +46,7 @@ _LIGHTNING_FIND_UNUSED = "ddp_find_unused_parameters_true"
 _HF_FLAG = re.compile(r"--ddp_find_unused_parameters(?:[= ]+(?P<value>\S+))?")
 _TRUE_WORDS = {"true", "1", "yes", "y", "t"}
 
-_HF_WHY = "Hugging Face passes `use_reentrant=True` unless gradient_checkpointing_kwargs say False"
+_HF_WHY = "Hugging Face's default"
 ERROR_TEXT = '"Expected to mark a variable ready only once"'
 
 
@@ -186,7 +186,8 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         for site in checkpoints:
             self.report(
                 site.node,
-                _message(site.text, site.why, first.text, None, site.when),
+                _message(site.text, first.text, None, site.when),
+                help=_help(site.why),
                 fix=site.fix,
                 related=[(first.node, f"`{first.text}` is set here")],
             )
@@ -428,9 +429,8 @@ def _check_configs(code: str, project) -> Iterable[Diagnostic]:
         where = _primary(display, find_unused, layers, own, path, chains)
         if where is None:
             continue
-        diagnostic = project.candidate(
-            display, code, where, message=_config_message(find_unused, layers, display)
-        )
+        message, help = _config_message(find_unused, layers, display)
+        diagnostic = project.candidate(display, code, where, message=message, help=help)
         if diagnostic is None:
             continue
         related = []
@@ -476,16 +476,16 @@ def _note(leaf: Dict[str, Any], text: str) -> Tuple[str, int, int, str]:
     return (leaf["file"], row, col, text)
 
 
-def _config_message(find_unused, layers, display: str) -> str:
+def _config_message(find_unused, layers, display: str) -> Tuple[str, str]:
     dotted, leaf = layers[0]
     key = dotted.rsplit(".", 1)[-1]
     more = f" and {len(layers) - 1} more" if len(layers) > 1 else ""
     return (
         f"`find_unused_parameters=True`{_origin(find_unused, display)} with reentrant activation "
-        f"checkpointing from `{dotted}={leaf.get('value')}`{_origin(leaf, display)}{more}: DDP "
-        f"raises {ERROR_TEXT} in the first backward; set `{key}=False` where "
+        f"checkpointing from `{dotted}={leaf.get('value')}`{_origin(leaf, display)}{more}",
+        f"DDP raises {ERROR_TEXT} in the first backward. Set `{key}=False` where "
         "find_unused_parameters is needed, or make every parameter reach the loss and drop "
-        "`find_unused_parameters`"
+        "`find_unused_parameters`.",
     )
 
 
@@ -523,24 +523,31 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                 display,
                 code,
                 site["key"],
-                message=_message(
-                    site["text"], site["why"], first["text"], script_display, site["when"]
-                ),
+                message=_message(site["text"], first["text"], script_display, site["when"]),
+                help=_help(site["why"]),
             )
             if diagnostic is not None:
                 note = (script_display, *first["at"], f"`{first['text']}` is set here")
                 yield dataclasses.replace(diagnostic, related=(note,))
 
 
-def _message(
-    checkpoint: str, why: str, find_unused: str, elsewhere: Optional[str], when: str = ""
-) -> str:
+def _message(checkpoint: str, find_unused: str, elsewhere: Optional[str], when: str = "") -> str:
     where = f" in {elsewhere}" if elsewhere else ""
-    flag = f" (whenever `{when}` is on)" if when else ""
+    flag = f" (when `{when}` is on)" if when else ""
+    return f"`{checkpoint}`{flag} is reentrant while DDP has `{find_unused}`{where}"
+
+
+def _help(why: str) -> str:
+    """Why the checkpoint is reentrant, what DDP then raises, and the fix."""
+    if why == _HF_WHY:
+        return (
+            "Hugging Face passes `use_reentrant=True` unless gradient_checkpointing_kwargs say "
+            f"False, so DDP raises {ERROR_TEXT} in the first backward. Pass "
+            '`gradient_checkpointing_kwargs={"use_reentrant": False}`.'
+        )
     return (
-        f"`{checkpoint}`{flag} checkpoints reentrantly ({why}) while DDP runs with "
-        f"`{find_unused}`{where}: DDP raises {ERROR_TEXT} in the first backward; use "
-        "non-reentrant checkpointing"
+        f"The checkpoint is reentrant ({why}), so DDP raises {ERROR_TEXT} in the first "
+        "backward. Use non-reentrant checkpointing."
     )
 
 
