@@ -49,15 +49,28 @@ def condition_holds(condition: str, inputs: Dict[str, str]) -> bool:
 
 @pytest.fixture(scope="module")
 def action_path(tmp_path_factory) -> Path:
-    """The action's checkout: this working tree's tracked and new files."""
+    """The action's checkout: this working tree's tracked and new files (outside a git checkout,
+    as in CI's copy of the tree, every file but virtual environments, caches and build output)."""
     out = tmp_path_factory.mktemp("action")
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
         capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
+    )
+    if listed.returncode == 0:
+        names = list(filter(None, listed.stdout.decode().split("\0")))
+    else:
+        skipped = {".venv", "venv", ".git", "build", "dist", "__pycache__", ".mypy_cache"}
+        names = [
+            path.relative_to(REPO).as_posix()
+            for path in REPO.rglob("*")
+            if path.is_file()
+            and not skipped.intersection(path.relative_to(REPO).parts)
+            and not any(part.startswith((".trainlint_cache", ".pytest_cache", ".hypothesis"))
+                        for part in path.relative_to(REPO).parts)
+            and ".egg-info" not in path.as_posix()
+        ]
+    for name in names:
         source = REPO / name
         if source.is_file() and not name.startswith(("tests/", "fixtures/", "benchmarks/")):
             (out / name).parent.mkdir(parents=True, exist_ok=True)
