@@ -331,6 +331,29 @@ def test_a_whole_project_run_keeps_the_project_phase_findings(
     assert fourth.diagnostics == [] and len(project_phases) == 3
 
 
+def test_old_project_phase_entries_are_pruned_newest_kept(
+    project, tmp_path, test_rule, project_phases, monkeypatch
+):
+    monkeypatch.setattr(cache_module, "MAX_PROJECT_ENTRIES", 3)
+    settings = Settings(root=project, select=["TRL999"])
+    entries = tmp_path / "c" / cache_module.PROJECT
+    dated: set = set()
+    for edit in range(6):  # every edit keys a new project entry
+        (project / "train.py").write_text(f"def unused():\n    pass\n# edit {edit}\n")
+        run_cached(settings, tmp_path / "c", whole_project=True)
+        written = set(entries.glob("*/*.json"))
+        assert len(written) == min(edit + 1, 3)
+        for new in written - dated:  # one second apart, whatever the file system's clock
+            os.utime(new, ns=((edit + 1) * 10**9, (edit + 1) * 10**9))
+        dated |= written
+    phases = len(project_phases)
+    run_cached(settings, tmp_path / "c", whole_project=True)  # the newest entry survived
+    assert len(project_phases) == phases
+    (project / "train.py").write_text("def unused():\n    pass\n# edit 0\n")
+    run_cached(settings, tmp_path / "c", whole_project=True)  # the oldest did not
+    assert len(project_phases) == phases + 1
+
+
 class CalledInSomeText(DefinedHereUsedElsewhere):
     """TRL998: like TRL999, but a call is looked for in the project's texts (as TRL203 and
     TRL301 look for importers and configs), so a run over some files reads the others."""

@@ -41,6 +41,11 @@ PROJECT = "project"  # the project phase's findings over a whole project's files
 # Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
 ENTRY_FORMAT = 1
 PROJECT_FORMAT = 1
+# The project phase's entries are keyed by the content of every file of the run, so each edit
+# makes a new one and the old ones never serve again once the files have moved on. The newest
+# are kept (an undo, a switch back to another branch, runs over different file lists); older ones
+# are deleted after each write, so the folder stays bounded.
+MAX_PROJECT_ENTRIES = 32
 # An entry holds one file's findings and facts: far below this even for a generated file of
 # megabytes. A larger one is not trainlint's (or is corrupt) and is a miss, not read.
 MAX_ENTRY_SIZE = 64 * 1024 * 1024
@@ -246,6 +251,34 @@ class Cache:
             separators=(",", ":"),
         ).encode()
         self._write(self._project_path(key), payload)
+        self._prune_project_entries()
+
+    def _prune_project_entries(self) -> None:
+        """Delete all but the `MAX_PROJECT_ENTRIES` most recently written project entries;
+        never raises (another run may be deleting or writing the same entries)."""
+        if not self.writable:
+            return
+        entries = []
+        try:
+            with os.scandir(self.directory / PROJECT) as buckets:
+                for bucket in buckets:
+                    if not bucket.is_dir(follow_symlinks=False):
+                        continue
+                    with os.scandir(bucket.path) as files:
+                        for entry in files:
+                            if entry.name.endswith(".json") and entry.is_file(
+                                follow_symlinks=False
+                            ):
+                                entries.append((entry.stat(follow_symlinks=False).st_mtime_ns,
+                                                entry.path))
+        except OSError:
+            return
+        entries.sort(reverse=True)
+        for _mtime, path in entries[MAX_PROJECT_ENTRIES:]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def _project_path(self, key: str) -> Path:
         return self.directory / PROJECT / key[:2] / f"{key}.json"
