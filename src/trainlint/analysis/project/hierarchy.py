@@ -56,8 +56,21 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.BaseModule",
     "mmengine.model.base_module.base_module.BaseModule",
 }
-_MAX_DEPTH = 12
+_MAX_STEPS = 64  # lookups one class name may take through re-exports and star imports
 _UNKNOWN = object()
+_NOT_HERE = object()  # a star-imported module that does not define the name
+_STAR = "<star>."  # a lookup of a name through `from <file> import *`
+
+
+class _Follow:
+    """Where `Hierarchy.resolve` looks next: (qualname, importer, may fall through) lookups in
+    the order Python would find the name."""
+
+    __slots__ = ("lookups",)
+
+    def __init__(self, lookups: List[Tuple[str, Path, bool]]) -> None:
+        self.lookups = lookups
+
 # Words of a file that may train with DDP or configure it (wraps.py's signals and options).
 # (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
 _DDP_WORDS = re.compile(
@@ -108,9 +121,72 @@ def file_facts(ctx) -> Dict[str, object]:
         node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
     )
     facts["imports"] = import_qualnames(ctx)
+    facts["star_imports"] = list(ctx.scopes.module_scope.star_imports)
+    facts["exports"] = exported_names(ctx)
     facts.update(ctx.analysis(Wraps).facts())
     facts["outside_reads"] = sorted(_outside_reads(ctx))
     return facts
+
+
+def exported_names(ctx) -> Optional[List[str]]:
+    """The names `from <file> import *` binds when the file says (`__all__ = [...]`, also
+    extended with `+=`, `.extend`, `.append`); None when it has no `__all__` (every public name
+    is exported) or one we cannot read (then public names are assumed, too)."""
+    found: Optional[List[str]] = None
+    for statement in ctx.module.body:
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            target, value, extend = _all_update(small)
+            if target is None:
+                continue
+            names = _string_list(value)
+            if names is None:
+                return None  # computed: cannot tell which names
+            found = (found or []) + names if extend else names
+    return found
+
+
+def _all_update(small: cst.CSTNode):
+    """(`__all__`, the value, whether it extends) for `__all__ = v`, `__all__ += v`,
+    `__all__.extend(v)`, `__all__.append(x)` (as a one-element list); else (None, None, False)."""
+    if type(small) is cst.Assign and len(small.targets) == 1:
+        target = small.targets[0].target
+        if type(target) is cst.Name and target.value == "__all__":
+            return "__all__", small.value, False
+    if type(small) is cst.AnnAssign and type(small.target) is cst.Name:
+        if small.target.value == "__all__" and small.value is not None:
+            return "__all__", small.value, False
+    if type(small) is cst.AugAssign and type(small.target) is cst.Name:
+        if small.target.value == "__all__":
+            return "__all__", small.value, True
+    if type(small) is cst.Expr and type(small.value) is cst.Call:
+        call = small.value
+        func = call.func
+        if (
+            type(func) is cst.Attribute
+            and type(func.value) is cst.Name
+            and func.value.value == "__all__"
+            and func.attr.value in ("extend", "append")
+            and len(call.args) == 1
+        ):
+            value = call.args[0].value
+            if func.attr.value == "append":
+                value = cst.List([cst.Element(value)])
+            return "__all__", value, True
+    return None, None, False
+
+
+def _string_list(value: cst.BaseExpression) -> Optional[List[str]]:
+    if type(value) not in (cst.List, cst.Tuple):
+        return None
+    names: List[str] = []
+    for element in value.elements:  # type: ignore[attr-defined]
+        text = element.value.evaluated_value if type(element.value) is cst.SimpleString else None
+        if not isinstance(text, str):
+            return None
+        names.append(text)
+    return names
 
 
 def _outside_reads(ctx) -> Set[str]:
@@ -230,21 +306,51 @@ class Hierarchy:
             return None
         return facts.get("classes", {}).get(ref.name)
 
-    def resolve(self, qualname: str, importer: Path, depth: int = 0):
+    def resolve(self, qualname: str, importer: Path):
         """What a class name used in `importer` is: a ClassRef of the project, "module"
-        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, an autograd
-        Function, a class of the project without bases), or None (unknown: a library, or not a
-        class)."""
-        if depth > _MAX_DEPTH:
-            return None
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a builtin,
+        an autograd Function, a class of the project without bases), or None (unknown: a
+        library, or not a class).
+
+        Imports are followed through the files that re-export the name (`from .head import
+        Head` in a package's `__init__.py`) and through star imports (`from .heads import *`,
+        honouring `__all__`), iteratively and within a fixed number of steps."""
+        # A stack of lookups; each is (qualname, importer, may_fall_through). A star import
+        # offers several places a name may come from: one that does not define it falls
+        # through to the next. A name imported explicitly must be where the import says.
+        stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
+        seen: Set[Tuple[str, Path]] = set()
+        steps = 0
+        while stack and steps < _MAX_STEPS:
+            steps += 1
+            name, where, falls_through = stack.pop()
+            if (name, where) in seen:
+                continue  # a cycle of re-exports defines nothing new
+            seen.add((name, where))
+            found = self._resolve_step(name, where)
+            if isinstance(found, _Follow):
+                stack.extend(reversed(found.lookups))
+            elif found is _NOT_HERE:
+                if not falls_through:
+                    return None
+            else:
+                return found
+        return None
+
+    def _resolve_step(self, qualname: str, importer: Path):
+        """One step of `resolve`: a final answer, `_NOT_HERE`, or the lookups to make next."""
         if qualname == MODULE or qualname in INITIALISING_MODULES:
             return "module"
         if qualname in CONTAINERS:
             return "container"
         if qualname in PLAIN_BASES or qualname in NON_MODULE_BASES:
             return "plain"
+        if qualname.startswith("builtins."):
+            return "plain"
         if qualname.startswith(LOCAL_PREFIX):
-            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
+            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :])
+        if qualname.startswith(_STAR):
+            return self._in_file(importer, qualname[len(_STAR) :], star=True)
         if qualname.startswith(("torch.", "?")):
             return None
         level = len(qualname) - len(qualname.lstrip("."))
@@ -255,26 +361,48 @@ class Hierarchy:
             if path is None:
                 continue
             rest = parts[cut:]
-            return self._in_file(path, rest[0], depth) if len(rest) == 1 else None
+            return self._in_file(path, rest[0]) if len(rest) == 1 else None
         if level and len(parts) == 1:
             # `from . import Head` in a package: the name comes from the package's __init__.py
             path = self.module_file("." * level, importer)
             if path is not None:
-                return self._in_file(path, parts[0], depth)
+                return self._in_file(path, parts[0])
         return None
 
-    def _in_file(self, path: Path, name: str, depth: int):
+    def _in_file(self, path: Path, name: str, star: bool = False):
+        """What `name` is in the file at `path`: a final answer, `_NOT_HERE`, or where to look
+        next (the import that binds it, or the modules the file star-imports). `star`: the
+        name is wanted through `from <file> import *`, which binds only the names of its
+        `__all__` (when it has one) or its public names."""
         facts = self.facts_at(path)
         if facts is None:
             return None
+        if star:
+            exported = facts.get("exports")
+            if name not in exported if exported is not None else name.startswith("_"):
+                return _NOT_HERE
         if name in facts.get("classes", {}):
             return ClassRef(Path(os.path.abspath(path)), name)
         if name in facts.get("plain", ()):
             return "plain"
         imported = facts.get("imports", {}).get(name)
         if imported:
-            return self.resolve(imported, path, depth + 1)
-        return None
+            return _Follow([(imported, path, False)])
+        lookups = []
+        unknown_source = False
+        for module in facts.get("star_imports", ()):
+            target = self.module_file(module, path)
+            if target is None:
+                unknown_source = True  # `from torch.nn import *`: may define it, unknowable
+                continue
+            lookups.append((f"{_STAR}{name}", target, True))
+        if lookups:
+            # The last star import that defines the name wins; an unknown source may too.
+            lookups.reverse()
+            if unknown_source:
+                lookups.append(("?", path, False))
+            return _Follow(lookups)
+        return None if unknown_source else _NOT_HERE
 
     def bases_of(self, ref: ClassRef) -> List[Tuple[str, object]]:
         """(base as written, what it resolves to) for each base of `ref`."""

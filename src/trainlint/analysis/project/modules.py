@@ -26,6 +26,7 @@ across files, see hierarchy.py) this records
 
 from __future__ import annotations
 
+import builtins
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -42,6 +43,12 @@ from .. import Analysis
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
     from typing import TypeGuard
 
+
+# Builtin classes (`object`, `dict`, `Exception`): a base named so, and not rebound in the file,
+# is the builtin, which reads no attribute a subclass registers.
+BUILTIN_CLASSES = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type)
+)
 
 ALL = "*"  # an escape or freeze that reaches every attribute
 
@@ -180,12 +187,7 @@ class Modules(Analysis):
     # -- one class ----------------------------------------------------------------------------
 
     def _read_class(self, node: cst.ClassDef) -> ModuleClass:
-        bases = []
-        for arg in node.bases:
-            if arg.keyword is not None or arg.star:
-                continue
-            found = sorted(self.names.qualified(arg.value))
-            bases.append(found[0] if found else "?")
+        bases = [self._base_name(a.value) for a in node.bases if a.keyword is None and not a.star]
         cls = ModuleClass(node.name.value, node, bases)
         functions: Dict[str, cst.FunctionDef] = {}
         for statement in node.body.body:
@@ -223,6 +225,21 @@ class Modules(Analysis):
         for name in cls.frozen & set(cls.attrs):
             cls.attrs[name].frozen = True
         return cls
+
+    def _base_name(self, base: cst.BaseExpression) -> str:
+        """A base class as a qualified name: `nn.Module` -> "torch.nn.Module", a builtin class
+        the file does not rebind (`object`, `dict`) -> "builtins.object", `Generic[T]` ->
+        "typing.Generic"; "?" when the expression names nothing we can follow (a call)."""
+        if type(base) is cst.Subscript:
+            base = base.value  # Generic[T], Protocol[T]: the class is the subscripted one
+        if (
+            type(base) is cst.Name
+            and base.value in BUILTIN_CLASSES
+            and not self.ctx.scopes.lookup(base.value, base)
+        ):
+            return "builtins." + base.value
+        found = sorted(self.names.qualified(base))
+        return found[0] if found else "?"
 
     def _within(self, function: cst.FunctionDef, types) -> List[cst.CSTNode]:
         """The nodes of `types` inside `function`, in document order: slices of the file's
