@@ -25,7 +25,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ..base.names import LOCAL_PREFIX
+from ..parallel.settings import ARGPARSE, MM
 from ..parallel.wraps import DDP_KIND, Wraps
+from .mmconfig import MMConfigs
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
 
@@ -189,6 +191,15 @@ def _string_list(value: cst.BaseExpression) -> Optional[List[str]]:
     return names
 
 
+def _settings(facts: dict) -> List[dict]:
+    """The configuration reads (parallel/settings.py) a file's DDP options come from."""
+    found = list(facts.get("unused_settings", ()))
+    for wrap in facts.get("wraps", ()):
+        if wrap.get("kind") == DDP_KIND:
+            found.extend(wrap.get("settings", {}).values())
+    return found
+
+
 def _outside_reads(ctx) -> Set[str]:
     """Attribute names read on something other than a method's own `self`
     (`self.head.class_embed`, `model.module.backbone`): a module's parameter may be used by the
@@ -269,6 +280,8 @@ class Hierarchy:
         self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
         self._evidence_files: Dict[Path, Set[Path]] = {}
+        self._configs: Optional[MMConfigs] = None
+        self._set_keys: Dict[Tuple[str, Tuple[str, ...]], bool] = {}
 
     # -- files --------------------------------------------------------------------------------
 
@@ -578,19 +591,70 @@ class Hierarchy:
         """(file, signal) for every file of the evidence that trains with DDP."""
         return [(path, signal) for path, facts in evidence for signal in facts.get("signals", ())]
 
-    @staticmethod
-    def tolerates_unused(evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
+    def tolerates_unused(self, evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
         """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,
-        `static_graph=True`, an option DDP gets from an expression or **kwargs), or None."""
+        `static_graph=True`, an option DDP gets from an expression or **kwargs, or from a
+        configuration the project's configs set, or may set), or None."""
         for path, facts in evidence:
             if facts.get("finds_unused"):
                 return path
+            for setting in _settings(facts):
+                if self.setting_tolerates(setting) is not False:
+                    return path
             for wrap in facts.get("wraps", ()):
                 if wrap.get("kind") == DDP_KIND and any(
                     v in ("true", "unknown") for v in wrap.get("options", {}).values()
                 ):
                     return path
         return None
+
+    def assumptions(self, evidence: List[Tuple[Path, dict]]) -> List[str]:
+        """What a finding assumes about settings it cannot see (a command-line option whose
+        default is False and that no file of the project passes), for its warning."""
+        found: List[str] = []
+        for _path, facts in evidence:
+            for setting in _settings(facts):
+                if self.setting_tolerates(setting) is False and setting["source"] == ARGPARSE:
+                    flag = (setting.get("flags") or ["--" + setting["key"]])[0]
+                    text = f"`{flag}` is not passed"
+                    if text not in found:
+                        found.append(text)
+        return found
+
+    def setting_tolerates(self, setting: dict) -> Optional[bool]:
+        """Does a configuration read (parallel/settings.py) turn the option on? True when its
+        default does or some file of the project sets it (`find_unused_parameters = True` in a
+        config, `--find_unused_parameters` passed by a launcher); False when it is read from
+        the project's MM configs and none sets it, or from a command-line option no file
+        passes (an assumption: `assumptions`); None when it cannot be decided (a config
+        loaded from a path while the project holds no config)."""
+        key = str(setting.get("key"))
+        if setting.get("default") is not False:
+            return True  # on by default, or a default we cannot read
+        if self._set_in_project(key, [str(f) for f in setting.get("flags", ())]):
+            return True
+        if setting.get("source") == MM:
+            return False if self.configs.exist() else None
+        return False
+
+    def _set_in_project(self, key: str, flags: List[str]) -> bool:
+        """Does a file of the project set `key` to True (not in a comment), or pass one of
+        `flags` on a line other than the option's declaration?"""
+        remembered = self._set_keys.get((key, tuple(flags)))
+        if remembered is None:
+            patterns = [rf"^[^#\n]*\b{re.escape(key)}['\"]?\s*[:=]\s*True\b"]
+            patterns += [rf"^(?![^#\n]*add_argument)[^#\n]*{re.escape(f)}\b" for f in flags]
+            remembered = bool(self.project.files_matching(re.compile("|".join(patterns), re.M)))
+            self._set_keys[(key, tuple(flags))] = remembered
+        return remembered
+
+    @property
+    def configs(self) -> MMConfigs:
+        """The project's MM-style configs (the facts the rule `code` records under
+        `"mm_config"`)."""
+        if self._configs is None:
+            self._configs = MMConfigs(self.project, self.code)
+        return self._configs
 
     @staticmethod
     def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:

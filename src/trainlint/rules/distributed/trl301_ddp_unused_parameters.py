@@ -9,14 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from ...analysis.base.vocabulary import is_test_file
 from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.project.mmconfig import (
-    MMConfig,
-    MM_CONFIG_MARKERS,
-    Resolved,
-    resolve,
-    tolerates_unused,
-    type_names,
-)
+from ...analysis.project.mmconfig import MMConfig, MM_CONFIG_MARKERS
 from ...analysis.parallel.wraps import Wraps, is_local, local_name
 from ...analysis.project.modules import ALL, Modules, escaped
 from ...diagnostics import Diagnostic, Severity
@@ -165,7 +158,7 @@ class DdpUnusedParameters(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
-        configs = MMConfigs(project, cls.code)
+        configs = hierarchy.configs
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             facts = hierarchy.facts_at(path) or {}
@@ -173,6 +166,8 @@ class DdpUnusedParameters(Rule):
             if hierarchy.tolerates_unused(evidence) is not None:
                 continue
             signals = training_signals(project, hierarchy, evidence)
+            # A DDP option read from a command-line option nobody passes: assumed off.
+            assumed = hierarchy.assumptions(evidence)
             for key in sorted(keys):
                 name, attr = key.split(".", 1)
                 ref = ClassRef(path, name)
@@ -180,6 +175,8 @@ class DdpUnusedParameters(Rule):
                 if found is None:
                     continue
                 message, help = found
+                if assumed:
+                    message += " (assuming " + " and ".join(assumed) + ")"
                 family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
                 if configs.naming(family, tolerant=True):
                     continue
@@ -194,7 +191,7 @@ class DdpUnusedParameters(Rule):
                     key,
                     message=message,
                     help=help,
-                    severity=Severity.ERROR if named else Severity.WARNING,
+                    severity=Severity.ERROR if named and not assumed else Severity.WARNING,
                 )
                 if diagnostic is not None:
                     yield diagnostic
@@ -207,72 +204,6 @@ def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
     return [
         f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)
     ]
-
-
-# Configs worth reading for a family (a text filter; the merged chain decides): MM-style configs
-# (a `_base_ = ` or `model = ` line) naming one of its classes, and children that may tolerate
-# unused parameters for a model their base builds.
-_MM_CONFIG = re.compile(r"^(?:_base_|model)\s*=", re.M)
-# Every `type='Name'` of a config (a lookahead, so that overlapping spellings are all found).
-_TYPE_STRING = re.compile(r"(?=\btype\s*=\s*['\"]([^'\"]*)['\"])")
-_MM_TOLERANT = re.compile(
-    r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True", re.M
-)
-
-
-class MMConfigs:
-    """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
-    its `_base_` chain once (analysis/project/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
-    so a config that builds a class (`type='DETRHead'`, in it or in a base) makes the finding
-    an error, and one whose merged DDP wrap tolerates unused parameters drops it. Configs are
-    found by their text, so a run given only some files answers like a whole-tree run; their
-    facts are TRL301's own (`"mm_config"`), never another rule's."""
-
-    def __init__(self, project, code: str) -> None:
-        self.project = project
-        self.code = code
-        self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
-        self._memo: Dict[Path, Resolved] = {}
-        self._configs: Optional[List[Tuple[Path, Set[str], bool]]] = None
-
-    def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
-        """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
-        accepts unused parameters."""
-        if self._configs is None:
-            # The project's configs and the `type='...'` strings each names, found once:
-            # families are asked about one by one.
-            self._configs = [
-                (path, set(_TYPE_STRING.findall(text)), bool(_MM_TOLERANT.search(text)))
-                for path in self.project.files_matching(_MM_CONFIG)
-                for text in [self.project.text_of(path) or ""]
-            ]
-        wanted = set(class_names)
-        found = []
-        for path in [p for p, types, tolerant in self._configs if tolerant or types & wanted]:
-            merged = self._merge(path)
-            if merged is None or not merged[0] & set(class_names):
-                continue
-            if merged[1] or not tolerant:
-                found.append(path)
-        return found
-
-    def _merge(self, path: Path) -> Optional[Tuple[Set[str], bool]]:
-        """(the `type=` names the merged config builds, whether it tolerates unused parameters)."""
-        if path not in self._merged:
-            own = self._config_facts(path)
-            merged = None
-            if own:
-                tree = resolve(path, own, self._config_facts, self._display, self._memo).tree
-                merged = (set(type_names(tree)), tolerates_unused(tree))
-            self._merged[path] = merged
-        return self._merged[path]
-
-    def _config_facts(self, path: Path) -> Optional[Dict[str, Any]]:
-        facts = self.project.facts_of(path, self.code)
-        return facts.get("mm_config") if isinstance(facts, dict) else None
-
-    def _display(self, path: Path) -> str:
-        return self.project.display_of(path) or os.path.relpath(path)
 
 
 def _absolute(project, display: str) -> Path:
