@@ -29,9 +29,10 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ..base.calls import has_star_args, is_false, is_true, keyword, positional
+from ..base.identity import same_module
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..project.modules import ALL, freezes, frozen_by_loop
-from .parallel import INIT_PROCESS_GROUP, Parallel, module_root
+from .parallel import INIT_PROCESS_GROUP, Parallel
 from .settings import OptionSources
 from .. import Analysis
 
@@ -118,7 +119,7 @@ class Wraps(Analysis):
         """Qualified names of the classes `expr` may be an instance of (empty: unknown)."""
         if depth > 4:
             return set()
-        expr = module_root(expr)
+        expr = same_module(expr, self.names)
         if type(expr) is cst.Call:
             if self.parallel.wrap_kind(expr) is not None and expr.args:
                 return self.classes_of(expr.args[0].value, depth + 1)

@@ -36,6 +36,7 @@ import libcst as cst
 
 from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
+from ..base.identity import RETURNS_RECEIVER
 from ..base.names import Names, dotted_name
 from ..base.nodes import descendants, is_self_attr, self_and_descendants
 from .. import Analysis
@@ -71,8 +72,6 @@ _PARAMETERLESS = re.compile(
     r"Softmax\w*|LogSoftmax|Softmin|\w*Loss|Fold|Unfold|CosineSimilarity|PairwiseDistance"
     r")$"
 )
-# Calls whose result is the module they are called on.
-_RETURNS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "requires_grad_"}
 # `self.<call>()` in a method other than __init__ that walks every submodule or parameter.
 _WALKERS = {
     "children",
@@ -310,7 +309,7 @@ class Modules(Analysis):
         while (
             type(value) is cst.Call
             and type(value.func) is cst.Attribute
-            and value.func.attr.value in _RETURNS_RECEIVER
+            and value.func.attr.value in RETURNS_RECEIVER
         ):
             if value.func.attr.value == "requires_grad_" and freezes(value):
                 peeled_freeze = True

@@ -8,12 +8,8 @@ import libcst as cst
 
 from ...analysis.base.calls import argument
 from ...analysis.base.conditions import Conditions
-from ...analysis.parallel.parallel import (
-    CONVERT_SYNC_BATCHNORM,
-    MODULE_RETURNING,
-    Parallel,
-    WrapState,
-)
+from ...analysis.base.identity import returned_module
+from ...analysis.parallel.parallel import CONVERT_SYNC_BATCHNORM, Parallel, WrapState
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -198,10 +194,8 @@ class SyncBatchNormAfterDdp(Rule):
         if expr is source:
             return True
         if type(expr) is cst.Call:
-            func = expr.func
-            if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
-                return self._flows_from(func.value, source, depth + 1)
-            return False
+            same = returned_module(expr, self.ctx.names)
+            return same is not None and self._flows_from(same, source, depth + 1)
         if type(expr) is cst.Name:
             at = self.parallel.evaluation_point(expr)
             for binding in self.ctx.scopes.lookup(expr.value, at):
