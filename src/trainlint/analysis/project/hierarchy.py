@@ -392,7 +392,8 @@ class Hierarchy:
             return None
         if star:
             exported = facts.get("exports")
-            if name not in exported if exported is not None else name.startswith("_"):
+            public = name in exported if exported is not None else not name.startswith("_")
+            if not public:
                 return _NOT_HERE
         if name in facts.get("classes", {}):
             return ClassRef(Path(os.path.abspath(path)), name)
