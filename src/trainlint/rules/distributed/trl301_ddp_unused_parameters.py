@@ -49,9 +49,17 @@ class DdpUnusedParameters(Rule):
     the rule is quiet; under flake8, which sees one file, it is a warning then (the DDP launch
     may be in a file flake8 was not given);
     such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
-    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
-    the class's parents and subclasses across the files of the project (also files outside the
-    run that the checked files import). It stays quiet where a use may hide: a parent class
+    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. A DDP option
+    read from configuration is decided against the project's configs: from a config the script
+    loads with `Config.fromfile` (`cfg.get("find_unused_parameters", False)`), the finding
+    stands when the project's configs exist and none sets it, and is dropped when one does (or
+    when the project holds no config to read); from a command-line option the script declares
+    (`args.find_unused_parameters`, default False) it is a warning that assumes the flag is
+    not passed, dropped when a file of the project passes it. Any other expression may be
+    True, and the rule stays quiet. It follows the class's parents and subclasses across the
+    files of the project (also files outside the run that the checked files import), through
+    packages' re-exports (`from .heads import *`, honouring `__all__`); builtin and typing
+    bases (`object`, `abc.ABC`, `Generic[T]`, `Protocol`) read nothing of a subclass. It stays quiet where a use may hide: a parent class
     from an installed library (its `forward` may read the attribute; trainlint does not guess),
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
@@ -102,7 +110,10 @@ class DdpUnusedParameters(Rule):
     code = "TRL301"
     name = "ddp-unused-parameters"
     severity = Severity.ERROR
-    severity_note = "warning under flake8 when its one file shows no DDP training"
+    severity_note = (
+        "warning under flake8 when its one file shows no DDP training, and when DDP's option "
+        "comes from a command-line flag assumed not passed"
+    )
     fix = "unsafe"
     # Every file that imports may link a class to the script that wraps it in DDP.
     markers = ("class ", "torch", "find_unused", "import ") + MM_CONFIG_MARKERS

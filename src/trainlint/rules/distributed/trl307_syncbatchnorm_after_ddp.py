@@ -48,6 +48,10 @@ class SyncBatchNormAfterDdp(Rule):
     each GPU's slice of the batch, which is exactly what the conversion was meant to avoid
     (older releases raise "Default process group has not been initialized").
 
+    The wrapper is followed through rebindings that keep it (`model = model.to(device)`,
+    `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`: analysis/base/identity.py), but
+    not through `torch.compile`, which returns another object.
+
     A conversion and a DataParallel wrap on branches that never run together are not paired:
     DataParallel under `if RANK == -1:` and the conversion under `if RANK != -1:` (the same
     variable compared with `==` and `!=` against the same constant, or tested and negated, and
