@@ -88,7 +88,8 @@ def test_a_rebound_builtin_name_is_not_the_builtin(tmp_path):
             "train.py": TRAIN,
             "models/__init__.py": "from .head import Head\n",
             "models/base.py": _base_file(
-                "nn.Module, object", "import torch.nn as nn\nfrom mmcv import BaseModule as object\n"
+                "nn.Module, object",
+                "import torch.nn as nn\nfrom mmcv import BaseModule as object\n",
             ),
             "models/head.py": HEAD.format(base_module=".base", base="Base"),
         },
@@ -155,7 +156,8 @@ def test_star_import_cycles_end(tmp_path):
 
 
 def test_a_long_star_chain_is_bounded(tmp_path):
-    # 80 modules (more than the resolver's step budget) each re-exporting the next: resolution gives up (unknown) without recursing.
+    # 80 modules each re-exporting the next, more than the resolver's step budget: it gives up
+    # (unknown, so quiet) without recursing.
     files = {"train.py": TRAIN, "models/__init__.py": "from .head import Head\nfrom .m0 import *\n"}
     for i in range(80):
         files[f"models/m{i}.py"] = f"from .m{i + 1} import *\n"

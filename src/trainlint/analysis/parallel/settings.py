@@ -19,7 +19,7 @@ decides a setting against the project's configs (`Hierarchy.setting_tolerates`).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
@@ -82,7 +82,8 @@ class OptionSources(Analysis):
                 if not flags:
                     continue
                 dest = string_literal(keyword(call, "dest")) or flags[0][2:].replace("-", "_")
-                found[dest] = {"source": ARGPARSE, "default": _argparse_default(call), "flags": flags}
+                default = _argparse_default(call)
+                found[dest] = {"source": ARGPARSE, "default": default, "flags": flags}
             self._arguments = found
         return self._arguments
 

@@ -73,6 +73,7 @@ class _Follow:
     def __init__(self, lookups: List[Tuple[str, Path, bool]]) -> None:
         self.lookups = lookups
 
+
 # Words of a file that may train with DDP or configure it (wraps.py's signals and options).
 # (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
 _DDP_WORDS = re.compile(

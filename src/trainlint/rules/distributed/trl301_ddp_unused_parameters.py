@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ...analysis.base.vocabulary import is_test_file
 from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
