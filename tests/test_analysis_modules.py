@@ -266,3 +266,24 @@ def test_rebinding_through_identity_calls_keeps_the_wrapper():
     keep, compiled = (arg.value for arg in printed.args)
     assert parallel.wrapper_state(keep, printed).every
     assert not parallel.wrapper_state(compiled, printed).some
+
+
+def test_an_option_read_from_another_namespace_is_not_the_command_line():
+    ctx = context(
+        """
+        import argparse
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def main(opts):
+            cfg = load_yaml(opts.config)
+            a = DDP(model, find_unused_parameters=cfg.find_unused_parameters)
+            b = DDP(model, find_unused_parameters=opts.find_unused_parameters)
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--find_unused_parameters", action="store_true")
+        main(parser.parse_args())
+        """
+    )
+    a, b = ctx.analysis(Wraps).ddp_sites()
+    assert a.options == {"find_unused_parameters": "unknown"}  # the YAML config may set it
+    assert b.options == {"find_unused_parameters": "config"}

@@ -33,6 +33,7 @@ _MISSING = object()
 # Loaders of MM-style Python configs (mmcv 1.x, mmengine): `Config.fromfile(path)`.
 _CONFIG_LOADERS = ("mmcv.Config.fromfile", "mmcv.utils.Config.fromfile", "mmengine.Config.fromfile")
 _CONFIG_LOADER_SUFFIX = ".config.Config.fromfile"  # mmengine.config.Config, mmcv.utils.config...
+_PARSE_CALLS = ("parse_args", "parse_known_args")
 _MAX_HOPS = 4  # names followed from the keyword to the read (`x = cfg.get(...)`, `y = x`)
 
 
@@ -60,9 +61,40 @@ class OptionSources(Analysis):
                 "code": code,
             }
         option = self.arguments().get(key)
-        if option is not None and type(expr) is cst.Attribute:
+        if option is not None and type(expr) is cst.Attribute and self._parsed_args(holder):
             return dict(option, key=key, code=code)
         return None
+
+    def _parsed_args(self, holder: cst.BaseExpression) -> bool:
+        """Is `holder` the namespace the file's parser returns: bound to `parse_args()` /
+        `parse_known_args()[0]`, or a parameter of a function of a file that parses its
+        arguments (`def main(args)` ... `main(parser.parse_args())`)?"""
+        if type(holder) is not cst.Name:
+            return False
+        bindings = self.ctx.scopes.lookup(holder.value, holder)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if binding.kind == "param":
+                if not self._parses_arguments():
+                    return False
+                continue
+            value = binding.value if binding.kind == "assign" else None
+            if type(value) is cst.Subscript:
+                value = value.value  # parse_known_args()[0]
+            if not (
+                type(value) is cst.Call
+                and type(value.func) is cst.Attribute
+                and value.func.attr.value in _PARSE_CALLS
+            ):
+                return False
+        return True
+
+    def _parses_arguments(self) -> bool:
+        return any(
+            type(call.func) is cst.Attribute and call.func.attr.value in _PARSE_CALLS
+            for call in self.ctx.nodes(cst.Call)
+        )
 
     def arguments(self) -> Dict[str, Dict[str, object]]:
         """dest -> {"source": "argparse", "default": bool or None (unknown), "flags": [...]},
