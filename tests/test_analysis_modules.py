@@ -287,3 +287,26 @@ def test_an_option_read_from_another_namespace_is_not_the_command_line():
     a, b = ctx.analysis(Wraps).ddp_sites()
     assert a.options == {"find_unused_parameters": "unknown"}  # the YAML config may set it
     assert b.options == {"find_unused_parameters": "config"}
+
+
+def test_registrations_see_through_identity_calls():
+    ctx = context(
+        """
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.SyncBatchNorm.convert_sync_batchnorm(
+                    nn.Sequential(nn.Conv2d(3, 8, 3))
+                )
+                self.fc = nn.Linear(8, 2).cuda().train()
+                self.aux = nn.Linear(8, 2).requires_grad_(False)
+                self.compiled = torch.compile(nn.Linear(8, 2))
+        """
+    )
+    attrs = ctx.analysis(Modules).classes["Net"].attrs
+    assert attrs["body"].kind == "container"
+    assert attrs["fc"].kind == "module"
+    assert attrs["aux"].frozen
+    assert "compiled" not in attrs  # an OptimizedModule: not known to own these parameters

@@ -36,7 +36,7 @@ import libcst as cst
 
 from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
-from ..base.identity import RETURNS_RECEIVER
+from ..base.identity import returned_module
 from ..base.names import Names, dotted_name
 from ..base.nodes import descendants, is_self_attr, self_and_descendants
 from .. import Analysis
@@ -306,14 +306,17 @@ class Modules(Analysis):
                     return found
             return None, None, False
         peeled_freeze = False  # nn.Linear(...).requires_grad_(False)
-        while (
-            type(value) is cst.Call
-            and type(value.func) is cst.Attribute
-            and value.func.attr.value in RETURNS_RECEIVER
-        ):
-            if value.func.attr.value == "requires_grad_" and freezes(value):
-                peeled_freeze = True
-            value = value.func.value
+        for _ in range(8):
+            # `nn.Linear(...).cuda()`, `convert_sync_batchnorm(Backbone())`: the module built
+            if type(value) is not cst.Call:
+                break
+            same = returned_module(value, self.names)
+            if not isinstance(same, cst.BaseExpression):
+                break
+            func = value.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                peeled_freeze = peeled_freeze or freezes(value)
+            value = same
         if type(value) is not cst.Call:
             return None, None, False
         qualified = sorted(self.names.qualified(value.func))
