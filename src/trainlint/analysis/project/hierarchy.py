@@ -370,6 +370,23 @@ class Hierarchy:
             self._imports[path] = found
         return found
 
+    def imported_closure(self, path: Path, depth: int) -> Dict[Path, Path]:
+        """The project files `path` imports directly or through at most `depth` - 1 further
+        project imports, each mapped to the file that imports it on the shortest route (breadth
+        first, iterative: an import chain of any length costs no recursion)."""
+        path = Path(os.path.abspath(path))
+        reached: Dict[Path, Path] = {}
+        frontier = [path]
+        for _level in range(depth):
+            following = []
+            for importer in frontier:
+                for imported in sorted(self.imported_files(importer)):
+                    if imported != path and imported not in reached:
+                        reached[imported] = importer
+                        following.append(imported)
+            frontier = following
+        return reached
+
     def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a
         project module."""
