@@ -149,3 +149,16 @@ def test_show_settings_names_the_environment_and_its_frameworks(tmp_path, monkey
     out = capsys.readouterr().out
     assert "# --python" in out and "fakedet" not in out
     assert executed_markers(tmp_path) == []
+
+
+def test_the_python_key_is_in_the_schema_and_checked_like_the_others(tmp_path):
+    from trainlint.config import settings_from_table
+    from trainlint.rules import rule_names
+    from trainlint.schema import settings_schema
+
+    assert settings_schema()["properties"]["python"] == {"type": "string"}
+    (tmp_path / "py").write_text("")
+    settings = settings_from_table({"python": "py"}, "pyproject.toml", tmp_path, rule_names())
+    assert settings.python == str(tmp_path / "py")
+    with pytest.raises(ConfigError, match="'python' must be a str"):
+        settings_from_table({"python": 3}, "pyproject.toml", tmp_path, rule_names())
