@@ -35,6 +35,7 @@ MAX_LIBRARY_FILE = 4 * 1024 * 1024
 # `from .module import *` at the top level of a file: names it re-exports (star imports bind
 # no name the per-file facts could record).
 _STAR_IMPORT = re.compile(r"^from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\*", re.M)
+_STAR_IMPORT_BYTES = re.compile(rb"^from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.M)
 SUMMARY_FORMAT = 1
 
 
@@ -58,6 +59,7 @@ class Library:
         # is kept only while these files are unchanged (cache.py).
         self.reads: Dict[str, Optional[str]] = {}
         self.parsed = 0  # summaries made in this run (the others came from the cache)
+        self._texts: Dict[Path, bytes] = {}
 
     @property
     def environment(self) -> Environment:
@@ -102,6 +104,27 @@ class Library:
         """The modules the library file re-exports with `from module import *`, as written."""
         summary = self._summary(Path(os.path.abspath(path)))
         return list(summary["stars"]) if summary is not None else []
+
+    def mentions(self, path: Path, name: str) -> bool:
+        """Might the library file define or import `name` (a `class Name`, `Name = `, an import
+        naming it, or a star import of its own)? Asked before following a star
+        re-export into it: timm's `models/__init__.py` re-exports seventy modules with `*`, and
+        only the one defining the name is worth parsing."""
+        path = Path(os.path.abspath(path))
+        text = self._texts.get(path)
+        if text is None:
+            try:
+                text = self._texts[path] = read_regular_file(path, MAX_LIBRARY_FILE)
+            except OSError:
+                return False
+        word = re.escape(name.encode())
+        defines = (
+            rb"^[ \t]*class[ \t]+" + word + rb"\b|^" + word + rb"[ \t]*[:=]"
+            rb"|\bimport[ \t]+(?:\([^)]*|[^\n]*)\b" + word + rb"\b"
+        )
+        if re.search(defines, text, re.M) is not None:
+            return True
+        return _STAR_IMPORT_BYTES.search(text) is not None  # may pass it on from elsewhere
 
     def fingerprint(self) -> str:
         return self.environment.fingerprint()

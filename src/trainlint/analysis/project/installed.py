@@ -82,8 +82,8 @@ def name_in_library_file(hierarchy: "Hierarchy", path: Path, name: str, depth: i
         if module.startswith("."):
             continue
         target = library.find(module)
-        if target is None:
-            continue
+        if target is None or not library.mentions(target, name):
+            continue  # (a module that never spells the name cannot define or re-export it)
         found = name_in_library_file(hierarchy, target, name, depth + 1, stars + 1)
         if found is not None:
             return found
