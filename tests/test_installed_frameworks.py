@@ -179,3 +179,45 @@ def test_a_broken_interpreter_setting_is_quiet_not_a_crash(tmp_path, monkeypatch
     fake.chmod(0o755)
     project = write_project(tmp_path / "proj", python=fake)
     assert check(project, monkeypatch, capsys) == (0, [])
+
+
+def test_star_re_exports_are_followed_only_where_the_name_may_be(
+    venvs, tmp_path, monkeypatch, capsys
+):
+    made = []
+    real = library_module.Library._summarise
+
+    def counting(self, path, data, codes):
+        made.append(path.name)
+        return real(self, path, data, codes)
+
+    monkeypatch.setattr(library_module.Library, "_summarise", counting)
+    project = write_project(
+        tmp_path / "proj", parent="WalkingHead", python=venvs["with"]["python"]
+    )
+    assert check(project, monkeypatch, capsys) == (0, [])
+    # dino_head.py, re-exported before walking_head.py, never spells WalkingHead: not parsed.
+    assert sorted(made) == ["__init__.py", "walking_head.py"]
+
+
+def test_a_star_re_export_of_a_star_re_export(venvs, tmp_path, monkeypatch, capsys):
+    project = write_project(tmp_path / "proj", python=venvs["with"]["python"])
+    head = project / "models" / "my_head.py"
+    head.write_text(head.read_text().replace("fakedet.models.dense_heads", "fakedet.models"))
+    code, found = check(project, monkeypatch, capsys)
+    assert found == [("TRL301", "models/my_head.py", "error")]
+    assert executed_markers(venvs["root"]) == []
+
+
+def test_the_project_s_own_dot_venv_named_relative_to_the_configuration(
+    tmp_path, monkeypatch, capsys
+):
+    project = write_project(tmp_path / "proj")
+    make_venv(project / ".venv")
+    (project / "pyproject.toml").write_text('[tool.trainlint]\npython = ".venv/bin/python"\n')
+    monkeypatch.chdir(project / "models")  # the setting is relative to its file, not to here
+    code = cli.main(["check", "..", "--output-format", "json"])
+    found = [(d["code"], d["severity"]) for d in json.loads(capsys.readouterr().out)]
+    assert (code, found) == (1, [("TRL301", "error")])
+    # the library files inside the project root are neither checked nor reported
+    assert executed_markers(project) == []
