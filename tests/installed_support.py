@@ -81,6 +81,17 @@ class WalkingHead(nn.Module):
         return x
 '''
 
+TRACKING_HEAD = '''
+from torch import nn
+
+
+class TrackingHead(nn.Module):
+    """A parent whose helper reads what a subclass\'s forward leaves on the module."""
+
+    def attention_map(self):
+        return self.last_attention.mean(0)
+'''
+
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +107,12 @@ def populate_site(site: Path, extra: Path, editable_src: Path) -> None:
     write(pkg / "models" / "__init__.py", TRAP + "from .dense_heads import *\n")
     heads = pkg / "models" / "dense_heads"
     # The star re-export comes after the trap: a reader, never a runner, must follow it.
-    write(heads / "__init__.py", TRAP + "from .dino_head import *\nfrom .walking_head import *\n")
+    write(
+        heads / "__init__.py",
+        TRAP
+        + "from .dino_head import *\nfrom .walking_head import *\nfrom .tracking_head import *\n",
+    )
+    write(heads / "tracking_head.py", TRACKING_HEAD)
     write(heads / "detr_head.py", DETR_HEAD)
     write(heads / "dino_head.py", DINO_HEAD)
     write(heads / "walking_head.py", WALKING_HEAD)

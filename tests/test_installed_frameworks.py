@@ -221,3 +221,45 @@ def test_the_project_s_own_dot_venv_named_relative_to_the_configuration(
     assert (code, found) == (1, [("TRL301", "error")])
     # the library files inside the project root are neither checked nor reported
     assert executed_markers(project) == []
+
+
+TRACKED = """
+import torch
+from torch import nn
+from fakedet.models.dense_heads import TrackingHead
+
+
+class AttentionHead(TrackingHead):
+    def __init__(self):
+        super().__init__()
+        self.query = nn.Linear(16, 16)
+
+    def forward(self, x):
+        attention = torch.softmax(self.query(x) @ x.transpose(1, 2), dim=-1)
+        self.last_attention = attention
+        return attention @ x
+
+
+model = nn.DataParallel(AttentionHead().cuda())
+for batch in torch.randn(10, 4, 8, 16):
+    out = model(batch.cuda())
+    heat = model.module.attention_map()
+"""
+
+
+def test_trl203_sees_a_library_parent_read_what_forward_leaves_on_a_replica(
+    venvs, tmp_path, monkeypatch, capsys
+):
+    project = tmp_path / "proj"
+    (project / ".git").mkdir(parents=True)
+    (project / "viz.py").write_text(TRACKED.lstrip())
+    (project / "pyproject.toml").write_text(
+        f"[tool.trainlint]\npython = {str(venvs['with']['python'])!r}\n"
+    )
+    assert check(project, monkeypatch, capsys)[1] == [("TRL203", "viz.py", "error")]
+    # The parent unread (not installed): its helper is unknown, and the write is not reported.
+    (project / "pyproject.toml").write_text(
+        f"[tool.trainlint]\npython = {str(venvs['bare'])!r}\n"
+    )
+    assert check(project, monkeypatch, capsys) == (0, [])
+    assert executed_markers(venvs["root"]) == []
