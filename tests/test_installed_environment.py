@@ -133,7 +133,7 @@ def test_show_settings_names_the_environment_and_its_frameworks(tmp_path, monkey
     from trainlint import cli, environment
 
     monkeypatch.setattr(environment, "FRAMEWORKS", ("fakedet", "timm"))
-    venv = make_venv(tmp_path / "venv")
+    make_venv(tmp_path / "venv")
     project = tmp_path / "proj"
     project.mkdir()
     (project / ".git").mkdir()

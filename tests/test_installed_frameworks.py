@@ -100,7 +100,9 @@ def check(project: Path, monkeypatch, capsys, *extra: str):
     return code, found
 
 
-def test_an_unused_parameter_on_an_installed_parent_is_an_error(venvs, tmp_path, monkeypatch, capsys):
+def test_an_unused_parameter_on_an_installed_parent_is_an_error(
+    venvs, tmp_path, monkeypatch, capsys
+):
     project = write_project(tmp_path / "proj", python=venvs["with"]["python"])
     code, found = check(project, monkeypatch, capsys)
     assert code == 1
@@ -113,7 +115,9 @@ def test_the_parameter_used_in_forward_gives_nothing(venvs, tmp_path, monkeypatc
     assert check(project, monkeypatch, capsys) == (0, [])
 
 
-def test_a_library_parent_that_walks_every_child_keeps_it_quiet(venvs, tmp_path, monkeypatch, capsys):
+def test_a_library_parent_that_walks_every_child_keeps_it_quiet(
+    venvs, tmp_path, monkeypatch, capsys
+):
     project = write_project(
         tmp_path / "proj", parent="WalkingHead", python=venvs["with"]["python"]
     )

@@ -16,7 +16,7 @@ library files read, the base stays unknown, as before.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hierarchy import Hierarchy
