@@ -162,3 +162,15 @@ def test_the_python_key_is_in_the_schema_and_checked_like_the_others(tmp_path):
     assert settings.python == str(tmp_path / "py")
     with pytest.raises(ConfigError, match="'python' must be a str"):
         settings_from_table({"python": 3}, "pyproject.toml", tmp_path, rule_names())
+
+
+def test_the_standard_library_torch_and_trainlint_are_never_summarised(site):
+    from trainlint.config import Settings
+    from trainlint.library import Library
+    from trainlint.selection import Selection
+
+    entries, editable = expand_site_dirs(list(sys.path), [str(site)])
+    library = Library(Selection.of(Settings()), None, Environment(None, "t", entries, editable))
+    assert library.find("enum") is None and library.find("unittest.case") is None
+    assert library.find("torch.nn.modules.module") is None
+    assert library.find("fakedet.models.dense_heads") is not None

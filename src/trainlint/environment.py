@@ -73,6 +73,7 @@ print(json.dumps({"path": [p for p in sys.path if p], "site": sites,
                   "version": "%d.%d" % sys.version_info[:2], "executable": sys.executable}))
 """
 _ASK_TIMEOUT = 30.0
+_ASKED: Dict[str, dict] = {}  # interpreter path and mtime -> its answer, in this process
 _ENVIRONMENTS = "environments"
 # setuptools' editable-install finder module named in a `.pth` line.
 _EDITABLE_FINDER = re.compile(r"^import\s+(__editable___[\w.]+_finder)\b")
@@ -166,11 +167,14 @@ def ask_interpreter(
     except OSError as exc:
         return None, f"{python}: {exc.strerror or exc}"
     key = hashlib.sha256(f"{os.path.abspath(python)}\0{info.st_mtime_ns}".encode()).hexdigest()
+    if key in _ASKED:
+        return _ASKED[key], None  # a long-lived process (the language server) asks once
     stored = cache_dir / _ENVIRONMENTS / f"{key}.json" if cache_dir is not None else None
     if stored is not None:
         try:
             found = json.loads(read_regular_file(stored, 1024 * 1024))
             if isinstance(found, dict) and isinstance(found.get("path"), list):
+                _ASKED[key] = found
                 return found, None
         except (OSError, ValueError):
             pass
@@ -192,6 +196,7 @@ def ask_interpreter(
         return None, f"{python} is not a Python interpreter trainlint can ask" + (
             f" ({tail[0]})" if tail else ""
         )
+    _ASKED[key] = found
     if stored is not None:
         try:
             stored.parent.mkdir(parents=True, exist_ok=True)

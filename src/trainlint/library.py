@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -37,6 +38,12 @@ MAX_LIBRARY_FILE = 4 * 1024 * 1024
 _STAR_IMPORT = re.compile(r"^from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\*", re.M)
 _STAR_IMPORT_BYTES = re.compile(rb"^from[ \t]+[\w.]+[ \t]+import[ \t]+\*", re.M)
 SUMMARY_FORMAT = 1
+# (Python < 3.10 has no list of its own modules: the ones classes commonly derive from.)
+_STDLIB = frozenset(
+    getattr(sys, "stdlib_module_names", ())
+    or ("abc", "argparse", "collections", "enum", "io", "json", "logging", "multiprocessing",
+        "threading", "typing", "unittest", "dataclasses", "contextlib", "string", "ast")
+)
 
 
 class Library:
@@ -78,8 +85,12 @@ class Library:
 
     def find(self, dotted: str) -> Optional[Path]:
         """The source file of installed module `dotted`, or None."""
-        if dotted.split(".")[0] in ("torch", "trainlint"):
-            return None  # torch's classes are known by name; trainlint is not the user's
+        top = dotted.split(".")[0]
+        if top in ("torch", "trainlint") or top in _STDLIB:
+            # torch's classes are known by name; trainlint is not the user's; the standard
+            # library holds no module a training script subclasses (and `enum.Enum`,
+            # `threading.Thread` or `unittest.TestCase` would cost a parse each for nothing).
+            return None
         return self.finder.find(dotted)
 
     def module_name(self, path: Path) -> Optional[str]:
