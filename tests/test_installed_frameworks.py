@@ -267,3 +267,24 @@ def test_trl203_sees_a_library_parent_read_what_forward_leaves_on_a_replica(
     )
     assert check(project, monkeypatch, capsys) == (0, [])
     assert executed_markers(venvs["root"]) == []
+
+
+def test_an_mm_style_config_building_the_head_makes_it_an_error(
+    venvs, tmp_path, monkeypatch, capsys
+):
+    project = write_project(tmp_path / "proj", python=venvs["with"]["python"])
+    (project / "train.py").unlink()
+    (project / "configs").mkdir()
+    (project / "configs" / "dino_base.py").write_text(
+        "model = dict(type='DINO', bbox_head=dict(type='DINOHead', num_classes=80))\n"
+    )
+    (project / "configs" / "my_dino.py").write_text(
+        "_base_ = ['./dino_base.py']\n"
+        "custom_imports = dict(imports=['models.my_head'], allow_failed_imports=False)\n"
+        "model = dict(bbox_head=dict(type='MyHead'))\n"
+    )
+    assert check(project, monkeypatch, capsys)[1] == [("TRL301", "models/my_head.py", "error")]
+    # the same config tolerating unused parameters: nothing
+    with (project / "configs" / "my_dino.py").open("a") as handle:
+        handle.write("find_unused_parameters = True\n")
+    assert check(project, monkeypatch, capsys) == (0, [])
