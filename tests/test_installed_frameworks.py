@@ -288,3 +288,17 @@ def test_an_mm_style_config_building_the_head_makes_it_an_error(
     with (project / "configs" / "my_dino.py").open("a") as handle:
         handle.write("find_unused_parameters = True\n")
     assert check(project, monkeypatch, capsys) == (0, [])
+
+
+def test_a_changed_library_file_is_read_again(tmp_path, monkeypatch, capsys):
+    venv = make_venv(tmp_path / "venv")
+    project = write_project(tmp_path / "proj", python=venv["python"])
+    assert check(project, monkeypatch, capsys)[1] == [("TRL301", "models/my_head.py", "error")]
+    # A new release of the parent reads the attribute (say, an editable install edited).
+    detr = venv["site"] / "fakedet" / "models" / "dense_heads" / "detr_head.py"
+    detr.write_text(
+        detr.read_text().replace(
+            "return logits, boxes", "return logits + getattr(self, 'class_embed', 0).sum(), boxes"
+        )
+    )
+    assert check(project, monkeypatch, capsys) == (0, [])

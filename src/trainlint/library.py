@@ -127,7 +127,10 @@ class Library:
             try:
                 text = self._texts[path] = read_regular_file(path, MAX_LIBRARY_FILE)
             except OSError:
+                self.reads.setdefault(str(path), None)
                 return False
+            # What the text said decided which files were parsed: it keys the phase's result.
+            self.reads.setdefault(str(path), content_digest(text))
         word = re.escape(name.encode())
         defines = (
             rb"^[ \t]*class[ \t]+" + word + rb"\b|^" + word + rb"[ \t]*[:=]"
