@@ -122,7 +122,10 @@ def test_an_interpreter_that_cannot_answer_is_a_problem_not_a_crash(tmp_path):
 
 def test_the_python_setting_must_name_an_existing_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
-        python_path("missing/bin/python", tmp_path, "pyproject.toml")
+        python_path("missing/bin/python", tmp_path, "--python")
+    # A configuration file may name a .venv this checkout lacks: the check warns instead.
+    missing = python_path("missing/bin/python", tmp_path, "pyproject.toml", must_exist=False)
+    assert missing == str(tmp_path / "missing" / "bin" / "python")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python").write_text("")
     assert python_path("bin/python", tmp_path, "x") == str(tmp_path / "bin" / "python")

@@ -302,3 +302,11 @@ def test_a_changed_library_file_is_read_again(tmp_path, monkeypatch, capsys):
         )
     )
     assert check(project, monkeypatch, capsys) == (0, [])
+
+
+def test_a_configured_interpreter_missing_here_is_a_warning(tmp_path, monkeypatch, capsys):
+    project = write_project(tmp_path / "proj", python=".venv/bin/python")
+    monkeypatch.chdir(project)
+    assert cli.main(["check", "."]) == 0
+    err = capsys.readouterr().err
+    assert "python interpreter" in err and "not found" in err and "pyproject.toml" in err

@@ -432,7 +432,7 @@ def settings_from_table(
         raise ConfigError(f"{where}: 'max-file-size' must be a number of bytes (0: no limit)")
     settings.max_file_size = size
     if "python" in table:
-        settings.python = python_path(table["python"], root, where)
+        settings.python = python_path(table["python"], root, where, must_exist=False)
     for key in keys:
         if key not in _CORE_KEYS and key in table:
             settings.options[key] = table[key]
@@ -440,15 +440,17 @@ def settings_from_table(
     return settings
 
 
-def python_path(value: str, base: Path, where: str) -> str:
+def python_path(value: str, base: Path, where: str, must_exist: bool = True) -> str:
     """The `python` setting as an absolute path (relative to `base`: the configuration file's
-    folder, or the current folder for `--python`); it must be an existing file."""
+    folder, or the current folder for `--python`). `--python` must name an existing file; a
+    configuration file may name one that is missing here (a `.venv` a CI checkout does not
+    have): the check warns and reads no installed framework."""
     if not value.strip():
         raise ConfigError(f"{where}: 'python' must name a Python interpreter")
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = base / path
-    if not path.is_file():
+    if must_exist and not path.is_file():
         raise ConfigError(f"{where}: python interpreter {value!r} not found (looked at {path})")
     return str(path.absolute())
 
