@@ -8,8 +8,9 @@ importing file's folder, the project root, root/src; packages' `__init__.py` re-
 followed), reading files outside the run through `Project.facts_of`, so that a run given only
 train.py (pre-commit) sees the classes train.py builds on.
 
-A base that resolves to no file of the project (an installed library: mmdet's `BaseModule`,
-timm's `VisionTransformer`) is unknown: `Family.complete` is False and rules stay quiet rather
+A base that resolves to no file of the project is looked up in the installed packages of the
+analysed environment (installed.py: mmdet's `DINOHead`, timm's `VisionTransformer`, read, never
+imported); one found nowhere is unknown: `Family.complete` is False and rules stay quiet rather
 than guess what its methods read. `torch.nn.Module` is known and reads nothing of a subclass;
 `nn.Sequential` / `nn.ModuleList` / `nn.ModuleDict` parents reach every submodule.
 """
@@ -27,6 +28,7 @@ import libcst as cst
 from ..base.names import LOCAL_PREFIX
 from ..parallel.settings import ARGPARSE, MM
 from ..parallel.wraps import DDP_KIND, Wraps
+from .installed import installed_class, is_library_file, library_absolute
 from .mmconfig import MMConfigs
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
@@ -59,6 +61,7 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.base_module.BaseModule",
 }
 _MAX_STEPS = 64  # lookups one class name may take through re-exports and star imports
+_MAX_NESTING = 12  # resolutions started inside a resolution (through installed packages)
 _UNKNOWN = object()
 _NOT_HERE = object()  # a star-imported module that does not define the name
 _STAR = "<star>."  # a lookup of a name through `from <file> import *`
@@ -282,6 +285,7 @@ class Hierarchy:
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
         self._evidence_files: Dict[Path, Set[Path]] = {}
         self._configs: Optional[MMConfigs] = None
+        self._resolving = 0  # resolutions under way (installed.py resolves through `resolve`)
         self._set_keys: Dict[Tuple[str, Tuple[str, ...]], bool] = {}
 
     # -- files --------------------------------------------------------------------------------
@@ -296,7 +300,7 @@ class Hierarchy:
     def known_files(self) -> Iterator[Tuple[Path, dict]]:
         """Files whose facts were read so far: the run's, and those reached through imports."""
         for path, facts in list(self._facts.items()):
-            if facts is not None:
+            if facts is not None and not is_library_file(self.project, path):
                 yield path, facts
 
     def module_file(self, dotted: str, importer: Path) -> Optional[Path]:
@@ -332,24 +336,30 @@ class Hierarchy:
         # A stack of lookups; each is (qualname, importer, may_fall_through). A star import
         # offers several places a name may come from: one that does not define it falls
         # through to the next. A name imported explicitly must be where the import says.
-        stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
-        seen: Set[Tuple[str, Path]] = set()
-        steps = 0
-        while stack and steps < _MAX_STEPS:
-            steps += 1
-            name, where, falls_through = stack.pop()
-            if (name, where) in seen:
-                continue  # a cycle of re-exports defines nothing new
-            seen.add((name, where))
-            found = self._resolve_step(name, where)
-            if isinstance(found, _Follow):
-                stack.extend(reversed(found.lookups))
-            elif found is _NOT_HERE:
-                if not falls_through:
-                    return None
-            else:
-                return found
-        return None
+        if self._resolving >= _MAX_NESTING:
+            return None  # installed packages' files resolve their own names through here
+        self._resolving += 1
+        try:
+            stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
+            seen: Set[Tuple[str, Path]] = set()
+            steps = 0
+            while stack and steps < _MAX_STEPS:
+                steps += 1
+                name, where, falls_through = stack.pop()
+                if (name, where) in seen:
+                    continue  # a cycle of re-exports defines nothing new
+                seen.add((name, where))
+                found = self._resolve_step(name, where)
+                if isinstance(found, _Follow):
+                    stack.extend(reversed(found.lookups))
+                elif found is _NOT_HERE:
+                    if not falls_through:
+                        return None
+                else:
+                    return found
+            return None
+        finally:
+            self._resolving -= 1
 
     def _resolve_step(self, qualname: str, importer: Path):
         """One step of `resolve`: a final answer, `_NOT_HERE`, or the lookups to make next."""
@@ -367,6 +377,7 @@ class Hierarchy:
             return self._in_file(importer, qualname[len(_STAR) :], star=True)
         if qualname.startswith(("torch.", "?")):
             return None
+        qualname = library_absolute(self.project, qualname, importer)
         level = len(qualname) - len(qualname.lstrip("."))
         parts = qualname.lstrip(".").split(".")
         for cut in range(len(parts) - 1, 0, -1):
@@ -381,7 +392,7 @@ class Hierarchy:
             path = self.module_file("." * level, importer)
             if path is not None:
                 return self._in_file(path, parts[0])
-        return None
+        return installed_class(self, qualname)  # an installed package's, read
 
     def _in_file(self, path: Path, name: str, star: bool = False):
         """What `name` is in the file at `path`: a final answer, `_NOT_HERE`, or where to look
@@ -512,6 +523,23 @@ class Hierarchy:
                     found.add(target)
             self._imports[path] = found
         return found
+
+    def imported_closure(self, path: Path, depth: int) -> Dict[Path, Path]:
+        """The project files `path` imports directly or through at most `depth` - 1 further
+        project imports, each mapped to the file that imports it on the shortest route (breadth
+        first, iterative: an import chain of any length costs no recursion)."""
+        path = Path(os.path.abspath(path))
+        reached: Dict[Path, Path] = {}
+        frontier = [path]
+        for _level in range(depth):
+            following = []
+            for importer in frontier:
+                for imported in sorted(self.imported_files(importer)):
+                    if imported != path and imported not in reached:
+                        reached[imported] = importer
+                        following.append(imported)
+            frontier = following
+        return reached
 
     def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a

@@ -57,9 +57,13 @@ class DdpUnusedParameters(Rule):
     not passed, dropped when a file of the project passes it. Any other expression may be
     True, and the rule stays quiet. It follows the class's parents and subclasses across the
     files of the project (also files outside the run that the checked files import), through
-    packages' re-exports (`from .heads import *`, honouring `__all__`); builtin and typing
-    bases (`object`, `abc.ABC`, `Generic[T]`, `Protocol`) read nothing of a subclass. It stays quiet where a use may hide: a parent class
-    from an installed library (its `forward` may read the attribute; trainlint does not guess),
+    packages' re-exports (`from .heads import *`, honouring `__all__`), and into installed
+    frameworks: a parent class from mmdet, timm or transformers is read (never imported) from
+    the analysed environment (the `python` setting, `$VIRTUAL_ENV`, else trainlint's own
+    interpreter) and judged like a class of the project; builtin and typing bases (`object`,
+    `abc.ABC`, `Generic[T]`, `Protocol`) read nothing of a subclass. It stays quiet where a
+    use may hide: a parent class the environment does not have or whose source cannot be read
+    (its `forward` may read the attribute; trainlint does not guess),
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
