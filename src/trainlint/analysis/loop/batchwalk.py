@@ -63,6 +63,10 @@ class BatchWalker:
         self.stack = stack
         self.siblings_moved = False  # does the loop move any item of this batch?
         self._nodes: Optional[List[cst.CSTNode]] = None
+        # One path through the body (`BatchFlow`'s path check): condition text -> whether the
+        # `if` body runs. An `if` whose condition is not listed is walked both ways and joined.
+        self.choices: Optional[Dict[str, bool]] = None
+        self.moved_here = False  # did this walk move an item of the batch?
 
     def body_nodes(self) -> List[cst.CSTNode]:
         """The nodes of the statements that see the batch (own_nodes of each), walked once."""
@@ -99,6 +103,15 @@ class BatchWalker:
                 self.small(small, stmt)
         elif type(stmt) is cst.If:
             self.sinks_in(stmt.test)
+            taken = self.choices.get(condition_key(self.ctx, stmt)) if self.choices else None
+            if taken is not None:
+                if taken:
+                    self.block(statements_of(stmt.body))
+                elif type(stmt.orelse) is cst.Else:
+                    self.block(statements_of(stmt.orelse.body))
+                elif type(stmt.orelse) is cst.If:
+                    self.statement(stmt.orelse)
+                return
             before = dict(self.state)
             self.block(statements_of(stmt.body))
             after_body = self.state
@@ -164,6 +177,7 @@ class BatchWalker:
         names = {n.value for n in _walk_names(value)}
         if any(isinstance(self.state.get(n), Element) for n in names):
             self.sibling_moves.extend(self.moves.moves_in(value))
+            self.moved_here = True
 
     def _statement_call(self, call: cst.Call) -> None:
         move = self.moves.move(call)
@@ -173,6 +187,7 @@ class BatchWalker:
                 if current.root:
                     # BatchEncoding.to / a dict-like batch moves in place.
                     self.state[move.receiver.value] = DEVICE
+                    self.moved_here = True
                 else:
                     changed = _copy(current)
                     changed.discarded = call
@@ -186,6 +201,7 @@ class BatchWalker:
                 continue
             if self.moves.mover_call(call, index):
                 self.state[arg.value.value] = DEVICE  # moved in place by a helper
+                self.moved_here = True
                 continue
             helper = self.a.project_helper(call.func)
             if helper is not None:
@@ -213,6 +229,7 @@ class BatchWalker:
             if not isinstance(base, Element) or self.value(value) is not DEVICE:
                 return
             key = _key_text(self.ctx, target)
+            self.moved_here = True
             if key is None:
                 self.state[target.value.value] = DEVICE  # batch[k] = v.to(dev) for every k
             else:
@@ -392,6 +409,7 @@ class BatchWalker:
         if move is not None:
             if move.receiver is not None and isinstance(self.value(move.receiver), Element):
                 self.sibling_moves.append(move)  # `model(images.to(device))`: a sibling move
+                self.moved_here = True
             return
         func = call.func
         values = [(arg, self.value(arg.value)) for arg in call.args]
@@ -554,6 +572,16 @@ class BatchWalker:
                 ):
                     found.add(node.value.value)
         return found
+
+
+def condition_key(ctx, stmt: cst.If) -> str:
+    """An `if`'s condition as text: two `if`s with the same text take the same branch. A
+    condition that calls something (`random.random() < p`) may differ between two tests, so
+    each such `if` is its own decision."""
+    text = " ".join(ctx.code(stmt.test).split())
+    if any(type(node) is cst.Call for node in own_nodes(stmt.test)):
+        return f"{text} @{id(stmt)}"
+    return text
 
 
 def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:
