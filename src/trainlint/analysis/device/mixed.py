@@ -65,6 +65,7 @@ class MixedPlacements(Analysis):
         self._bare: Optional[List[BarePlacement]] = None
         self._chosen: Optional[List[ChosenPlacement]] = None
         self._reach: Dict[cst.CSTNode, Set[cst.CSTNode]] = {}
+        self._assigned: Optional[Dict[str, List[cst.BaseExpression]]] = None
 
     # -- the two kinds of placement -----------------------------------------------------------
 
@@ -84,6 +85,9 @@ class MixedPlacements(Analysis):
             for placement in self.choices.placements():
                 if not placement.direct or placement.as_index:
                     continue
+                if keyword(placement.call, "map_location") is placement.expr:
+                    continue  # `load_state_dict` copies what was loaded onto the parameters
+
                 made = self.choice(placement.expr)
                 if made is not None:
                     found.append(ChosenPlacement(placement.call, placement.expr, *made))
@@ -247,6 +251,11 @@ class MixedPlacements(Analysis):
         if not _is_device_word(parts[-1]):
             return None
         if any(part in USER_ROOTS for part in parts[:-1]):
+            # `args.device = torch.device("cuda" if ... else "cpu")` set by the script itself
+            # (the old HF examples): what it assigns decides, not the option's name.
+            assigned = self._assigned_attribute(dotted)
+            if assigned and not any(self._choice(value, seen) for value in assigned):
+                return None
             return ("option", expr)
         if parts[0] == "self" and len(parts) == 2:
             cls = next((a for a in self.ctx.ancestors(expr) if type(a) is cst.ClassDef), None)
@@ -278,6 +287,19 @@ class MixedPlacements(Analysis):
             (a for a in self.ctx.ancestors(param) if type(a) is cst.FunctionDef), None
         )
         return function is not None and bool(self.callgraph.callers(function))
+
+    def _assigned_attribute(self, dotted: str) -> List[cst.BaseExpression]:
+        """The values this file assigns to the attribute `dotted` (`args.device = ...`)."""
+        if self._assigned is None:
+            table: Dict[str, List[cst.BaseExpression]] = {}
+            for node in self.ctx.nodes(cst.Assign):
+                for target in node.targets:
+                    if type(target.target) is cst.Attribute:
+                        name = dotted_name(target.target)
+                        if name is not None:
+                            table.setdefault(name, []).append(node.value)
+            self._assigned = table
+        return self._assigned.get(dotted, [])
 
     def _in_lambda(self, node: cst.CSTNode) -> bool:
         return any(type(a) is cst.Lambda for a in self.ctx.ancestors(node))
