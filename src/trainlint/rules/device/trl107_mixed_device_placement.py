@@ -45,10 +45,10 @@ class MixedDevicePlacement(Rule):
         RuntimeError: Expected all tensors to be on the same device, but found at least two
         devices, cuda:1 and cuda:0!
 
-    or, worse, runs with GPU 0's memory filling up next to someone else's job. With
-    `--device cpu`, `.cuda()` still needs a GPU. A detection trainer that took `--device` and
-    created its targets and anchors with `device="cuda"` worked on `cuda:0` only: selecting
-    `cuda:1` crashed in the loss.
+    or, where the two halves never meet, runs with part of the work on GPU 0, next to whatever
+    else uses it. With `--device cpu`, `.cuda()` still needs a GPU. This is the shape of an
+    incident in a detector's training code: run with `cuda:1`, the code that followed the
+    device option and the code that said `"cuda"` put their tensors on different GPUs.
 
     Not reported when the file sets the current device on that path
     (`torch.cuda.set_device(...)`, `with torch.cuda.device(...)`, `CUDA_VISIBLE_DEVICES`
