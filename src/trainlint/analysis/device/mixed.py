@@ -14,7 +14,7 @@ caller runs both of, or methods of one class.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -66,6 +66,7 @@ class MixedPlacements(Analysis):
         self._chosen: Optional[List[ChosenPlacement]] = None
         self._reach: Dict[cst.CSTNode, Set[cst.CSTNode]] = {}
         self._assigned: Optional[Dict[str, List[cst.BaseExpression]]] = None
+        self._links: Dict[Tuple[cst.CSTNode, cst.CSTNode], Optional[str]] = {}
 
     # -- the two kinds of placement -----------------------------------------------------------
 
@@ -331,6 +332,12 @@ class MixedPlacements(Analysis):
         owner_a, owner_b = self.owner(a), self.owner(b)
         if owner_a is owner_b:
             return "function"
+        key = (owner_a, owner_b)
+        if key not in self._links:
+            self._links[key] = self._link(owner_a, owner_b)
+        return self._links[key]
+
+    def _link(self, owner_a: cst.CSTNode, owner_b: cst.CSTNode) -> Optional[str]:
         if owner_b in self.reach(owner_a) or owner_a in self.reach(owner_b):
             return "calls"
         class_a = self._class_of(owner_a)
