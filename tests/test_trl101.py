@@ -500,3 +500,28 @@ def test_a_model_that_may_move_its_inputs_makes_a_path_possible():
     # `model` comes from the caller: on the `else` path it may be a DataParallel wrapper that
     # moves `images` itself, so only the baseline (nothing) is reported.
     assert findings(code) == []
+
+
+def test_a_branch_that_leaves_the_iteration_is_no_path_to_the_sinks():
+    # The `else` moves everything but skips the batch: it is no path on which the step runs
+    # with everything moved, so it does not hide what the other two branches leave behind.
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        elif args.cuda:
+            labels = labels.cuda()
+        else:
+            images, labels = images.cuda(), labels.cuda()
+            continue
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]
+    # A branch that only skips the batch neither.
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        elif args.cuda:
+            labels = labels.cuda()
+        else:
+            continue
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]

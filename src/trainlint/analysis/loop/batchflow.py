@@ -114,9 +114,11 @@ class BatchFlow(Analysis):
             path.choices = dict(zip(decisions, taken))
             path.start()
             path.block(body)
+            certain = [f for f in scratch.findings if self._certain(f)]
+            if path.exited and not certain:
+                continue  # leaves the iteration before anything meets the device
             if not path.moved_here:
                 continue  # nothing of the batch goes to the device: a run on the CPU
-            certain = [f for f in scratch.findings if self._certain(f)]
             if not certain:
                 return  # a path that may run: everything it must move is moved, or may be
             device_paths.append(certain)

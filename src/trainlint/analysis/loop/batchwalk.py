@@ -67,6 +67,10 @@ class BatchWalker:
         # `if` body runs. An `if` whose condition is not listed is walked both ways and joined.
         self.choices: Optional[Dict[str, bool]] = None
         self.moved_here = False  # did this walk move an item of the batch?
+        # On one path: it left the iteration (`continue`, `break`, `return`, `raise` outside
+        # a nested loop or `try`), so what follows does not run on it.
+        self.exited = False
+        self.nesting = 0
 
     def body_nodes(self) -> List[cst.CSTNode]:
         """The nodes of the statements that see the batch (own_nodes of each), walked once."""
@@ -95,12 +99,17 @@ class BatchWalker:
 
     def block(self, statements) -> None:
         for statement in statements:
+            if self.exited:
+                return
             self.statement(statement)
 
     def statement(self, stmt: cst.CSTNode) -> None:
         if type(stmt) is cst.SimpleStatementLine or type(stmt) is cst.SimpleStatementSuite:
             for small in stmt.body:
                 self.small(small, stmt)
+                if self.choices is not None and self.nesting == 0 and type(small) in _EXITS:
+                    self.exited = True  # this path leaves the iteration here
+                    return
         elif type(stmt) is cst.If:
             self.sinks_in(stmt.test)
             taken = self.choices.get(condition_key(self.ctx, stmt)) if self.choices else None
@@ -114,23 +123,32 @@ class BatchWalker:
                 return
             before = dict(self.state)
             self.block(statements_of(stmt.body))
-            after_body = self.state
-            self.state = dict(before)
+            after_body, body_exited = self.state, self.exited
+            self.state, self.exited = dict(before), False
             if type(stmt.orelse) is cst.Else:
                 self.block(statements_of(stmt.orelse.body))
             elif type(stmt.orelse) is cst.If:
                 self.statement(stmt.orelse)
+            if body_exited:
+                return  # only the other branch goes on (both left: the path is over)
+            if self.exited:
+                self.state, self.exited = after_body, False
+                return
             self.state = _join(after_body, self.state)
         elif type(stmt) is cst.For:
             self.sinks_in(stmt.iter)
             for name in target_names(stmt.target):
                 self.state.pop(name, None)
+            self.nesting += 1
             self.block(statements_of(stmt.body))
             if stmt.orelse is not None:
                 self.block(statements_of(stmt.orelse.body))
+            self.nesting -= 1
         elif type(stmt) is cst.While:
             self.sinks_in(stmt.test)
+            self.nesting += 1
             self.block(statements_of(stmt.body))
+            self.nesting -= 1
         elif type(stmt) is cst.With:
             for item in stmt.items:
                 self.sinks_in(item.item)
@@ -139,18 +157,23 @@ class BatchWalker:
                         self.state.pop(name, None)
             self.block(statements_of(stmt.body))
         elif type(stmt) is cst.Try:
-            before = dict(self.state)
-            self.block(statements_of(stmt.body))
-            after_body = self.state
-            for handler in stmt.handlers:
-                self.state = dict(before)
-                self.block(statements_of(handler.body))
-                after_body = _join(after_body, self.state)
-            self.state = after_body
-            if stmt.orelse is not None:
-                self.block(statements_of(stmt.orelse.body))
-            if stmt.finalbody is not None:
-                self.block(statements_of(stmt.finalbody.body))
+            self.nesting += 1  # a `raise` or `return` in it may be caught or run `finally`
+            self._try(stmt)
+            self.nesting -= 1
+
+    def _try(self, stmt: cst.Try) -> None:
+        before = dict(self.state)
+        self.block(statements_of(stmt.body))
+        after_body = self.state
+        for handler in stmt.handlers:
+            self.state = dict(before)
+            self.block(statements_of(handler.body))
+            after_body = _join(after_body, self.state)
+        self.state = after_body
+        if stmt.orelse is not None:
+            self.block(statements_of(stmt.orelse.body))
+        if stmt.finalbody is not None:
+            self.block(statements_of(stmt.finalbody.body))
 
     def small(self, node: cst.CSTNode, line: cst.CSTNode) -> None:
         self.sinks_in(node)
@@ -572,6 +595,9 @@ class BatchWalker:
                 ):
                     found.add(node.value.value)
         return found
+
+
+_EXITS = (cst.Continue, cst.Break, cst.Return, cst.Raise)
 
 
 def condition_key(ctx, stmt: cst.If) -> str:

@@ -46,7 +46,8 @@ class BatchNotOnDevice(Rule):
     leaves one item on the CPU. Each combination of the conditions around the moves is then
     walked on its own, and the first branch's unmoved item is reported when every branch that
     moves part of the batch leaves another part on the CPU where it meets the device (inputs of a
-    model that may be a DataParallel wrapper are not counted as failing). A discarded
+    model that may be a DataParallel wrapper are not counted as failing; a branch that leaves the
+    iteration with `continue`/`break`/`return`/`raise` before that is no path to it). A discarded
     `labels.to(device)` (its result not assigned) moves nothing: a tensor's `.to` returns a copy
     (a module's `.to` moves it in place and is a move).
 
