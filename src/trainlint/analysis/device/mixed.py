@@ -104,11 +104,11 @@ class MixedPlacements(Analysis):
             if argument(call, 0, "device") is None:
                 return BarePlacement(call, call, ".cuda()")
             return None
-        leaf = method or (dotted_name(func) or "").split(".")[-1]
-        if leaf in _NOT_PLACEMENT or self.names.is_(func, "torch.device"):
-            return None
         device = argument(call, 0, "device") if method == "to" else keyword(call, "device")
         if device is None:
+            return None
+        leaf = method or (dotted_name(func) or "").split(".")[-1]
+        if leaf in _NOT_PLACEMENT or self.names.is_(func, "torch.device"):
             return None
         form = self._bare_form(device, set())
         if form is None:
@@ -245,6 +245,8 @@ class MixedPlacements(Analysis):
         return False
 
     def _attribute_choice(self, expr: cst.Attribute, seen: Set[cst.CSTNode]) -> Optional[tuple]:
+        if not _is_device_word(expr.attr.value):
+            return None
         dotted = dotted_name(expr)
         if dotted is None:
             return None
@@ -278,7 +280,7 @@ class MixedPlacements(Analysis):
         handing such a choice to a function of another file makes that function's `device`
         parameter a real choice."""
         for node in self.ctx.nodes(cst.Attribute):
-            if self._attribute_choice(node, set()) is not None:
+            if _is_device_word(node.attr.value) and self._attribute_choice(node, set()):
                 return True
         return any(site.index != 0 for site in self.choices.hardcoded_indices())
 
