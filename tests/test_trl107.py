@@ -88,4 +88,3 @@ def test_a_parameter_passed_from_another_file_is_decided_there():
     # The importer sets the current device: `.cuda()` is the chosen GPU.
     assert lint([ENGINE_SET], ["TRL107"], root=ENGINE_SET).diagnostics == []
     assert lint([ENGINE_SET / "engine.py"], ["TRL107"], root=ENGINE_SET).diagnostics == []
-

@@ -268,7 +268,8 @@ class MixedPlacements(Analysis):
                 if type(node) is not cst.Assign:
                     continue
                 for target in node.targets:
-                    if type(target.target) is cst.Attribute and dotted_name(target.target) == dotted:
+                    written = target.target
+                    if type(written) is cst.Attribute and dotted_name(written) == dotted:
                         found = self._choice(node.value, seen)
                         if found is not None:
                             return ("attribute", found[1])
