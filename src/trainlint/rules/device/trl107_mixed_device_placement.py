@@ -30,11 +30,12 @@ class MixedDevicePlacement(Rule):
     Reports a placement on the bare current GPU (`.cuda()`, `.to("cuda")`, `device="cuda"`,
     `torch.device("cuda")`, `"cuda:0"`) in code that, on the same path, also places things on a
     device chosen by the user or the caller: a `--device` option or config field
-    (`args.device`, `cfg.device`, `self.args.device`), a function parameter used as the device
-    (`def train(model, loader, device)`, unless every call of it in the file passes a bare
-    CUDA device), or an attribute set from one (`self.device = device`). The same function doing both is the precise form; the
-    two halves may also sit in a function and the helpers it calls, in two functions one caller
-    runs, or in methods of one class.
+    (`args.device`, `cfg.device`, `self.args.device`, unless the script overwrites it with a
+    bare device), a function parameter used as the device (`def train(model, loader,
+    device)`, unless every call of it in the file passes a bare CUDA device), or an attribute
+    set from one (`self.device = device`). The same function doing both is the precise form;
+    the two halves may also sit in a function and the helpers it calls, in two functions one
+    caller runs, or in methods of one class.
 
     ## Why is this bad
     `"cuda"` without an index means the *current* device, and the current device stays GPU 0
@@ -90,20 +91,25 @@ class MixedDevicePlacement(Rule):
 
     ## Fix safety
     In the function that holds both placements (or another method of the same class, for
-    `self.device`), when the chosen device is a name or attribute visible at the bare placement, the fix replaces `.cuda(...)` with `.to(<device>, ...)` and a
-    bare `"cuda"` device argument with the chosen device. It is unsafe: with `--device cpu` the
-    fixed code keeps the value on the CPU where `.cuda()` put it on a GPU, and code that relied
-    on GPU 0 (a second model kept there on purpose) changes. Elsewhere no fix is offered: which
-    device the other function should use is not in the code.
+    `self.device`), when the chosen device is a name or attribute visible at the bare
+    placement, the fix replaces `.cuda(...)` with `.to(<device>, ...)` and a bare `"cuda"`
+    device argument with the chosen device. It is unsafe: with `--device cpu` the fixed code
+    keeps the value on the CPU where `.cuda()` put it on a GPU, and code that relied on GPU 0
+    (a second model kept there on purpose) changes. Elsewhere no fix is offered: which device
+    the other function should use is not in the code.
 
     ## Known problems
     The rule cannot show its failure on CPU PyTorch (it needs two GPUs; the CUDA stand-in of
-    the fix-execution tests puts every device on the CPU), so it has no oracle. A `--device`
-    option restricted to `choices=["cpu", "cuda"]` cannot name another GPU, but is still taken
-    as a choice (with `cpu`, `.cuda()` fails instead). Paths are followed through this file's
-    calls only; a choice made in another file (a `device` argument passed from `train.py` to
-    `engine.py`) is seen as the parameter it arrives in. A `set_device` in a function called
-    somewhere in the file is taken to cover every path.
+    the fix-execution tests puts every device on the CPU), so it has no oracle; as a warning
+    it needs no entry in `no_oracle.toml`. A `--device` option restricted to
+    `choices=["cpu", "cuda"]` cannot name another GPU, but is still taken as a choice (with
+    `cpu`, `.cuda()` fails instead). Paths are followed through this file's calls only. A
+    `device` parameter of a function that no call of its own file passes is decided by the
+    project phase: reported when a file of the project that imports its module reads a device
+    option (or writes a literal other GPU) and none of those files sets the current device, or
+    when nothing in the project imports it (its callers may pass any device); not reported when
+    its importers only pass bare devices. A `set_device` that runs unconditionally anywhere in
+    the file (in a helper that may be called late) is taken to cover every path.
     """
 
     code = "TRL107"
