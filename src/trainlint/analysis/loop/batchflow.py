@@ -5,6 +5,7 @@ meets one (the values and words are in `batchvalues.py`, the walk in `batchwalk.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -16,8 +17,15 @@ from ..base.nodes import target_names
 from ..base.scopes import Scopes
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
-from .batchvalues import Flow, MODULE_NOT_FORWARD, MOVING_LOADER, TORCH_JOIN, name_words
-from .batchwalk import BatchWalker
+from .batchvalues import (
+    Flow,
+    MODULE_NOT_FORWARD,
+    MOVING_LOADER,
+    TORCH_JOIN,
+    Unmoved,
+    name_words,
+)
+from .batchwalk import BatchWalker, condition_key
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
 
@@ -66,7 +74,67 @@ class BatchFlow(Analysis):
         walker.start()
         walker.block(body)
         flow.bound_names = _bound_names(walker.body_nodes())
+        self._exclusive_moves(source, flow, body, walker)
         return flow
+
+    # -- moves on branches that exclude each other --------------------------------------------
+
+    def _exclusive_moves(
+        self, source: BatchSource, flow: Flow, body: List[cst.BaseStatement], walker: BatchWalker
+    ) -> None:
+        """The walk above joins branches optimistically: an item moved on one branch counts as
+        moved. That hides `if args.gpu is not None: images = images.cuda(args.gpu)` /
+        `elif use_cuda: target = target.cuda()`, where no path moves both. So when the batch's
+        moves sit in the arms of an `if`/`elif`/`else`, each combination of the conditions
+        around moves is walked on its own; when every path that moves part of the batch leaves
+        another part on the CPU where it meets the device, the first such path's findings are
+        added (with what another path leaves behind). A single path that moves everything keeps
+        the batch quiet: the script may take it."""
+        decisions: List[str] = []
+        exclusive = False
+        for node in walker.body_nodes():
+            if type(node) is not cst.If or not self.moves.moves_in(node):
+                continue
+            key = condition_key(self.ctx, node)
+            if key not in decisions:
+                decisions.append(key)
+            if node.orelse is not None and any(
+                self.moves.moves_in(arm) for arm in _arms(node)[1:]
+            ):
+                exclusive = True
+        if not exclusive or len(decisions) > _MAX_DECISIONS:
+            return
+        reported = {finding.use for finding in flow.findings}
+        device_paths: List[List[Unmoved]] = []
+        for taken in itertools.product((True, False), repeat=len(decisions)):
+            scratch = Flow(source, helper=flow.helper)
+            path = BatchWalker(self, source, scratch, body)
+            path._nodes = walker._nodes
+            path.textual = walker.textual
+            path.choices = dict(zip(decisions, taken))
+            path.start()
+            path.block(body)
+            certain = [f for f in scratch.findings if self._certain(f)]
+            if path.exited and not certain:
+                continue  # leaves the iteration before anything meets the device
+            if not path.moved_here:
+                continue  # nothing of the batch goes to the device: a run on the CPU
+            if not certain:
+                return  # a path that may run: everything it must move is moved, or may be
+            device_paths.append(certain)
+        if len(device_paths) < 2:
+            return
+        first, others = device_paths[0], device_paths[1:]
+        for finding in first:
+            if finding.use in reported:
+                continue
+            finding.instead = next(
+                (f for path in others for f in path if f.element.name != finding.element.name),
+                None,
+            )
+            if finding.instead is None:
+                continue
+            flow.findings.append(finding)
 
     def _body(self, source: BatchSource) -> List[cst.BaseStatement]:
         """The statements that see the batch: the loop body, or what follows `next(...)` (also
@@ -89,6 +157,17 @@ class BatchFlow(Analysis):
             body.extend(following_statements(self.ctx, owner))
             current = owner
         return body
+
+    def _certain(self, finding: Unmoved) -> bool:
+        """Does this finding fail whatever the model turns out to be? Inputs of a model that is
+        only known by its name, or may be a DataParallel / DDP(device_ids) wrapper, may be
+        moved by the wrapper (the rule asks the project phase about those)."""
+        if finding.kind != "model" or type(finding.sink) is not cst.Call:
+            return True
+        target = finding.sink.func
+        if type(target) is cst.Attribute and target.attr.value == "forward":
+            target = target.value
+        return self.moves.placement(target) == frozenset({MOVED})
 
     # -- loaders that deliver batches on the device -------------------------------------------
 
@@ -386,6 +465,20 @@ _THIRD_PARTY = frozenset(
         "pycocotools",
     }
 )
+
+
+# At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
+_MAX_DECISIONS = 5
+
+
+def _arms(node: cst.If) -> List[cst.CSTNode]:
+    """The blocks of an `if`/`elif`/`else` chain, in order."""
+    arms: List[cst.CSTNode] = [node.body]
+    current = node.orelse
+    while current is not None:
+        arms.append(current.body)
+        current = current.orelse if type(current) is cst.If else None
+    return arms
 
 
 def _bound_names(nodes: Sequence[cst.CSTNode]) -> Set[str]:
