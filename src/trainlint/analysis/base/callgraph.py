@@ -164,11 +164,12 @@ class CallGraph(Analysis):
                     return "attribute"
                 return "method"
         for node in self.ctx.tree.descendants(cls):
-            if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign):
-                targets = (
-                    [t.target for t in node.targets] if type(node) is cst.Assign
-                    else [node.target]  # type: ignore[union-attr]
-                )
+            targets: List[cst.BaseExpression] = []
+            if type(node) is cst.Assign:
+                targets = [t.target for t in node.targets]
+            elif type(node) in (cst.AnnAssign, cst.AugAssign):
+                targets = [node.target]
+            if targets:
                 for target in targets:
                     if (
                         type(target) is cst.Attribute
