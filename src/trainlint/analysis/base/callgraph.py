@@ -102,6 +102,26 @@ class CallGraph(Analysis):
                     seen.add(target)
                     self._collect_calls(target.body, via + (target,), follow - 1, out, seen)
 
+    def argument_for(
+        self, call: cst.Call, function: cst.FunctionDef, param: str
+    ) -> Optional[cst.BaseExpression]:
+        """What `call` (a call that runs `function`) passes for the parameter `param`: by
+        keyword, or by position (`self` skipped for a method called through an attribute).
+        None when it is not passed, or a `*args`/`**kwargs` before it hides where it lands."""
+        params = list(function.params.posonly_params) + list(function.params.params)
+        if params and params[0].name.value in ("self", "cls") and type(call.func) is cst.Attribute:
+            params = params[1:]
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == param:
+                return arg.value
+        index = next((i for i, p in enumerate(params) if p.name.value == param), None)
+        if index is None:
+            return None
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in positional[: index + 1]):
+            return None
+        return positional[index].value if index < len(positional) else None
+
     def member_kind(self, func: cst.BaseExpression) -> Optional[str]:
         """What `obj.name` is when `obj` is an instance of a class of this file (`self` in its
         methods, or a name every binding of which builds it: `net = Net().to(device)`):
