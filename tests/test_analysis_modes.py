@@ -219,3 +219,24 @@ def test_mode_free_layers_compute_the_same_in_both_modes(layer):
             y = module(x)
             outputs.append(y[0] if isinstance(y, tuple) else y)
     assert torch.equal(outputs[0], outputs[1]) is (not dependent)
+
+
+def test_functional_calls_still_read_what_they_are_given():
+    ctx = context(
+        """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return F.relu(F.dropout(self.fc(x), 0.2, self.training))
+
+        model = Net()
+        """
+    )
+    steps = ctx.analysis(TrainingSteps)
+    assert not mode_free_model(steps, "model", ctx.module.body[-1])

@@ -227,7 +227,10 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
             if layer is not None:
                 if layer:
                     found_ok = False
-                return False  # a torch layer's arguments are sizes and flags
+                    return False
+                if _constructs_layer(steps, call):
+                    return False  # a torch layer's arguments are sizes and flags
+                return None  # F.relu(self.drop(x)): what it is given is still read
             # Submodules must be torch layers: a user class may hide a Dropout.
             func = call.func
             qualified = steps.names.qualified(func)
@@ -243,6 +246,13 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
 
     node.visit(Scan())
     return found_ok
+
+
+def _constructs_layer(steps: "TrainingSteps", call: cst.Call) -> bool:
+    return any(
+        q.startswith("torch.nn.") and q.split(".")[-1][:1].isupper()
+        for q in steps.names.qualified(call.func)
+    )
 
 
 def _mode_free_attributes(steps: "TrainingSteps", node: cst.ClassDef) -> Dict[str, bool]:
