@@ -178,7 +178,12 @@ class BatchFlow(Analysis):
             leaf = dotted.split(".")[-1]
             if MOVING_LOADER.search(leaf):
                 return f"`{leaf}` delivers batches on the device"
-            if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+            if any(
+                a.keyword is not None and a.keyword.value == "device" and not _cpu_device(a.value)
+                for a in call.args
+            ):
+                # torchtext's (legacy) Iterator/BucketIterator build every batch field with
+                # `torch.tensor(..., device=device)`, like any loader given a device
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
             local = self._local_definition(call.func)
             if type(local) is cst.ClassDef and self.moves.moves_in(local):
@@ -204,9 +209,23 @@ class BatchFlow(Analysis):
                         value = binding.statement.value  # train_iter, val_iter = make(...)
                     if binding.kind in ("assign", "annassign", "unpack") and value is not None:
                         out.extend(self._loader_chain(value, depth + 1))
+                    if binding.kind == "param" and type(binding.statement) is cst.FunctionDef:
+                        # `def evaluate(model, iterator)`: what the file's callers pass for it
+                        out.extend(self._passed_loaders(binding.statement, node.value, depth))
             elif type(node) is cst.Attribute and _is_self(node.value):
                 for value in self._self_assignments(node):
                     out.extend(self._loader_chain(value, depth + 1))
+        return out
+
+    def _passed_loaders(
+        self, function: cst.FunctionDef, param: str, depth: int
+    ) -> List[cst.Call]:
+        out: List[cst.Call] = []
+        callgraph = self.loops.callgraph
+        for call in callgraph.callers(function):
+            passed = callgraph.argument_for(call, function, param)
+            if passed is not None:
+                out.extend(self._loader_chain(passed, depth + 1))
         return out
 
     def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
@@ -522,3 +541,12 @@ def _model_like(target: cst.BaseExpression) -> bool:
         if re.match(r"^net[A-Z]", part):
             return True
     return False
+
+
+def _cpu_device(value: cst.BaseExpression) -> bool:
+    """`device="cpu"`, `device=torch.device("cpu")`, or legacy torchtext's `device=-1`."""
+    if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
+        return type(value.expression) is cst.Integer and value.expression.value == "1"
+    if type(value) is cst.Call and value.args:
+        value = value.args[0].value  # torch.device("cpu")
+    return type(value) is cst.SimpleString and value.value.strip("\"'") == "cpu"

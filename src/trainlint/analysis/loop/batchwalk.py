@@ -12,6 +12,7 @@ import libcst as cst
 from ...walk import own_nodes
 from ..base.names import dotted_name
 from ..base.nodes import target_names
+from ..device.moves import Move
 from .batchvalues import (
     BINARY_METHODS,
     COMPARISON_OPS,
@@ -199,11 +200,25 @@ class BatchWalker:
             return
         names = {n.value for n in _walk_names(value)}
         if any(isinstance(self.state.get(n), Element) for n in names):
-            self.sibling_moves.extend(self.moves.moves_in(value))
-            self.moved_here = True
+            moves = [m for m in self.moves.moves_in(value) if not self._to_batch_item_device(m)]
+            self.sibling_moves.extend(moves)
+            if moves:
+                self.moved_here = True
+
+    def _to_batch_item_device(self, move: Move) -> bool:
+        """`grad.to(imgs.device)` where `imgs` is a batch item never moved: the result goes to
+        the item's device (the CPU), so it is no move to the device."""
+        device = move.device
+        if move.method != "to" or type(device) is not cst.Attribute:
+            return False
+        if device.attr.value != "device":
+            return False
+        return isinstance(self.value(device.value), Element)
 
     def _statement_call(self, call: cst.Call) -> None:
         move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return
         if move is not None and type(move.receiver) is cst.Name:
             current = self.state.get(move.receiver.value)
             if isinstance(current, Element):
@@ -384,7 +399,10 @@ class BatchWalker:
         return found
 
     def _call_value(self, call: cst.Call, d: int) -> object:
-        if self.moves.move(call) is not None or self.moves.is_moved(call):
+        move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return None  # on the CPU item's device: not a device tensor (nor known to be CPU)
+        if move is not None or self.moves.is_moved(call):
             return DEVICE
         func = call.func
         if type(func) is cst.Attribute:
@@ -429,6 +447,8 @@ class BatchWalker:
 
     def _call_sink(self, call: cst.Call) -> None:
         move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return
         if move is not None:
             if move.receiver is not None and isinstance(self.value(move.receiver), Element):
                 self.sibling_moves.append(move)  # `model(images.to(device))`: a sibling move

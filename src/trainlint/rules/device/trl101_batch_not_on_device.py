@@ -75,7 +75,10 @@ class BatchNotOnDevice(Rule):
     whose body moves its argument or maps a mover over it, and the names listed in the
     `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
     by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
-    a prefetcher); items that are not tensors (paths, ids, captions, lengths, or names used as
+    a prefetcher, a loader given `device=` such as legacy torchtext's `BucketIterator.splits(...,
+    device=device)`, also when a same-file caller passes it to the function that loops); values
+    sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
+    CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; scripts that
     never move anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
