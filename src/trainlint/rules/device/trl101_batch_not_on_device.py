@@ -189,8 +189,7 @@ class BatchNotOnDevice(Rule):
         element = finding.element
         source = flow.source
         assert source.binding_statement is not None  # set for every BatchSource
-        loader = _short(source.loader_text, 40)
-        sink = _short(self._describe(finding.sink, finding.use), 40)
+        loader = _short(source.loader_text, 25)
         named = element
         details = []
         carrier = next((e for e in element.lineage() if e.via is not None), None)
@@ -207,10 +206,12 @@ class BatchNotOnDevice(Rule):
                 f"`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} returns a "
                 "moved copy that is thrown away."
             )
-        headline = (
-            f"`{named.name}` from the `{loader}` batch ({self._line(source.binding_statement)}) "
-            f"is never moved to the device, yet meets it in `{sink}`"
-        )
+        details.insert(0, f"The batch is unpacked on {self._line(source.binding_statement)}.")
+        opening = f"`{_short(named.name, 30)}` from `{loader}` is never moved to the device"
+        # The operation it meets the device in gets what is left of about 100 characters.
+        room = max(20, _HEADLINE - len(opening) - len(", yet meets it in ``"))
+        sink = _short(self._describe(finding.sink, finding.use), room)
+        headline = f"{opening}, yet meets it in `{sink}`"
         details.append(
             f"On a GPU this fails with {_SAME_DEVICE}. Move it where the batch is unpacked "
             "(`.to(device)`), as the values it meets are."
@@ -401,6 +402,9 @@ class BatchNotOnDevice(Rule):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+_HEADLINE = 105  # the longest headline the sink is shortened for
 
 
 def _short(text: str, limit: int) -> str:

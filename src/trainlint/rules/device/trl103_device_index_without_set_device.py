@@ -213,6 +213,8 @@ class DeviceIndexWithoutSetDevice(Rule):
             what = f"cuda:{device.index}"
         else:
             shown = choice.name if choice.is_index and choice.name else device.index_text
+            if shown and len(shown) > 25:
+                shown = shown[:22] + "..."
             shown = f" (`{shown}`)" if shown else ""
             if device.origin == "rank":
                 what = f"this process's GPU{shown}"
@@ -222,10 +224,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         if target is None:
             made = self.ctx.code(choice.made)
             target = made if len(made) <= 40 and "\n" not in made else "device"
-        headline = (
-            f"tensors go to {what} but the current CUDA device stays GPU 0, where custom "
-            f"ops (`{custom}`) launch"
-        )
+        headline = f"tensors go to {what}; custom CUDA ops launch on the current device, still GPU 0"
         help_text = (
             "Custom CUDA ops (compiled extensions such as this file's "
             f"`{custom}`) launch on the current device, not on their inputs' device: with "
