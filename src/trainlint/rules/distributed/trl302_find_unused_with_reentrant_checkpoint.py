@@ -534,7 +534,7 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                 code,
                 site["key"],
                 message=_message(site["text"], first["text"], site["when"]),
-                help=f"DDP is set up in {script_display}. {_help(site['why'])}",
+                help=_help(site["why"]),  # the related note names the script
             )
             if diagnostic is not None:
                 note = (script_display, *first["at"], f"`{first['text']}` is set here")
