@@ -43,6 +43,29 @@ async def client(lsp_client: LanguageClient, workspace: Path):
     await lsp_client.shutdown_session()
 
 
+# The server with the cache in its default place (.trainlint_cache in the project root): the
+# suite's conftest points TRAINLINT_CACHE_DIR elsewhere for every test, and the server inherits it.
+_DEFAULT_CACHE_SERVER = (
+    "import os, sys; os.environ.pop('TRAINLINT_CACHE_DIR', None); "
+    "from trainlint.cli import main; sys.exit(main(['server']))"
+)
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-c", _DEFAULT_CACHE_SERVER])
+)
+async def cached_client(lsp_client: LanguageClient, workspace: Path):
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=workspace.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
 async def open_document(client: LanguageClient, path: Path, text: str) -> str:
     uri = path.as_uri()
     client.text_document_did_open(
@@ -190,3 +213,71 @@ async def test_configuration_error_is_shown_once(client: LanguageClient, workspa
         "(did you mean 'select'?)"
     ]
     assert not client.diagnostics[uri]
+
+
+def _entries(workspace: Path):
+    return sorted((workspace / ".trainlint_cache" / "entries").rglob("*.json"))
+
+
+def _cli_check(workspace: Path, monkeypatch, capsys):
+    """`trainlint check train.py` run in the project root: (exit code, cache hits, misses)."""
+    from trainlint import cli
+    from trainlint.cache import Cache
+
+    seen = []
+    original = Cache.get
+
+    def spy(self, display, path, data):
+        found = original(self, display, path, data)
+        seen.append(found is not None)
+        return found
+
+    monkeypatch.chdir(workspace)
+    monkeypatch.delenv("TRAINLINT_CACHE_DIR", raising=False)
+    monkeypatch.setattr(Cache, "get", spy)
+    code = cli.main(["check", "train.py"])
+    out = capsys.readouterr().out
+    assert "TRL201" in out
+    return code, seen.count(True), seen.count(False)
+
+
+@pytest.mark.asyncio
+async def test_saved_file_shares_the_cli_cache(
+    cached_client: LanguageClient, workspace: Path, monkeypatch, capsys
+):
+    client = cached_client
+    # The buffer is the file on disk: the server checks it through the project's cache...
+    assert not _entries(workspace)
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    assert [d.code for d in client.diagnostics[uri]] == ["TRL201"]
+    assert len(_entries(workspace)) == 1
+    # ...so the CLI run afterwards is served from the entry the server wrote.
+    assert _cli_check(workspace, monkeypatch, capsys) == (1, 1, 0)
+
+
+@pytest.mark.asyncio
+async def test_unsaved_buffer_is_not_cached(cached_client: LanguageClient, workspace: Path):
+    client = cached_client
+    uri = await open_document(client, workspace / "train.py", BUGGY + "\n\n")
+    assert [d.code for d in client.diagnostics[uri]] == ["TRL201"]
+    assert not _entries(workspace)  # checked like standard input: no entry under the file
+
+
+@pytest.fixture
+def warmed(workspace: Path, monkeypatch, capsys) -> Path:
+    """A workspace the CLI checked first, its cache entry marked so a read of it shows."""
+    assert _cli_check(workspace, monkeypatch, capsys) == (1, 0, 1)
+    [entry] = _entries(workspace)
+    entry.write_text(
+        entry.read_text(encoding="utf-8").replace("DataParallel wrapper", "CACHED wrapper"),
+        encoding="utf-8",
+    )
+    return workspace
+
+
+@pytest.mark.asyncio
+async def test_server_reads_what_the_cli_cached(warmed: Path, cached_client: LanguageClient):
+    client = cached_client
+    uri = await open_document(client, warmed / "train.py", BUGGY)
+    [diagnostic] = client.diagnostics[uri]
+    assert diagnostic.message.startswith("CACHED wrapper")  # the CLI's entry, not a new check

@@ -1,10 +1,14 @@
 """`trainlint server`: a Language Server (LSP over stdio) for editors.
 
-An open buffer is checked the way `trainlint check --stdin-filename PATH` checks standard input:
-its text (saved or not) goes to `runner.run` as the contents of PATH, with the settings found for
-PATH (the nearest pyproject.toml, trainlint.toml or .trainlint.toml above it), and nothing is
-written or cached. Diagnostics are published when a buffer is opened, changed or saved, and again
-for every open buffer when a configuration file is saved.
+An open buffer is checked with the settings found for its path (the nearest pyproject.toml,
+trainlint.toml or .trainlint.toml above it) and shown with the path `trainlint check .` in the
+project root shows. A buffer whose bytes are the file on disk (just opened, or saved) is checked
+as that file, through the per-file cache the CLI uses (`.trainlint_cache/` in the project root,
+or $TRAINLINT_CACHE_DIR, or `--cache-dir`; `--no-cache` turns it off), so a CLI run after editing
+is warm and the editor is served from the CLI's entries. An unsaved buffer is checked the way
+`trainlint check --stdin-filename PATH` checks standard input: its text stands in for the file's
+and is never cached. Diagnostics are published when a buffer is opened, changed or saved, and
+again for every open buffer when a configuration file is saved.
 
 Code actions: one per fix ("Fix TRL201: ..." for safe fixes, "... (unsafe)" for the others),
 "Suppress TRL201 with # noqa" on every finding, and "Fix all safe trainlint findings"
@@ -20,14 +24,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import __version__
 from .addnoqa import noqa_edit
 from .config import ConfigError, Settings, load_settings
 from .diagnostics import Diagnostic, Severity
 from .fixes import fixable
-from .source import Source, SourceError
+from .source import Source, SourceError, read_regular_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import Cache
 
 CONFIG_FILES = ("pyproject.toml", "trainlint.toml", ".trainlint.toml")
 _SEVERITIES = {Severity.ERROR: 1, Severity.WARNING: 2, Severity.INFO: 3}  # LSP's numbers
@@ -44,22 +51,79 @@ class Checked:
     settings: Optional[Settings]
 
 
-def check_text(path: Path, text: str, settings: Settings, *, fix: bool = False):
-    """`runner.run` over one unsaved buffer (the path standard input takes): (findings of this
-    file, the RunResult)."""
+@dataclass(frozen=True)
+class CacheChoice:
+    """The per-file cache the server shares with `trainlint check`: off (`--no-cache`), or in
+    `directory` ($TRAINLINT_CACHE_DIR, else `.trainlint_cache/` in each file's project root)."""
+
+    enabled: bool = True
+    directory: Optional[Path] = None
+
+    def for_selection(self, selection) -> Optional["Cache"]:
+        if not self.enabled:
+            return None
+        from .cache import Cache
+
+        return Cache.for_selection(selection, self.directory)
+
+
+def display_for(path: Path, settings: Settings) -> str:
+    """The path a finding is shown with: relative to the project root, as `trainlint check .`
+    run there shows it. The cache keys entries by this path, so the same file checked by the
+    CLI and by the server shares one entry."""
+    relative = settings.relative(str(path))
+    return relative if not Path(relative).is_absolute() else str(path)
+
+
+def saved_as(path: Path, data: bytes, settings: Settings) -> bool:
+    """Are `data` the bytes of the file on disk (a saved buffer)?"""
+    limit = settings.max_file_size or None
+    try:
+        return read_regular_file(path, limit + 1 if limit else None) == data
+    except OSError:
+        return False
+
+
+def check_bytes(
+    path: Path,
+    data: bytes,
+    settings: Settings,
+    *,
+    fix: bool = False,
+    cache: CacheChoice = CacheChoice(enabled=False),
+    on_disk: Optional[bool] = None,
+):
+    """`runner.run` over one editor buffer: (findings of this file, the RunResult).
+
+    A buffer whose bytes are the file's on disk is checked as the file, through the cache the
+    CLI uses (a CLI run afterwards is warm, and a buffer the CLI already checked is served from
+    its entry). Any other buffer is checked the way standard input is: its bytes stand in for
+    the file's and are never cached. A fix run never uses the cache and never writes: the
+    editor owns the buffer."""
     from .runner import run
     from .selection import Selection
 
-    display = str(path)
+    display = display_for(path, settings)
+    selection = Selection.of(settings)
+    if on_disk is None:
+        on_disk = saved_as(path, data, settings)
+    cacheable = on_disk and not fix
     result = run(
         [(path, display)],
-        Selection.of(settings),
+        selection,
         fix=fix,
         unsafe=False,
-        diff=fix,  # fixes stay in the result, never written: the editor owns the buffer
-        contents={display: text.encode("utf-8")},
+        diff=fix,  # fixes stay in the result, never written
+        contents=None if cacheable else {display: data},
+        cache=cache.for_selection(selection) if cacheable else None,
     )
     return [d for d in result.diagnostics if d.path == display], result
+
+
+def check_text(path: Path, text: str, settings: Settings, *, fix: bool = False, cache=None):
+    """`check_bytes` over a buffer's text (UTF-8, as the editor holds it)."""
+    choice = cache if isinstance(cache, CacheChoice) else CacheChoice(enabled=False)
+    return check_bytes(path, text.encode("utf-8"), settings, fix=fix, cache=choice)
 
 
 def settings_for(path: Path) -> Settings:
@@ -68,7 +132,7 @@ def settings_for(path: Path) -> Settings:
     return load_settings([path], rule_names())
 
 
-def create_server():
+def create_server(cache: CacheChoice = CacheChoice()):
     """The pygls server with trainlint's features registered (imports pygls)."""
     from lsprotocol import types
     from pygls.lsp.server import LanguageServer
@@ -96,7 +160,7 @@ def create_server():
                     types.ShowMessageParams(types.MessageType.Error, f"trainlint: {exc}")
                 )
         if settings is not None and not settings.is_excluded(path):
-            findings, result = check_text(path, text, settings)
+            findings, result = check_text(path, text, settings, cache=cache)
             for error in list(result.errors) + [c.describe() for c in result.crashes]:
                 server.window_log_message(
                     types.LogMessageParams(types.MessageType.Error, f"trainlint: {error}")
@@ -245,8 +309,9 @@ def create_server():
     def fix_all_action(document, state: Checked):
         if state.settings is None or not any(fixable(d, False) for d in state.findings):
             return None
-        _, result = check_text(Path(document.path), state.text, state.settings, fix=True)
-        fixed = result.states.get(str(Path(document.path)))
+        path = Path(document.path)
+        _, result = check_text(path, state.text, state.settings, fix=True)
+        fixed = result.states.get(display_for(path, state.settings))
         if fixed is None or fixed.source is None or fixed.source.text == state.text:
             return None
         return types.CodeAction(
@@ -284,10 +349,10 @@ def rule_doc(d: Diagnostic) -> str:
     return f"**{d.code}** `{rule.name}`: {d.message}{help_text}\n\n{rule.explanation()}"
 
 
-def serve(argv: Sequence[str] = ()) -> int:
+def serve(cache: bool = True, cache_dir: Optional[Path] = None) -> int:
     """`trainlint server`: serve LSP over stdin/stdout until the client says exit."""
     try:
-        server = create_server()
+        server = create_server(CacheChoice(cache, cache_dir))
     except ImportError as exc:
         print(
             f"error: `trainlint server` needs pygls and lsprotocol, the `lsp` extra ({exc})",
@@ -298,4 +363,4 @@ def serve(argv: Sequence[str] = ()) -> int:
     return 0
 
 
-__all__ = ["check_text", "create_server", "rule_doc", "serve"]
+__all__ = ["CacheChoice", "check_bytes", "check_text", "create_server", "rule_doc", "serve"]
