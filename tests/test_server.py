@@ -5,9 +5,12 @@ pygls and pytest-lsp come with the `test` extra (`pip install -e ".[test]"`).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
+from typing import List
 
+import attrs
 import pytest
 import pytest_lsp
 from lsprotocol import types
@@ -28,13 +31,24 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def with_notebooks(capabilities: types.ClientCapabilities) -> types.ClientCapabilities:
+    """The client's capabilities, declaring LSP 3.17 notebook document sync (VS Code supports
+    it; the capability set pytest-lsp records for it does not say so)."""
+    return attrs.evolve(
+        capabilities,
+        notebook_document=types.NotebookDocumentClientCapabilities(
+            synchronization=types.NotebookDocumentSyncClientCapabilities()
+        ),
+    )
+
+
 @pytest_lsp.fixture(
     config=ClientServerConfig(server_command=[sys.executable, "-m", "trainlint", "server"])
 )
 async def client(lsp_client: LanguageClient, workspace: Path):
-    await lsp_client.initialize_session(
+    lsp_client.initialize_result = await lsp_client.initialize_session(
         types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
+            capabilities=with_notebooks(client_capabilities("visual-studio-code")),
             root_uri=workspace.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
         )
@@ -281,3 +295,95 @@ async def test_server_reads_what_the_cli_cached(warmed: Path, cached_client: Lan
     uri = await open_document(client, warmed / "train.py", BUGGY)
     [diagnostic] = client.diagnostics[uri]
     assert diagnostic.message.startswith("CACHED wrapper")  # the CLI's entry, not a new check
+
+
+NOTEBOOK_CELLS = [
+    # Cell 1 wraps the model; cell 3 moves the wrapper: the finding needs both cells.
+    (types.NotebookCellKind.Code, "%matplotlib inline\nimport torch\nimport torch.nn as nn\n\n"
+     "model = nn.DataParallel(nn.Linear(4, 2))\n"),
+    (types.NotebookCellKind.Markup, "Move it to the GPU chosen below."),
+    (types.NotebookCellKind.Code, "gpu = int(input())\nmodel = model.to(f\"cuda:{gpu}\")\n"),
+]
+
+
+async def open_notebook(client: LanguageClient, path: Path, cells) -> List[str]:
+    """Open a notebook document of `cells` ((kind, text)); the cells' uris."""
+    uri = path.as_uri()
+    cell_uris = [f"vscode-notebook-cell:{path.as_posix()}#C{n}" for n in range(len(cells))]
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=uri,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(kind=kind, document=cell_uri)
+                    for (kind, _), cell_uri in zip(cells, cell_uris)
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(
+                    cell_uri,
+                    "python" if kind == types.NotebookCellKind.Code else "markdown",
+                    1,
+                    text,
+                )
+                for (kind, text), cell_uri in zip(cells, cell_uris)
+            ],
+        )
+    )
+    await published(client, cell_uris)
+    return cell_uris
+
+
+async def published(client: LanguageClient, uris: List[str]) -> None:
+    """Wait until every one of `uris` has diagnostics published (one notification per cell,
+    which may all arrive before a wait for the next notification would start)."""
+
+    async def every_cell():
+        while not all(uri in client.diagnostics for uri in uris):
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(every_cell(), 60)
+
+
+@pytest.mark.asyncio
+async def test_notebook_finding_lands_on_its_cell(client: LanguageClient, workspace: Path):
+    # Advertised because the client declares notebook support (VS Code's capabilities).
+    sync = client.initialize_result.capabilities.notebook_document_sync
+    assert sync is not None and sync.notebook_selector[0].notebook.pattern == "**/*.ipynb"
+    cell_uris = await open_notebook(client, workspace / "explore.ipynb", NOTEBOOK_CELLS)
+    assert not client.diagnostics[cell_uris[0]] and not client.diagnostics[cell_uris[1]]
+    [diagnostic] = client.diagnostics[cell_uris[2]]
+    assert diagnostic.code == "TRL201"
+    # Row 2 of cell 3 (0-based line 1), from `model.to(` on: not a row of the joined text.
+    assert diagnostic.range.start == types.Position(1, 8)
+    assert diagnostic.range.end.line == 1
+
+    # Fixing cell 3 in the editor clears it.
+    client.diagnostics.clear()
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(
+                version=2, uri=(workspace / "explore.ipynb").as_uri()
+            ),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(
+                                uri=cell_uris[2], version=2
+                            ),
+                            changes=[
+                                types.TextDocumentContentChangeWholeDocument(
+                                    text="gpu = 0\nmodel = model.to('cuda:0')\n"
+                                )
+                            ],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
+    await published(client, cell_uris)
+    assert not client.diagnostics[cell_uris[2]]

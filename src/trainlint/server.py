@@ -14,17 +14,23 @@ Code actions: one per fix ("Fix TRL201: ..." for safe fixes, "... (unsafe)" for 
 "Suppress TRL201 with # noqa" on every finding, and "Fix all safe trainlint findings"
 (`source.fixAll`). Hovering a finding shows its rule's documentation (`trainlint rule CODE`).
 
-Python files only: notebooks (notebook document sync) are not served yet.
+Notebooks, where the client supports LSP 3.17 notebook document sync (advertised for
+`**/*.ipynb` with Python cells): the open notebook's cells are assembled into a notebook as
+`notebook.py` reads a file (code cells joined, magics masked, cells numbered markdown included),
+checked like a `.ipynb` file (through the cache when the cells are the file's on disk), and each
+finding is published on its cell's document at the row inside the cell. Code actions and hover
+are offered for `.py` buffers only, not for notebook cells.
 
 pygls and lsprotocol are an optional extra (`lsp`: `pip install ".[lsp]"` in a clone).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .addnoqa import noqa_edit
@@ -126,6 +132,44 @@ def check_text(path: Path, text: str, settings: Settings, *, fix: bool = False, 
     return check_bytes(path, text.encode("utf-8"), settings, fix=fix, cache=choice)
 
 
+def notebook_json(cells: Sequence[Tuple[str, str]]) -> bytes:
+    """An nbformat 4 notebook of `cells` ((cell_type, text), in order): what the editor's
+    notebook holds, in the form `notebook.py` reads, so its code cells are joined and their
+    magics masked exactly as for a notebook file."""
+    made: List[Dict[str, Any]] = []
+    for kind, text in cells:
+        cell: Dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": text}
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        made.append(cell)
+    data = {
+        "cells": made,
+        "metadata": {"language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return json.dumps(data, indent=1).encode("utf-8")
+
+
+def notebook_on_disk(path: Path, cells: Sequence[Tuple[str, str]], settings: Settings):
+    """The bytes of the notebook file when its cells are the editor's (same kinds, same text,
+    same order: a saved notebook), else None."""
+    limit = settings.max_file_size or None
+    try:
+        data = read_regular_file(path, limit + 1 if limit else None)
+        stored = json.loads(data.decode("utf-8-sig"))
+        disk = [
+            (
+                cell.get("cell_type"),
+                "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"],
+            )
+            for cell in stored["cells"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return data if disk == list(cells) else None
+
+
 def settings_for(path: Path) -> Settings:
     from .rules import rule_names
 
@@ -136,9 +180,23 @@ def create_server(cache: CacheChoice = CacheChoice()):
     """The pygls server with trainlint's features registered (imports pygls)."""
     from lsprotocol import types
     from pygls.lsp.server import LanguageServer
+    from pygls.uris import to_fs_path
 
-    server = LanguageServer("trainlint", __version__)
+    server = LanguageServer(
+        "trainlint",
+        __version__,
+        notebook_document_sync=types.NotebookDocumentSyncOptions(
+            notebook_selector=[
+                types.NotebookDocumentFilterWithCells(
+                    cells=[types.NotebookCellLanguage("python")],
+                    notebook=types.NotebookDocumentFilterPattern(pattern="**/*.ipynb"),
+                )
+            ],
+            save=True,
+        ),
+    )
     checked: Dict[str, Checked] = {}
+    notebook_cells: Dict[str, List[str]] = {}  # notebook uri -> the cell uris last published
     shown_errors: Dict[str, str] = {}  # uri -> the configuration error last shown for it
 
     def lint(uri: str) -> Optional[Checked]:
@@ -224,6 +282,101 @@ def create_server(cache: CacheChoice = CacheChoice()):
         after = (found.start.line, found.start.character) > (wanted.end.line, wanted.end.character)
         return not before and not after
 
+    # -- notebooks (LSP 3.17 notebook document sync) ---------------------------------------
+
+    def lint_notebook(notebook_uri: str) -> None:
+        """Check an open notebook as `trainlint check` checks its file, and publish each
+        finding on its cell's document."""
+        notebook = server.workspace.get_notebook_document(notebook_uri=notebook_uri)
+        if notebook is None:
+            return
+        documents = [server.workspace.get_text_document(c.document) for c in notebook.cells]
+        cells: List[Tuple[str, str]] = []
+        for cell, document in zip(notebook.cells, documents):
+            if cell.kind == types.NotebookCellKind.Markup:
+                cells.append(("markdown", document.source))
+            elif (document.language_id or "python") == "python":
+                cells.append(("code", document.source))
+            else:  # another language's cell: kept for the numbering, never read as Python
+                cells.append(("raw", document.source))
+        path = Path(to_fs_path(notebook_uri) or notebook_uri)
+        findings: List[Diagnostic] = []
+        try:
+            settings = settings_for(path)
+        except ConfigError as exc:
+            settings = None
+            if shown_errors.get(notebook_uri) != str(exc):
+                shown_errors[notebook_uri] = str(exc)
+                server.window_show_message(
+                    types.ShowMessageParams(types.MessageType.Error, f"trainlint: {exc}")
+                )
+        if settings is not None and not settings.is_excluded(path):
+            shown_errors.pop(notebook_uri, None)
+            saved = notebook_on_disk(path, cells, settings)
+            data = saved if saved is not None else notebook_json(cells)
+            findings, result = check_bytes(
+                path, data, settings, cache=cache, on_disk=saved is not None
+            )
+            for error in list(result.errors) + [c.describe() for c in result.crashes]:
+                server.window_log_message(
+                    types.LogMessageParams(types.MessageType.Error, f"trainlint: {error}")
+                )
+        per_cell: Dict[str, List[Any]] = {cell.document: [] for cell in notebook.cells}
+        for d in findings:
+            number = d.cell if d.cell and d.cell <= len(documents) else 1
+            if not documents:
+                break
+            document = documents[number - 1]
+            per_cell[document.uri].append(cell_diagnostic(document, d))
+        for uri in notebook_cells.get(notebook_uri, []):
+            per_cell.setdefault(uri, [])  # a cell removed since: clear what it showed
+        notebook_cells[notebook_uri] = [cell.document for cell in notebook.cells]
+        for uri, diagnostics in per_cell.items():
+            server.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics)
+            )
+
+    def cell_position(document, row: int, col: int):
+        """A report position inside a cell (row 1-based, col 0-based in characters) in the
+        client's units."""
+        lines = document.lines
+        row = min(max(row, 1), len(lines) + 1)
+        offset = sum(len(line) for line in lines[: row - 1]) + col
+        return document.client_position_at_offset(min(offset, len(document.source)))
+
+    def cell_diagnostic(document, d: Diagnostic):
+        message = f"{d.message}\n{d.help}" if d.help else d.message
+        return types.Diagnostic(
+            range=types.Range(
+                cell_position(document, d.row, d.col),
+                cell_position(document, d.end_row or d.row, d.end_col),
+            ),
+            message=message,
+            severity=types.DiagnosticSeverity(_SEVERITIES[d.severity]),
+            code=d.code,
+            source="trainlint",
+            data={"name": d.name},
+        )
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(params: types.DidOpenNotebookDocumentParams) -> None:
+        lint_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(params: types.DidChangeNotebookDocumentParams) -> None:
+        lint_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(params: types.DidSaveNotebookDocumentParams) -> None:
+        lint_notebook(params.notebook_document.uri)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(params: types.DidCloseNotebookDocumentParams) -> None:
+        for uri in notebook_cells.pop(params.notebook_document.uri, []):
+            server.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, diagnostics=[])
+            )
+
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
         lint(params.text_document.uri)
@@ -238,6 +391,8 @@ def create_server(cache: CacheChoice = CacheChoice()):
         if uri.rsplit("/", 1)[-1] in CONFIG_FILES:
             for open_uri in list(checked):  # the settings may have changed: check again
                 lint(open_uri)
+            for notebook_uri in list(notebook_cells):
+                lint_notebook(notebook_uri)
         elif uri in checked or uri.endswith(".py"):
             lint(uri)
 
