@@ -6,6 +6,7 @@ pygls and pytest-lsp come with the `test` extra (`pip install -e ".[test]"`).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import List
@@ -71,7 +72,7 @@ _DEFAULT_CACHE_SERVER = (
 async def cached_client(lsp_client: LanguageClient, workspace: Path):
     await lsp_client.initialize_session(
         types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
+            capabilities=with_notebooks(client_capabilities("visual-studio-code")),
             root_uri=workspace.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
         )
@@ -233,8 +234,8 @@ def _entries(workspace: Path):
     return sorted((workspace / ".trainlint_cache" / "entries").rglob("*.json"))
 
 
-def _cli_check(workspace: Path, monkeypatch, capsys):
-    """`trainlint check train.py` run in the project root: (exit code, cache hits, misses)."""
+def _cli_check(workspace: Path, monkeypatch, capsys, name: str = "train.py"):
+    """`trainlint check NAME` run in the project root: (exit code, cache hits, misses)."""
     from trainlint import cli
     from trainlint.cache import Cache
 
@@ -249,7 +250,7 @@ def _cli_check(workspace: Path, monkeypatch, capsys):
     monkeypatch.chdir(workspace)
     monkeypatch.delenv("TRAINLINT_CACHE_DIR", raising=False)
     monkeypatch.setattr(Cache, "get", spy)
-    code = cli.main(["check", "train.py"])
+    code = cli.main(["check", name])
     out = capsys.readouterr().out
     assert "TRL201" in out
     return code, seen.count(True), seen.count(False)
@@ -387,3 +388,24 @@ async def test_notebook_finding_lands_on_its_cell(client: LanguageClient, worksp
     )
     await published(client, cell_uris)
     assert not client.diagnostics[cell_uris[2]]
+
+
+@pytest.mark.asyncio
+async def test_saved_notebook_shares_the_cli_cache(
+    cached_client: LanguageClient, workspace: Path, monkeypatch, capsys
+):
+    kinds = {types.NotebookCellKind.Code: "code", types.NotebookCellKind.Markup: "markdown"}
+    notebook = {
+        "cells": [
+            {"cell_type": kinds[kind], "metadata": {}, "source": text.splitlines(keepends=True)}
+            for kind, text in NOTEBOOK_CELLS
+        ],
+        "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (workspace / "explore.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    cell_uris = await open_notebook(cached_client, workspace / "explore.ipynb", NOTEBOOK_CELLS)
+    assert [d.code for d in cached_client.diagnostics[cell_uris[2]]] == ["TRL201"]
+    assert len(_entries(workspace)) == 1  # the file's cells: checked as the file, cached
+    assert _cli_check(workspace, monkeypatch, capsys, "explore.ipynb") == (1, 1, 0)
