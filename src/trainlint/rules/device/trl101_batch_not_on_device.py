@@ -206,7 +206,6 @@ class BatchNotOnDevice(Rule):
                 f"`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} returns a "
                 "moved copy that is thrown away."
             )
-        details.insert(0, f"The batch is unpacked on {self._line(source.binding_statement)}.")
         opening = f"`{_short(named.name, 30)}` from `{loader}` is never moved to the device"
         # The operation it meets the device in gets what is left of about 100 characters.
         room = max(20, _HEADLINE - len(opening) - len(", yet meets it in ``"))
