@@ -58,3 +58,35 @@ def test_help_survives_the_cache():
     # Entries written before `help` existed read back without one.
     old = {k: v for k, v in d.to_dict().items() if k != "help"}
     assert Diagnostic.from_dict(old).help == ""
+
+
+HEADLINE_LIMIT = 110  # "about 100 characters": what a reader takes in at a glance
+
+
+def test_every_headline_over_the_fixtures_is_short(capsys):
+    """Every rule's headline, on every fixture (good, bad, fixed goldens, oracles), fits in
+    HEADLINE_LIMIT characters; the PyTorch error, the why and the fix belong in `help`."""
+    code = cli.main(
+        [
+            "check",
+            "--select",
+            "ALL",
+            "--preview",
+            "--no-cache",
+            "--exit-zero",
+            "--output-format",
+            "json",
+            str(REPO / "fixtures"),
+        ]
+    )
+    assert code == 0
+    findings = json.loads(capsys.readouterr().out)
+    assert len({f["code"] for f in findings}) >= 20  # the fixtures exercise most rules
+    too_long = sorted(
+        {
+            (len(f["message"].split("\n")[0]), f["code"], f["message"].split("\n")[0])
+            for f in findings
+            if len(f["message"].split("\n")[0]) > HEADLINE_LIMIT
+        }
+    )
+    assert too_long == []

@@ -5,9 +5,13 @@ pygls and pytest-lsp come with the `test` extra (`pip install -e ".[test]"`).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from pathlib import Path
+from typing import List
 
+import attrs
 import pytest
 import pytest_lsp
 from lsprotocol import types
@@ -28,13 +32,47 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def with_notebooks(capabilities: types.ClientCapabilities) -> types.ClientCapabilities:
+    """The client's capabilities, declaring LSP 3.17 notebook document sync (VS Code supports
+    it; the capability set pytest-lsp records for it does not say so)."""
+    return attrs.evolve(
+        capabilities,
+        notebook_document=types.NotebookDocumentClientCapabilities(
+            synchronization=types.NotebookDocumentSyncClientCapabilities()
+        ),
+    )
+
+
 @pytest_lsp.fixture(
     config=ClientServerConfig(server_command=[sys.executable, "-m", "trainlint", "server"])
 )
 async def client(lsp_client: LanguageClient, workspace: Path):
+    lsp_client.initialize_result = await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=with_notebooks(client_capabilities("visual-studio-code")),
+            root_uri=workspace.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
+        )
+    )
+    yield
+    await lsp_client.shutdown_session()
+
+
+# The server with the cache in its default place (.trainlint_cache in the project root): the
+# suite's conftest points TRAINLINT_CACHE_DIR elsewhere for every test, and the server inherits it.
+_DEFAULT_CACHE_SERVER = (
+    "import os, sys; os.environ.pop('TRAINLINT_CACHE_DIR', None); "
+    "from trainlint.cli import main; sys.exit(main(['server']))"
+)
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-c", _DEFAULT_CACHE_SERVER])
+)
+async def cached_client(lsp_client: LanguageClient, workspace: Path):
     await lsp_client.initialize_session(
         types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
+            capabilities=with_notebooks(client_capabilities("visual-studio-code")),
             root_uri=workspace.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="ws")],
         )
@@ -190,3 +228,184 @@ async def test_configuration_error_is_shown_once(client: LanguageClient, workspa
         "(did you mean 'select'?)"
     ]
     assert not client.diagnostics[uri]
+
+
+def _entries(workspace: Path):
+    return sorted((workspace / ".trainlint_cache" / "entries").rglob("*.json"))
+
+
+def _cli_check(workspace: Path, monkeypatch, capsys, name: str = "train.py"):
+    """`trainlint check NAME` run in the project root: (exit code, cache hits, misses)."""
+    from trainlint import cli
+    from trainlint.cache import Cache
+
+    seen = []
+    original = Cache.get
+
+    def spy(self, display, path, data):
+        found = original(self, display, path, data)
+        seen.append(found is not None)
+        return found
+
+    monkeypatch.chdir(workspace)
+    monkeypatch.delenv("TRAINLINT_CACHE_DIR", raising=False)
+    monkeypatch.setattr(Cache, "get", spy)
+    code = cli.main(["check", name])
+    out = capsys.readouterr().out
+    assert "TRL201" in out
+    return code, seen.count(True), seen.count(False)
+
+
+@pytest.mark.asyncio
+async def test_saved_file_shares_the_cli_cache(
+    cached_client: LanguageClient, workspace: Path, monkeypatch, capsys
+):
+    client = cached_client
+    # The buffer is the file on disk: the server checks it through the project's cache...
+    assert not _entries(workspace)
+    uri = await open_document(client, workspace / "train.py", BUGGY)
+    assert [d.code for d in client.diagnostics[uri]] == ["TRL201"]
+    assert len(_entries(workspace)) == 1
+    # ...so the CLI run afterwards is served from the entry the server wrote.
+    assert _cli_check(workspace, monkeypatch, capsys) == (1, 1, 0)
+
+
+@pytest.mark.asyncio
+async def test_unsaved_buffer_is_not_cached(cached_client: LanguageClient, workspace: Path):
+    client = cached_client
+    uri = await open_document(client, workspace / "train.py", BUGGY + "\n\n")
+    assert [d.code for d in client.diagnostics[uri]] == ["TRL201"]
+    assert not _entries(workspace)  # checked like standard input: no entry under the file
+
+
+@pytest.fixture
+def warmed(workspace: Path, monkeypatch, capsys) -> Path:
+    """A workspace the CLI checked first, its cache entry marked so a read of it shows."""
+    assert _cli_check(workspace, monkeypatch, capsys) == (1, 0, 1)
+    [entry] = _entries(workspace)
+    entry.write_text(
+        entry.read_text(encoding="utf-8").replace("DataParallel wrapper", "CACHED wrapper"),
+        encoding="utf-8",
+    )
+    return workspace
+
+
+@pytest.mark.asyncio
+async def test_server_reads_what_the_cli_cached(warmed: Path, cached_client: LanguageClient):
+    client = cached_client
+    uri = await open_document(client, warmed / "train.py", BUGGY)
+    [diagnostic] = client.diagnostics[uri]
+    assert diagnostic.message.startswith("CACHED wrapper")  # the CLI's entry, not a new check
+
+
+NOTEBOOK_CELLS = [
+    # Cell 1 wraps the model; cell 3 moves the wrapper: the finding needs both cells.
+    (types.NotebookCellKind.Code, "%matplotlib inline\nimport torch\nimport torch.nn as nn\n\n"
+     "model = nn.DataParallel(nn.Linear(4, 2))\n"),
+    (types.NotebookCellKind.Markup, "Move it to the GPU chosen below."),
+    (types.NotebookCellKind.Code, "gpu = int(input())\nmodel = model.to(f\"cuda:{gpu}\")\n"),
+]
+
+
+async def open_notebook(client: LanguageClient, path: Path, cells) -> List[str]:
+    """Open a notebook document of `cells` ((kind, text)); the cells' uris."""
+    uri = path.as_uri()
+    cell_uris = [f"vscode-notebook-cell:{path.as_posix()}#C{n}" for n in range(len(cells))]
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=uri,
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(kind=kind, document=cell_uri)
+                    for (kind, _), cell_uri in zip(cells, cell_uris)
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(
+                    cell_uri,
+                    "python" if kind == types.NotebookCellKind.Code else "markdown",
+                    1,
+                    text,
+                )
+                for (kind, text), cell_uri in zip(cells, cell_uris)
+            ],
+        )
+    )
+    await published(client, cell_uris)
+    return cell_uris
+
+
+async def published(client: LanguageClient, uris: List[str]) -> None:
+    """Wait until every one of `uris` has diagnostics published (one notification per cell,
+    which may all arrive before a wait for the next notification would start)."""
+
+    async def every_cell():
+        while not all(uri in client.diagnostics for uri in uris):
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(every_cell(), 60)
+
+
+@pytest.mark.asyncio
+async def test_notebook_finding_lands_on_its_cell(client: LanguageClient, workspace: Path):
+    # Advertised because the client declares notebook support (VS Code's capabilities).
+    sync = client.initialize_result.capabilities.notebook_document_sync
+    assert sync is not None and sync.notebook_selector[0].notebook.pattern == "**/*.ipynb"
+    cell_uris = await open_notebook(client, workspace / "explore.ipynb", NOTEBOOK_CELLS)
+    assert not client.diagnostics[cell_uris[0]] and not client.diagnostics[cell_uris[1]]
+    [diagnostic] = client.diagnostics[cell_uris[2]]
+    assert diagnostic.code == "TRL201"
+    # Row 2 of cell 3 (0-based line 1), from `model.to(` on: not a row of the joined text.
+    assert diagnostic.range.start == types.Position(1, 8)
+    assert diagnostic.range.end.line == 1
+
+    # Fixing cell 3 in the editor clears it.
+    client.diagnostics.clear()
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(
+                version=2, uri=(workspace / "explore.ipynb").as_uri()
+            ),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(
+                                uri=cell_uris[2], version=2
+                            ),
+                            changes=[
+                                types.TextDocumentContentChangeWholeDocument(
+                                    text="gpu = 0\nmodel = model.to('cuda:0')\n"
+                                )
+                            ],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
+    await published(client, cell_uris)
+    assert not client.diagnostics[cell_uris[2]]
+
+
+@pytest.mark.asyncio
+async def test_saved_notebook_shares_the_cli_cache(
+    cached_client: LanguageClient, workspace: Path, monkeypatch, capsys
+):
+    kinds = {types.NotebookCellKind.Code: "code", types.NotebookCellKind.Markup: "markdown"}
+    notebook = {
+        "cells": [
+            {"cell_type": kinds[kind], "metadata": {}, "source": text.splitlines(keepends=True)}
+            for kind, text in NOTEBOOK_CELLS
+        ],
+        "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (workspace / "explore.ipynb").write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    cell_uris = await open_notebook(cached_client, workspace / "explore.ipynb", NOTEBOOK_CELLS)
+    assert [d.code for d in cached_client.diagnostics[cell_uris[2]]] == ["TRL201"]
+    assert len(_entries(workspace)) == 1  # the file's cells: checked as the file, cached
+    assert _cli_check(workspace, monkeypatch, capsys, "explore.ipynb") == (1, 1, 0)

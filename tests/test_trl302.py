@@ -106,7 +106,7 @@ def test_a_run_given_some_files_reports_what_a_whole_tree_run_reports_in_them(tm
     found = lint([tmp_path / "nets" / "trunk.py"], ["TRL302"], root=tmp_path).diagnostics
     # (A file outside the run is named relative to the working directory, as the CLI names all.)
     assert [d.row for d in found] == [d.row for d in whole]
-    assert found[0].message.endswith("while DDP has `find_unused_parameters=True` in train.py")
+    assert found[0].message.endswith("while DDP has `find_unused_parameters=True`")
     assert found[0].help == (
         'The checkpoint is reentrant (no `use_reentrant=False`), so DDP raises "Expected to mark '
         'a variable ready only once" in the first backward. Use non-reentrant checkpointing.'

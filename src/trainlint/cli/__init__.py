@@ -51,7 +51,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "server":
             from ..server import serve
 
-            return serve()
+            return serve(cache=not args.no_cache, cache_dir=args.cache_dir)
         options = CheckOptions.from_args(args)
         if options.show_settings:
             from .show import show_settings

@@ -144,9 +144,21 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument(
         "--output-format", choices=("text", "json"), default="text", help="text (a table) or json"
     )
-    sub.add_parser(
+    server = sub.add_parser(
         "server",
         help="run the language server (LSP over stdio; needs the `lsp` extra: pygls)",
+    )
+    server.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write the per-file cache the CLI shares",
+    )
+    server.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"where the cache lives (default: ${CACHE_DIR_ENV}, else {CACHE_DIR_NAME}/ in each "
+        "file's project root, as for `check`)",
     )
     return parser
 

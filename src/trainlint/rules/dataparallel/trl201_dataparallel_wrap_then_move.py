@@ -111,11 +111,10 @@ class DataParallelWrapThenMove(Rule):
             return
         if not self._may_differ(target, first_id, first_id_text, move):
             return  # `.cuda()`, "cuda", "cuda:0" without device_ids: that is device_ids[0]
-        wrapper = self.ctx.code(wrap.func)
         self.report(
             move,
-            f"`{wrapper}(...).{method}(...)` moves the wrapper to {_where(target)}, which may "
-            f"not be device_ids[0] ({_first(first_id, first_id_text)})",
+            f"DataParallel wrapper moved to {_where(target)}, not necessarily device_ids[0] "
+            f"({_first(first_id, first_id_text)})",
             help=_MAY_DIFFER_HELP,
             fix=self._fix(wrap, move, method),
         )
@@ -179,9 +178,8 @@ class DataParallelWrapThenMove(Rule):
             elif self._may_differ(move_target, first_id, first_id_text, call):
                 self.report(
                     call,
-                    f"`{target}` is a DataParallel wrapper moved to "
-                    f"{_where(move_target)}, which may not be device_ids[0] "
-                    f"({_first(first_id, first_id_text)})",
+                    f"`{target}` (DataParallel) moved to {_where(move_target)}, not "
+                    f"necessarily device_ids[0] ({_first(first_id, first_id_text)})",
                     help=_MAY_DIFFER_HELP,
                     related=related,
                 )
@@ -317,5 +315,5 @@ def _where(target: Device) -> str:
 
 def _first(first_id: Optional[int], first_text: Optional[str]) -> str:
     if first_id is not None:
-        return f"cuda:{first_id}" + (" by default" if first_id == 0 else "")
+        return f"cuda:{first_id}"
     return f"`{first_text}`"

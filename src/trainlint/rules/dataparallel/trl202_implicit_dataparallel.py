@@ -140,19 +140,19 @@ class ImplicitDataParallel(Rule):
         test = self.ctx.code(branch.test)  # type: ignore[attr-defined]
         if len(test) > 40 or "\n" in test:
             test = test.split("\n")[0][:37] + "..."
-        if reason == "count":
-            why = f"switched on by the GPU count (`{test}`)"
-        else:
-            why = f"the non-distributed fallback (`if {test}:`)"
+        why = "switched on by the GPU count" if reason == "count" else (
+            "the non-distributed fallback"
+        )
+        decided = f"Whether `{wrapper}` wraps the model is decided by `{test}`."
         key = f"dp:{len(self.dp_classes)}"
         self.dp_classes[key] = classes
         self.candidate(
             key,
             call,
-            f"`{wrapper}` is {why}",
+            f"DataParallel is {why}",
             related=[(evidence, "decided here")],
             help=(
-                "The same command then trains on one GPU on one machine and in DataParallel "
+                f"{decided} The same command then trains on one GPU on one machine and in DataParallel "
                 "replica threads on another. DataParallel copies the module on every forward, "
                 "and state written to `self` in forward or in hooks is written by every "
                 'replica thread at once ("Trying to backward through the graph a second '
@@ -209,7 +209,7 @@ class ImplicitDataParallel(Rule):
                     display,
                     cls.code,
                     key,
-                    message=f"{base}; `{writer}`{assumed} writes `self.{attr}` in forward",
+                    message=f"{base}, and `{writer}`{assumed} writes `self.{attr}` in forward",
                 )
                 if diagnostic is not None:
                     yield diagnostic

@@ -163,7 +163,7 @@ class ForwardMutatesModuleState(Rule):
             seen.add(write.attr)
             lost = write.kind == "assign"  # set on the replica: matters only if read
             if lost and self.writes.carries_over(write):
-                what = f"advances `self.{write.attr}`, an update lost with the replica"
+                what = f"advances `self.{write.attr}`, lost with the replica"
                 help = (
                     "Under nn.DataParallel each forward runs on fresh per-GPU replicas, so "
                     f"`self.{write.attr}` stays at its initial value (the update is lost with "
@@ -279,16 +279,28 @@ class ForwardMutatesModuleState(Rule):
                     # is the one they see, so losing it with the replica changes nothing.
                     continue
                 base = str(keys[key]["message"])
+                details = str(keys[key].get("help") or "")
                 if ref in wrapped:
-                    message = f"{base} (run by nn.DataParallel at {wrapped[ref]})"
+                    message = base
+                    where = f"nn.DataParallel runs `{name}` at {wrapped[ref]}."
                     severity = Severity.ERROR
                 elif near:
-                    message = f"{base} (nn.DataParallel is used at {near[0][0]})"
+                    # The wrapped model is not one the analysis can name: say what is assumed.
+                    message = f"{base} (if under DataParallel)"
+                    where = (
+                        f"nn.DataParallel is used at {near[0][0]} around a model the analysis "
+                        f"cannot name; this assumes that model runs `{name}`."
+                    )
                     severity = Severity.WARNING
                 else:
                     continue  # DataParallel only around other, known classes
                 diagnostic = project.candidate(
-                    display, cls.code, key, message=message, severity=severity
+                    display,
+                    cls.code,
+                    key,
+                    message=message,
+                    severity=severity,
+                    help=f"{where} {details}".strip(),
                 )
                 if diagnostic is not None:
                     yield diagnostic
@@ -348,7 +360,7 @@ def _what(write: StateWrite, shared: bool = False) -> Tuple[str, str]:
         f"sets `self.{write.attr}` on the original module"
     )
     return (
-        f"{target}, which the replicas share",
+        f"{target}, shared by the replicas",
         "The replicas' threads race on it and mix tensors from different GPUs (\"Trying to "
         "backward through the graph a second time\"). Keep such values local to forward and "
         "return them.",

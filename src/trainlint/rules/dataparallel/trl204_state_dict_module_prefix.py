@@ -99,11 +99,13 @@ class StateDictModulePrefix(Rule):
     def _report(self, call: cst.Call, receiver, state: WrapState) -> None:
         text = self.ctx.code(receiver)
         kind = " / ".join(sorted(state.kinds))
+        if len(state.kinds) > 1:  # both: the short names keep the headline short
+            kind = kind.replace("DistributedDataParallel", "DDP")
         if state.every:
             what = f"`{text}` is a {kind} wrapper here"
         else:
             what = f"`{text}` is a {kind} wrapper on some paths"
-        message = f"{what}: the checkpoint's keys all start with `module.`"
+        message = f"{what}: the saved keys all start with `module.`"
         help_text = (
             "It then loads only into a wrapped model; a bare model raises \"Missing key(s) in "
             'state_dict ... Unexpected key(s) in state_dict: "module.…"". Save '

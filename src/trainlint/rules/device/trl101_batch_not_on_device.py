@@ -227,8 +227,7 @@ class BatchNotOnDevice(Rule):
         element = finding.element
         source = flow.source
         assert source.binding_statement is not None  # set for every BatchSource
-        loader = _short(source.loader_text, 40)
-        sink = _short(self._describe(finding.sink, finding.use), 40)
+        loader = _short(source.loader_text, 25)
         named = element
         details = []
         carrier = next((e for e in element.lineage() if e.via is not None), None)
@@ -250,13 +249,15 @@ class BatchNotOnDevice(Rule):
                 "The batch's items are moved on branches that exclude each other (`if`/`elif`), "
                 "so no path moves all of them: whichever branch runs leaves one on the CPU."
             )
-        never = "is never moved to the device, yet meets it"
-        if finding.instead is not None:
-            never = "stays on the CPU on the branch that moves the others, yet meets the device"
-        headline = (
-            f"`{named.name}` from the `{loader}` batch ({self._line(source.binding_statement)}) "
-            f"{never} in `{sink}`"
-        )
+            opening = f"`{_short(named.name, 30)}` from `{loader}` is not moved on every branch"
+            meets = ", yet meets the device in "
+        else:
+            opening = f"`{_short(named.name, 30)}` from `{loader}` is never moved to the device"
+            meets = ", yet meets it in "
+        # The operation it meets the device in gets what is left of about 100 characters.
+        room = max(20, _HEADLINE - len(opening) - len(meets) - 2)
+        sink = _short(self._describe(finding.sink, finding.use), room)
+        headline = f"{opening}{meets}`{sink}`"
         details.append(
             f"On a GPU this fails with {_SAME_DEVICE}. Move it where the batch is unpacked "
             "(`.to(device)`), as the values it meets are."
@@ -447,6 +448,9 @@ class BatchNotOnDevice(Rule):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+_HEADLINE = 105  # the longest headline the sink is shortened for
 
 
 def _short(text: str, limit: int) -> str:

@@ -16,7 +16,7 @@ from ...analysis.project.hierarchy import Hierarchy, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
-# Stands for the custom ops in a candidate's message until the project phase names them.
+# Stands for the custom ops in a candidate's help until the project phase names them.
 _OPS = "{custom-ops}"
 # How many project imports away the custom ops may be: train.py -> models/__init__.py ->
 # models/detector.py -> models/ops/functions.py -> the compiled module.
@@ -195,9 +195,7 @@ class DeviceIndexWithoutSetDevice(Rule):
                 if diagnostic is None:
                     continue
                 yield dataclasses.replace(
-                    diagnostic,
-                    message=diagnostic.message.replace(_OPS, text),
-                    help=(diagnostic.help or "").replace(_OPS, text) or None,
+                    diagnostic, help=(diagnostic.help or "").replace(_OPS, text) or None
                 )
 
     # -- modules imported by the script that runs ---------------------------------------------
@@ -262,6 +260,8 @@ class DeviceIndexWithoutSetDevice(Rule):
             what = f"cuda:{device.index}"
         else:
             shown = choice.name if choice.is_index and choice.name else device.index_text
+            if shown and len(shown) > 25:
+                shown = shown[:22] + "..."
             shown = f" (`{shown}`)" if shown else ""
             if device.origin == "rank":
                 what = f"this process's GPU{shown}"
@@ -271,10 +271,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         if target is None:
             made = self.ctx.code(choice.made)
             target = made if len(made) <= 40 and "\n" not in made else "device"
-        headline = (
-            f"tensors go to {what} but the current CUDA device stays GPU 0, where custom "
-            f"ops ({custom}) launch"
-        )
+        headline = f"tensors go to {what}; custom CUDA ops launch on the current device, still GPU 0"
         help_text = (
             f"Custom CUDA ops (compiled extensions such as {custom}) launch on the current "
             "device, not on their inputs' device: with "

@@ -407,7 +407,7 @@ class NewTensorOffDevice(Rule):
 
     def _message(self, call: cst.Call, meets: str, partner: Optional[str]) -> Tuple[str, str]:
         text = self.ctx.code(call)
-        if len(text) > 40 or "\n" in text:
+        if len(text) > 34 or "\n" in text:
             text = self.ctx.code(call.func) + "(...)"
         if meets == "model":
             use = "passed to a layer or model on the device"
@@ -416,7 +416,7 @@ class NewTensorOffDevice(Rule):
         else:
             use = "combined with a device tensor"
         advice = f"`device={partner}.device`" if partner else "the `device=` of the tensor it meets"
-        headline = f"`{text}` creates its tensor on the CPU and is then {use}"
+        headline = f"`{text}` creates a CPU tensor that is then {use}"
         help_text = (
             'On a GPU this fails with "Expected all tensors to be on the same device, but '
             f'found at least two devices, cuda:0 and cpu!". Create it with {advice}.'

@@ -186,7 +186,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         for site in checkpoints:
             self.report(
                 site.node,
-                _message(site.text, first.text, None, site.when),
+                _message(site.text, first.text, site.when),
                 help=_help(site.why),
                 fix=site.fix,
                 related=[(first.node, f"`{first.text}` is set here")],
@@ -480,18 +480,28 @@ def _config_message(find_unused, layers, display: str) -> Tuple[str, str]:
     dotted, leaf = layers[0]
     key = dotted.rsplit(".", 1)[-1]
     more = f" and {len(layers) - 1} more" if len(layers) > 1 else ""
+    setting = f"{dotted}={leaf.get('value')}"
+    if len(setting) > 30:  # the related notes name the full key
+        setting = f"{key}={leaf.get('value')}"
+    origins = "".join(
+        f"`{what}` comes from {where}. "
+        for what, where in (
+            ("find_unused_parameters=True", _origin(find_unused, display)),
+            (f"{dotted}={leaf.get('value')}", _origin(leaf, display)),
+        )
+        if where
+    )
     return (
-        f"`find_unused_parameters=True`{_origin(find_unused, display)} with reentrant activation "
-        f"checkpointing from `{dotted}={leaf.get('value')}`{_origin(leaf, display)}{more}",
-        f"DDP raises {ERROR_TEXT} in the first backward. Set `{key}=False` where "
+        f"`find_unused_parameters=True` with reentrant checkpointing from `{setting}`{more}",
+        f"{origins}DDP raises {ERROR_TEXT} in the first backward. Set `{key}=False` where "
         "find_unused_parameters is needed, or make every parameter reach the loss and drop "
         "`find_unused_parameters`.",
     )
 
 
 def _origin(leaf: Dict[str, Any], display: str) -> str:
-    """` (path:row)` for a setting that comes from another config of the chain."""
-    return "" if leaf["file"] == display else f" ({leaf['file']}:{leaf['at'][0]})"
+    """`path:row` for a setting that comes from another config of the chain, else ""."""
+    return "" if leaf["file"] == display else f"{leaf['file']}:{leaf['at'][0]}"
 
 
 # -- code in several files ---------------------------------------------------------------------
@@ -523,18 +533,19 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
                 display,
                 code,
                 site["key"],
-                message=_message(site["text"], first["text"], script_display, site["when"]),
-                help=_help(site["why"]),
+                message=_message(site["text"], first["text"], site["when"]),
+                help=_help(site["why"]),  # the related note names the script
             )
             if diagnostic is not None:
                 note = (script_display, *first["at"], f"`{first['text']}` is set here")
                 yield dataclasses.replace(diagnostic, related=(note,))
 
 
-def _message(checkpoint: str, find_unused: str, elsewhere: Optional[str], when: str = "") -> str:
-    where = f" in {elsewhere}" if elsewhere else ""
+def _message(checkpoint: str, find_unused: str, when: str = "") -> str:
     flag = f" (when `{when}` is on)" if when else ""
-    return f"`{checkpoint}`{flag} is reentrant while DDP has `{find_unused}`{where}"
+    if len(checkpoint) > 40:
+        checkpoint = checkpoint.split("(", 1)[0] + "(...)"
+    return f"`{checkpoint}`{flag} is reentrant while DDP has `{find_unused}`"
 
 
 def _help(why: str) -> str:

@@ -107,8 +107,7 @@ class DdpWithoutSetDevice(Rule):
             self.candidate(
                 f"init:{len(self.candidates)}",
                 call,
-                f"`init_process_group` with {which}, but this process's current CUDA device is "
-                "never set",
+                f"`init_process_group` with {which}, but the current CUDA device is never set",
                 help=(
                     "Every process keeps cuda:0 as its current device, so NCCL's communicator, "
                     '`barrier()` and anything created with "cuda" land on GPU 0: extra memory '
@@ -203,7 +202,7 @@ class DdpWithoutSetDevice(Rule):
                 return None  # run as configured by default, the group is not NCCL
             if default is not None:
                 return f"NCCL (the default of `{self.ctx.code(backend)}`)"
-            return "a backend chosen at run time (NCCL on GPUs by convention)"
+            return "a run-time backend (usually NCCL on GPUs)"
         return "NCCL" if "nccl" in value.lower() else None
 
     def _default_of(self, expr: cst.BaseExpression) -> Optional[str]:

@@ -190,8 +190,8 @@ class LossAccumulatedWithGraph(Rule):
                 return  # a windowed sum: backpropagated and reset inside the loop
             self.report(
                 node,
-                f"`{target}` sums the loss across iterations and is backpropagated in the loop: "
-                "the second backward() fails",
+                f"`{target}` sums the loss across iterations and is backpropagated: the second "
+                "backward() fails",
                 help=(
                     "the total's graph includes the previous iteration's, already freed by its "
                     'backward(): "RuntimeError: Trying to backward through the graph a second '
@@ -226,8 +226,8 @@ class LossAccumulatedWithGraph(Rule):
             severity = Severity.INFO
         else:
             headline = (
-                f"`{target}` keeps every iteration's autograd graph, activations included, "
-                f"alive through `{shown}`"
+                f"`{target}` keeps every iteration's graph and activations alive through "
+                f"`{shown}`"
             )
             help = (
                 f"nothing in the iteration backpropagates `{shown}` and frees its graph, so the "

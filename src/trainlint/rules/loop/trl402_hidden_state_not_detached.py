@@ -186,8 +186,8 @@ class HiddenStateNotDetached(Rule):
             # retain_graph=True: no error, every backward runs through all earlier batches.
             self.report(
                 call,
-                f"{shown} {verb} carried into the next batch with its autograd graph: each "
-                "backward() goes through every earlier batch",
+                f"{shown} {verb} carried into the next batch with its graph: each backward() "
+                "goes through all earlier ones",
                 help=(
                     "the loop's backward(retain_graph=True) keeps the earlier batches' graphs, "
                     "so instead of an error every step backpropagates through all previous "

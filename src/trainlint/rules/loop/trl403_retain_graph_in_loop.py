@@ -107,8 +107,8 @@ class RetainGraphInLoop(Rule):
                 shown = ", ".join(f"`{n}`" for n in sorted(carried)[:3])
                 self.report(
                     call,
-                    f"backward(retain_graph=True) with {shown} carried to the next iteration: "
-                    "each backward goes through every earlier step",
+                    f"backward(retain_graph=True) with {shown} carried over: each backward() "
+                    "goes through all earlier steps",
                     help=(
                         "no later backward in the iteration needs the retained graph; it only "
                         f"keeps alive the graph that {shown} carries into the next iteration, so "

@@ -226,14 +226,14 @@ class ZeroGradMissingOrMisplaced(Rule):
 
     def _report_misplaced(self, zero: Event, step: Event) -> None:
         what = self.ctx.code(zero.node) if type(zero.node) is cst.Call else "zero_grad()"
-        if len(what) > 40 or "\n" in what:
+        if len(what) > 30 or "\n" in what:
             what = "zero_grad()"
         optimizer = step.receiver or "optimizer"
         if optimizer.startswith("<param:"):
             optimizer = "optimizer"
         self.report(
             zero.site,
-            f"`{what}` runs after backward() and before `{optimizer}.step()`: the step applies "
+            f"`{what}` runs between backward() and `{optimizer}.step()`: the step uses "
             "zeroed gradients",
             help=(
                 "the gradients backward() computed are cleared before the optimizer uses them, "
