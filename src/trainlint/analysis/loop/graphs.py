@@ -17,7 +17,7 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -44,11 +44,12 @@ class AutogradGraphs:
     backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
     grad_disabled: Callable[..., bool]
 
-    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
+    def graph_names(self, loop: cst.CSTNode, seeds: Iterable[str] = ()) -> Set[str]:
         """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
-        backpropagated there, what a loss function or loss attribute returns, and what is
-        computed from those without detaching."""
-        names: Set[str] = set()
+        backpropagated there, what a loss function or loss attribute returns, `seeds` (names
+        the caller knows to hold one: a helper's summary says it returns its loss), and what
+        is computed from those without detaching."""
+        names: Set[str] = set(seeds)
         for event in events_of(self.flow(loop)):
             if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
                 tensor = self.backward_tensor(event.node)
@@ -152,7 +153,13 @@ class AutogradGraphs:
                 type(retain) is cst.Name and retain.value in ("False", "None")
             ):
                 continue
-            found.update(name_leaves(self.backward_tensor(event.node)))
+            tensor = self.backward_tensor(event.node)
+            found.update(name_leaves(tensor))
+            while type(tensor) is cst.Subscript:
+                # `out["loss"].backward()`: the graph of what `out` holds is freed
+                tensor = tensor.value
+                if dotted_name(tensor):
+                    found.add(dotted_name(tensor))  # type: ignore[arg-type]
         if not found:
             return found
         assigns = [n for n in self.ctx.tree.descendants(loop) if type(n) is cst.Assign]
