@@ -126,7 +126,12 @@ class Scopes(Analysis):
             return bindings
         index = self.tree.index
         use = index.get(at, -1)
-        before = [b for b in bindings if index.get(b.node, -1) < use]
+        # `loader = wrap(loader)`: the value is read before its own statement binds the name.
+        before = [
+            b
+            for b in bindings
+            if index.get(b.node, -1) < use and not self._evaluated_before_binding(b, at)
+        ]
         if not before:
             return bindings  # used before any binding here: a loop or a later call
         reaching: List[Binding] = []
@@ -144,6 +149,21 @@ class Scopes(Analysis):
                 ):
                     reaching.append(binding)
         return reaching
+
+    def _evaluated_before_binding(self, binding: Binding, at: cst.CSTNode) -> bool:
+        """Is `at` read in the value of the assignment that makes `binding`?"""
+        statement = binding.statement
+        if type(statement) not in (cst.Assign, cst.AnnAssign, cst.AugAssign):
+            return False
+        value = getattr(statement, "value", None)
+        if value is None:
+            return False
+        for ancestor in self.tree.ancestors(at):
+            if ancestor is value:
+                return True
+            if ancestor is statement:
+                return False
+        return False
 
     def _ancestors_until(self, node: cst.CSTNode, scope: Scope) -> List[cst.CSTNode]:
         out = []

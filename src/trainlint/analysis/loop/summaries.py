@@ -74,7 +74,8 @@ class FunctionSummaries(Analysis):
         found = self._by_node.get(function)
         if found is None:
             if method is None:
-                method = type(self.ctx.parent(self.ctx.parent(function))) is cst.ClassDef
+                block = self.ctx.parent(function)
+                method = block is not None and type(self.ctx.parent(block)) is cst.ClassDef
             found = self._by_node[function] = self._summarise(function, method)
         return found
 
@@ -220,7 +221,7 @@ class FunctionSummaries(Analysis):
         # Its own parameter, never re-bound in the function.
         first = values[0]
         if all(type(v) is cst.Name for v in values) and type(first) is cst.Name:
-            if all(v.value == first.value for v in values) and first.value in params:  # type: ignore[union-attr]
+            if all(dotted_name(v) == first.value for v in values) and first.value in params:
                 bindings = self.scopes.lookup(first.value, first)
                 if bindings and all(b.kind == "param" for b in bindings):
                     return f"param:{params.index(first.value)}"

@@ -430,7 +430,8 @@ class LossAccumulatedWithGraph(Rule):
                 break
             elements.add(element)
             names.add(element)
-            if dotted_name(loops[0].iter.func.value) in freed:  # type: ignore[attr-defined]
+            source: Any = getattr(loops[0], "iter", None)
+            if (dotted_name(source.func.value) or "") in freed:
                 freed.add(element)
             loops = loops[1:]
         loop = loops[0]
