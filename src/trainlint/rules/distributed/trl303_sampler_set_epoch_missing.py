@@ -32,6 +32,17 @@ class SamplerSetEpochMissing(Rule):
     Samplers built with `shuffle=False`, and code run by a framework (Lightning, Accelerate,
     MMEngine, ... call `set_epoch` for you) are not reported.
 
+    The loader is followed where it travels in the file: kept in a dict and read back with the
+    same key (`self.data_loader["train"]`), through a same-file function that returns its
+    argument unchanged (`loader = announce(loader)`), and into an endless generator rebound
+    under the same name (`loader = sample_data(loader)` whose `while True: for batch in
+    loader: yield batch` restarts the loader forever). The generator is reported too: its
+    `while True` loop is the epoch loop, and each restart repeats the first pass's order unless
+    the generator calls `set_epoch` with a pass counter (there is no epoch variable to fix
+    with, so no fix is offered). A loader handed to a library call whose result replaces it
+    (`loader = backend.distribute(loader)`) is not followed: that call may re-wrap it and set
+    the epoch itself.
+
     ## Example
     ```python
     train_sampler = DistributedSampler(train_set)
@@ -48,6 +59,10 @@ class SamplerSetEpochMissing(Rule):
         train_sampler.set_epoch(epoch)
         train_one_epoch(model, train_loader, optimizer)
     ```
+
+    ## Known problems
+    A sampler built in another file of the project (`data_load.py` returning the DataLoader)
+    is not followed yet.
 
     ## Fix safety
     The fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop, using the

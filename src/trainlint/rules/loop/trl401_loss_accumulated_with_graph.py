@@ -89,6 +89,16 @@ class LossAccumulatedWithGraph(Rule):
         total_loss += loss.item()
     ```
 
+    Helpers and containers are followed one call deep, also into other files of the project
+    (the project phase reads their summaries): a step helper that returns its loss
+    (`loss = train_step(batch); running += loss`, info-level when the helper already ran
+    `backward()`), the step's output dict kept in a list (`outputs.append(out)`), totals summed
+    per key over the loss dict (`for k, v in losses.items(): totals[k] += v`), and a meter
+    method or function that adds its argument's values to state that outlives the call
+    (`meter.update(loss_dict)` whose body does `self.sum[k] += v`). A helper whose returns
+    hold no graph (`.item()`, floats, a dict computed under `no_grad()`) is not reported; one
+    whose summary is unknown (a library, a mixed return) is not either.
+
     Not reported: accumulating under `torch.no_grad()`/`inference_mode()` (also when every
     caller of the function runs it there), a total reset every iteration before it is used, and
     the deliberate multi-step loss: terms summed in a loop and backpropagated once after it, or
