@@ -296,6 +296,25 @@ class AutogradGraphs:
                 continue
             if type(node) in (cst.Lambda, cst.FunctionDef):
                 continue
+            if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+                # `[l.item() for l in losses]` holds values; `sum(l for l in losses)` a graph:
+                # a comprehension carries what its element carries, its variables bound from
+                # graph-holding iterables.
+                comprehension: Any = node
+                inner = set(names)
+                clause = comprehension.for_in
+                while clause is not None:
+                    if any(True for _ in self.graph_leaves(clause.iter, inner)):
+                        inner.update(dotted_targets(clause.target))
+                    clause = clause.inner_for_in
+                parts = (
+                    [comprehension.key, comprehension.value]
+                    if type(node) is cst.DictComp
+                    else [comprehension.elt]
+                )
+                for part in parts:
+                    yield from self.graph_leaves(part, inner)
+                continue
             if type(node) is cst.Call:
                 # Arguments of an unknown call may or may not reach its result: follow only
                 # tensor arithmetic and torch reductions (`torch.stack(losses).mean()`).
