@@ -307,13 +307,9 @@ class AutogradGraphs:
                     if any(True for _ in self.graph_leaves(clause.iter, inner)):
                         inner.update(dotted_targets(clause.target))
                     clause = clause.inner_for_in
-                parts = (
-                    [comprehension.key, comprehension.value]
-                    if type(node) is cst.DictComp
-                    else [comprehension.elt]
-                )
-                for part in parts:
-                    yield from self.graph_leaves(part, inner)
+                # (a dict comprehension's keys are names: its values carry what it holds)
+                part = comprehension.value if type(node) is cst.DictComp else comprehension.elt
+                yield from self.graph_leaves(part, inner)
                 continue
             if type(node) is cst.Call:
                 # Arguments of an unknown call may or may not reach its result: follow only
