@@ -54,6 +54,16 @@ class SamplerSetEpochMissing(Rule):
         train_one_epoch(model, train_loader, optimizer)
     ```
 
+    ```python
+    loaders = {
+        "train": DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set)),
+        "val": DataLoader(val_set, batch_size=64),
+    }
+    for epoch in range(args.epochs):
+        for x, y in loaders["train"]:
+            train_step(model, x, y)
+    ```
+
     ## Use instead
     ```python
     train_sampler = DistributedSampler(train_set)
@@ -61,6 +71,17 @@ class SamplerSetEpochMissing(Rule):
     for epoch in range(args.epochs):
         train_sampler.set_epoch(epoch)
         train_one_epoch(model, train_loader, optimizer)
+    ```
+
+    ```python
+    loaders = {
+        "train": DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set)),
+        "val": DataLoader(val_set, batch_size=64),
+    }
+    for epoch in range(args.epochs):
+        loaders["train"].sampler.set_epoch(epoch)
+        for x, y in loaders["train"]:
+            train_step(model, x, y)
     ```
 
     Across files, the project phase joins the two halves: a function of one file that returns

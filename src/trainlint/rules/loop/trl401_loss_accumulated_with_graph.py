@@ -50,6 +50,16 @@ class LossAccumulatedWithGraph(Rule):
     backpropagated in the same iteration (its `backward()` frees the saved activations, so the
     total keeps only the graph's nodes, host-side bookkeeping that grows slowly).
 
+    Helpers and containers are followed one call deep, also into other files of the project
+    (the project phase reads their summaries): a step helper that returns its loss
+    (`loss = train_step(batch); running += loss`, info-level when the helper already ran
+    `backward()`), the step's output dict kept in a list (`outputs.append(out)`), totals summed
+    per key over the loss dict (`for k, v in losses.items(): totals[k] += v`), and a meter
+    method or function that adds its argument's values to state that outlives the call
+    (`meter.update(loss_dict)` whose body does `self.sum[k] += v`). A helper whose returns
+    hold no graph (`.item()`, floats, a dict computed under `no_grad()`) is not reported; one
+    whose summary is unknown (a library, a mixed return) is not either.
+
     ## Why is this bad
     A loss tensor references the whole graph that produced it (activations of every layer).
     Adding it to a total that lives across iterations chains every iteration's graph to the
@@ -78,6 +88,24 @@ class LossAccumulatedWithGraph(Rule):
         total_loss += loss
     ```
 
+    ```python
+    class LossMeter:
+        def __init__(self):
+            self.sums = {}
+
+        def update(self, losses):
+            for name, value in losses.items():
+                self.sums[name] = self.sums.get(name, 0.0) + value
+
+
+    criterion = nn.CrossEntropyLoss()
+    val_loader = DataLoader(val_set, batch_size=64)
+    meter = LossMeter()
+    for x, y in val_loader:
+        logits = model(x)
+        meter.update({"ce": criterion(logits, y), "l2": logits.pow(2).mean()})
+    ```
+
     ## Use instead
     ```python
     total_loss = 0.0
@@ -89,15 +117,23 @@ class LossAccumulatedWithGraph(Rule):
         total_loss += loss.item()
     ```
 
-    Helpers and containers are followed one call deep, also into other files of the project
-    (the project phase reads their summaries): a step helper that returns its loss
-    (`loss = train_step(batch); running += loss`, info-level when the helper already ran
-    `backward()`), the step's output dict kept in a list (`outputs.append(out)`), totals summed
-    per key over the loss dict (`for k, v in losses.items(): totals[k] += v`), and a meter
-    method or function that adds its argument's values to state that outlives the call
-    (`meter.update(loss_dict)` whose body does `self.sum[k] += v`). A helper whose returns
-    hold no graph (`.item()`, floats, a dict computed under `no_grad()`) is not reported; one
-    whose summary is unknown (a library, a mixed return) is not either.
+    ```python
+    class LossMeter:
+        def __init__(self):
+            self.sums = {}
+
+        def update(self, losses):
+            for name, value in losses.items():
+                self.sums[name] = self.sums.get(name, 0.0) + value.item()
+
+
+    criterion = nn.CrossEntropyLoss()
+    val_loader = DataLoader(val_set, batch_size=64)
+    meter = LossMeter()
+    for x, y in val_loader:
+        logits = model(x)
+        meter.update({"ce": criterion(logits, y), "l2": logits.pow(2).mean()})
+    ```
 
     Not reported: accumulating under `torch.no_grad()`/`inference_mode()` (also when every
     caller of the function runs it there), a total reset every iteration before it is used, and
