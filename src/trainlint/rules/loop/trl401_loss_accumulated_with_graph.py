@@ -429,7 +429,9 @@ class LossAccumulatedWithGraph(Rule):
             return False
         if type(expr) is cst.Name:
             bindings = self.ctx.scopes.lookup(expr.value, expr)
-            if not bindings or any(b.kind not in ("assign", "annassign") for b in bindings):
+            if not bindings or any(
+                b.kind not in ("assign", "annassign", "unpack") for b in bindings
+            ):
                 return False
         return not self._assignments(text, loop)
 
@@ -751,14 +753,14 @@ def _kept_texts(called: str, shown: str, store: str, freed: bool):
             f"`{called}(...)` keeps {shown} in {where} across iterations: freed autograd "
             "nodes pile up",
             f"{shown} is backpropagated in the same iteration, which frees its saved "
-            f"activations, but `{called}` adds the tensor itself, not its value, to state that "
+            f"activations, but `{called}` adds the tensors themselves, not their values, to state that "
             "outlives the step: every iteration's autograd nodes stay referenced (host memory) "
             "until it is reset. Pass `.item()`/`.detach()` values, or convert inside the helper.",
             Severity.INFO,
         )
     return (
         f"`{called}(...)` keeps {shown} in {where} across iterations, with its autograd graph",
-        f"`{called}` adds the tensor itself, not its value, to state that outlives the step, "
+        f"`{called}` adds the tensors themselves, not their values, to state that outlives the step, "
         "and nothing in the iteration backpropagates it: every iteration's saved activations "
         "stay referenced and memory grows each step until the run fails with out of memory. "
         "Pass `.item()`/`.detach()` values, or convert inside the helper.",
