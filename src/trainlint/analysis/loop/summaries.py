@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from ...walk import children, own_nodes
 from .. import Analysis
 from ..base.names import dotted_name
 from ..base.scopes import Scopes
@@ -166,10 +167,12 @@ class FunctionSummaries(Analysis):
         if method and params and not _static(function):
             params = params[1:]
         summary: Summary = {"params": params}
-        own = [n for n in self.ctx.tree.descendants(function) if self._owned(n, function)]
-        backpropagated = self._backpropagated(own)
+        own = list(own_nodes(function.body))
         returns = [n for n in own if type(n) is cst.Return]
-        kind = self._returns(function, returns, params, backpropagated)
+        if not returns and not any(type(n) in (cst.AugAssign, cst.Assign, cst.Call) for n in own):
+            return summary
+        backpropagated = self._backpropagated(own)
+        kind = self._returns(own, returns, params, backpropagated)
         if kind is not None:
             summary["returns"] = kind
             if kind in ("tensor", "holder") and all(
@@ -181,9 +184,6 @@ class FunctionSummaries(Analysis):
             summary["keeps"] = keeps
         return summary
 
-    def _owned(self, node: cst.CSTNode, function: cst.FunctionDef) -> bool:
-        return self.scopes.enclosing_function(node) is function
-
     def _backpropagated(self, own: List[cst.CSTNode]) -> Set[str]:
         found: Set[str] = set()
         for node in own:
@@ -191,19 +191,15 @@ class FunctionSummaries(Analysis):
                 found.update(name_leaves(self.steps.backward_tensor(node)))
         return found
 
-    def _graph_names(self, function: cst.FunctionDef, seed: Set[str]) -> Set[str]:
+    def _graph_names(self, own: List[cst.CSTNode], seed: Set[str]) -> Set[str]:
         names = set(seed)
-        assigns = [
-            n
-            for n in self.ctx.tree.descendants(function)
-            if type(n) is cst.Assign and self._owned(n, function)
-        ]
+        assigns = [n for n in own if type(n) is cst.Assign]
         for _ in range(3):
             grown = False
             for assign in assigns:
-                if self.steps.grad_disabled(assign, 0):
-                    continue
                 if not self.steps.carries_graph(assign.value, names):
+                    continue
+                if self.steps.grad_disabled(assign, 0):
                     continue
                 for target in assign.targets:
                     text = dotted_name(target.target)
@@ -214,7 +210,7 @@ class FunctionSummaries(Analysis):
                 break
         return names
 
-    def _returns(self, function, returns, params, backpropagated) -> Optional[str]:
+    def _returns(self, own, returns, params, backpropagated) -> Optional[str]:
         if not returns or any(r.value is None for r in returns):
             return None
         values = [r.value for r in returns if r.value is not None]
@@ -225,12 +221,9 @@ class FunctionSummaries(Analysis):
                 bindings = self.scopes.lookup(first.value, first)
                 if bindings and all(b.kind == "param" for b in bindings):
                     return f"param:{params.index(first.value)}"
-        if all(
-            self.steps.grad_disabled(r, 0) or self.steps.holds_no_graph(r.value)
-            for r in returns
-        ):
+        if all(self.steps.grad_disabled(r, 0) or _plain(r.value) for r in returns):
             return "plain"
-        names = self._graph_names(function, backpropagated)
+        names = self._graph_names(own, backpropagated)
         kinds = set()
         for ret in returns:
             if self.steps.grad_disabled(ret, 0):
@@ -297,7 +290,7 @@ class FunctionSummaries(Analysis):
             return {}
         kept: Dict[str, str] = {}
         for node in own:
-            if self.steps.grad_disabled(node, 0):
+            if type(node) not in (cst.AugAssign, cst.Assign, cst.Call):
                 continue
             target: Optional[cst.CSTNode] = None
             value: Optional[cst.CSTNode] = None
@@ -309,6 +302,8 @@ class FunctionSummaries(Analysis):
             elif type(node) is cst.Assign and len(node.targets) == 1:
                 target = node.targets[0].target
                 root = _root(target)
+                if self._lasting(root, params) is None:
+                    continue
                 if root is None or not _mentions_root(node.value, root):
                     continue  # a plain store keeps one value, it does not grow
                 value = node.value
@@ -322,7 +317,7 @@ class FunctionSummaries(Analysis):
             if target is None or value is None:
                 continue
             where = self._lasting(_root(target), params)
-            if where is None:
+            if where is None or self.steps.grad_disabled(node, 0):
                 continue
             names = set(derived)
             for leaf in self.steps.graph_leaves(value, names):
@@ -378,6 +373,34 @@ class FunctionSummaries(Analysis):
         return None
 
 
+_DETACHING_METHODS = {"item", "tolist", "detach", "numpy"}
+_DETACHING_FUNCTIONS = {"float", "int", "bool", "round", "len", "str"}
+
+
+def _plain(value: Optional[cst.CSTNode]) -> bool:
+    """A value that holds no graph whatever its inputs: a literal, a detaching read
+    (`loss.item()`, `float(loss)`), or a display of such values (`{"loss": loss.item()}`).
+    (Names are not chased here: a summary stays cheap, and an unknown return is no claim.)"""
+    if value is None:
+        return False
+    if type(value) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString):
+        return True
+    if type(value) is cst.Name and value.value in ("None", "True", "False"):
+        return True
+    if type(value) is cst.Call:
+        func = value.func
+        if type(func) is cst.Attribute and func.attr.value in _DETACHING_METHODS:
+            return True
+        return type(func) is cst.Name and func.value in _DETACHING_FUNCTIONS
+    if type(value) is cst.Dict:
+        return all(type(e) is cst.DictElement and _plain(e.value) for e in value.elements)
+    if type(value) in (cst.Tuple, cst.List):
+        return all(type(e) is cst.Element and _plain(e.value) for e in value.elements)  # type: ignore[attr-defined]
+    if type(value) is cst.BinaryOperation:
+        return _plain(value.left) and _plain(value.right)
+    return False
+
+
 def _static(function: cst.FunctionDef) -> bool:
     return any(dotted_name(d.decorator) == "staticmethod" for d in function.decorators)
 
@@ -396,7 +419,7 @@ def _mentions_root(value: cst.CSTNode, root: str) -> bool:
         node = stack.pop()
         if dotted_name(node) == root:
             return True
-        stack.extend(node.children)
+        stack.extend(children(node))
     return False
 
 
