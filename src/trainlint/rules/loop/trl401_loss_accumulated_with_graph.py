@@ -226,9 +226,13 @@ class LossAccumulatedWithGraph(Rule):
 
     # -- helpers summarised elsewhere ---------------------------------------------------------
 
-    def _emit(self, node, headline, help, severity, fix, related, freed_texts) -> None:
+    def _emit(
+        self, node, headline, help, severity, fix, related, freed_texts, holder_texts=None
+    ) -> None:
         """Report, or, while an imported helper is assumed to return a graph tensor, record a
-        candidate the project phase confirms from that helper's summary."""
+        candidate the project phase confirms from that helper's summary: `freed_texts` say it
+        when the helper backpropagated what it returns, `holder_texts` when it returns a dict
+        or list holding the loss (kept in a list: the container keeps the graph too)."""
         if self._assumed is None:
             self.report(node, headline, help=help, severity=severity, fix=fix, related=related)
             return
@@ -237,6 +241,9 @@ class LossAccumulatedWithGraph(Rule):
         entry: Dict[str, Any] = {"callee": self._assumed[1], "needs": "returns"}
         if freed_texts is not None and severity is not Severity.ERROR:
             entry["freed"] = [freed_texts[0], freed_texts[1]]
+        if holder_texts is not None:
+            freed_holder = holder_texts[2] is Severity.INFO
+            entry["holder"] = [holder_texts[0], holder_texts[1], freed_holder]
         self._pending[key] = entry
 
     def _maybe_summarised(self, node, text: str) -> bool:
@@ -534,7 +541,16 @@ class LossAccumulatedWithGraph(Rule):
             read = ""  # a dict or list holding the loss: keep values read from its tensors
         headline, help, severity = _total_texts(target, shown, read, was_freed)
         fix = self._read_fix(f"Accumulate `{shown}.{read}`", leaves, read, holders)
-        self._emit(node, headline, help, severity, fix, (), _total_texts(target, shown, read, True))
+        self._emit(
+            node,
+            headline,
+            help,
+            severity,
+            fix,
+            (),
+            _total_texts(target, shown, read, True),
+            _total_texts(target, shown, "", was_freed) if kind == "list" else None,
+        )
 
     def _read_fix(
         self, message: str, leaves, read: str, holders: Set[str] = frozenset()  # type: ignore[assignment]
@@ -789,6 +805,18 @@ def _summary_of(project, root: Path, importer: Path, entry, code: str) -> Option
 
 def _confirm(project, display: str, code: str, key: str, entry, summary) -> Optional[Diagnostic]:
     if entry.get("needs") == "returns":
+        holder = entry.get("holder")
+        if summary.get("returns") == "holder" and holder:
+            # the step's output dict kept in a list: no `.detach()` applies to the dict
+            return project.candidate(
+                display,
+                code,
+                key,
+                message=holder[0],
+                help=holder[1],
+                severity=Severity.INFO if holder[2] else Severity.WARNING,
+                drop_fix=True,
+            )
         if summary.get("returns") != "tensor":
             return None
         freed = entry.get("freed")
