@@ -38,6 +38,8 @@ CASES = sorted(p for p in ORACLE.iterdir() if p.is_dir()) if ORACLE.is_dir() els
 def _code(case) -> str:
     """A case folder is named for its rule: `TRL401`, or `TRL401-meter` for a further claim."""
     return case.name.split("-", 1)[0]
+
+
 EXPECT_RE = re.compile(r"#\s*oracle-expect:\s*(?P<text>.+?)\s*$", re.MULTILINE)
 TIMEOUT = 300
 

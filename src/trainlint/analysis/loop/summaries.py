@@ -30,7 +30,7 @@ module-level classes.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -267,7 +267,8 @@ class FunctionSummaries(Analysis):
         if type(holder) is cst.Dict:
             elements = [e.value for e in holder.elements if type(e) is cst.DictElement]
         elif type(holder) in (cst.List, cst.Tuple):
-            elements = [e.value for e in holder.elements if type(e) is cst.Element]  # type: ignore[attr-defined]
+            sequence: Any = holder
+            elements = [e.value for e in sequence.elements if type(e) is cst.Element]
         return any(
             type(e) in (cst.Name, cst.Attribute, cst.Subscript, cst.Call)
             and any(leaf is e for leaf in self.steps.graph_leaves(e, names))
@@ -351,11 +352,11 @@ class FunctionSummaries(Analysis):
             owner = dotted_name(source.func.value)
             if owner not in out:
                 continue
-            target = node.target
+            target: Any = node.target
             if source.func.attr.value == "items":
-                if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:  # type: ignore[attr-defined]
+                if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:
                     continue
-                target = target.elements[1].value  # type: ignore[attr-defined]
+                target = target.elements[1].value
             if type(target) is not cst.Name:
                 continue
             bindings = self.scopes.lookup(target.value, target)
@@ -395,7 +396,8 @@ def _plain(value: Optional[cst.CSTNode]) -> bool:
     if type(value) is cst.Dict:
         return all(type(e) is cst.DictElement and _plain(e.value) for e in value.elements)
     if type(value) in (cst.Tuple, cst.List):
-        return all(type(e) is cst.Element and _plain(e.value) for e in value.elements)  # type: ignore[attr-defined]
+        sequence: Any = value
+        return all(type(e) is cst.Element and _plain(e.value) for e in sequence.elements)
     if type(value) is cst.BinaryOperation:
         return _plain(value.left) and _plain(value.right)
     return False
@@ -471,9 +473,9 @@ def element_loop(loop: cst.CSTNode, names: Set[str]) -> Optional[str]:
         and dotted_name(source.func.value) in names
     ):
         return None
-    target = loop.target
+    target: Any = loop.target
     if source.func.attr.value == "items":
-        if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:  # type: ignore[attr-defined]
+        if type(target) not in (cst.Tuple, cst.List) or len(target.elements) != 2:
             return None
-        target = target.elements[1].value  # type: ignore[attr-defined]
+        target = target.elements[1].value
     return target.value if type(target) is cst.Name else None
