@@ -4,6 +4,7 @@ files outside the run read through the loader, and in-file-only behaviour withou
 from __future__ import annotations
 
 import libcst as cst
+import pytest
 
 from trainlint import engine
 from trainlint.config import Settings
@@ -224,3 +225,53 @@ def test_trl301_under_flake8_uses_in_file_evidence_only(tmp_path):
     checker = TrainlintChecker(None, lines, str(single))
     found = [row for row, _, message, _ in checker.run() if message.startswith("TRL301")]
     assert found == [8]
+
+
+# -- TRL103: the custom ops live in a model module the script imports ------------------------
+
+TRL103_FIXTURES = RULE_FIXTURES / "TRL103"
+
+
+def _trl103(result, root):
+    return sorted(
+        (Path(d.path).resolve().relative_to(root.resolve()).as_posix(), d.row, d.severity.value,
+         d.message)
+        for d in result.diagnostics
+        if d.code == "TRL103"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, script, row, ops",
+    [
+        ("rotated_detector_ops_in_model_project", "train.py", 20,
+         "`mmcv.ops.box_iou_rotated` via rotdet/model.py"),
+        ("deformable_attention_extension_project", "main.py", 24,
+         "`MSDeformAttnKernel` via deformable/ops/attention.py"),
+    ],
+)
+def test_trl103_custom_ops_imported_by_a_project_module_on_the_script_alone(
+    tmp_path, monkeypatch, name, script, row, ops
+):
+    root = _project(tmp_path, TRL103_FIXTURES / name)
+    monkeypatch.chdir(root)
+    whole = _trl103(lint([root], ["TRL103"], root=root), root)
+    alone = _trl103(lint([root / script], ["TRL103"], root=root), root)
+    assert whole == alone
+    assert [(path, found_row, severity) for path, found_row, severity, _ in whole] == [
+        (script, row, "error")
+    ]
+    assert f"custom ops ({ops}) launch" in whole[0][3]
+
+
+def test_trl103_quiet_when_the_imported_modules_load_no_custom_ops(tmp_path):
+    root = _project(tmp_path, TRL103_FIXTURES / "rotated_detector_ops_in_model_project")
+    model = root / "rotdet" / "model.py"
+    model.write_text(
+        model.read_text()
+        .replace("from mmcv.ops import box_iou_rotated, nms_rotated\n", "")
+        .replace("nms_rotated(b, s.max(-1).values, 0.1)[1]", "s.max(-1).values > 0.5")
+        .replace("box_iou_rotated(b, t[\"boxes\"])", "torch.cdist(b, t[\"boxes\"])")
+    )
+    assert _trl103(lint([root], ["TRL103"], root=root), root) == []
+    assert _trl103(lint([root / "train.py"], ["TRL103"], root=root), root) == []

@@ -38,6 +38,7 @@ CACHE_DIR_NAME = ".trainlint_cache"
 CACHE_DIR_ENV = "TRAINLINT_CACHE_DIR"
 ENTRIES = "entries"
 PROJECT = "project"  # the project phase's findings over a whole project's files
+LIBRARY = "library"  # summaries of installed library files (library.py)
 # Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
 ENTRY_FORMAT = 1
 PROJECT_FORMAT = 1
@@ -187,18 +188,22 @@ class Cache:
 
     # -- the project phase ----------------------------------------------------------------------
 
-    def project_key(self, files: List[Tuple[str, Path, Optional[bytes]]], whole: bool) -> str:
+    def project_key(
+        self, files: List[Tuple[str, Path, Optional[bytes]]], whole: bool, environment: str = ""
+    ) -> str:
         """The key of the project phase over `files` ((display, path, bytes or None when
         unreadable), in run order): the code, the settings, and every file's content. `whole`:
         the files are the whole project's (the phase reads no other texts then, so its entry
-        must never serve a run over a list of files that a new file of the project joined)."""
+        must never serve a run over a list of files that a new file of the project joined).
+        `environment`: the fingerprint of the installed packages' environment (a package
+        installed or removed since may change what the phase can see)."""
         digest = hashlib.sha256(
             json.dumps(
                 [
                     PROJECT_FORMAT, __version__, self.code, sorted(self.selection.enabled),
                     self.settings.per_file_ignores, self.settings.options,
                     str(self.settings.root), os.getcwd(),  # messages name files from here
-                    whole,
+                    whole, environment,
                 ],
                 sort_keys=True, default=str,
             ).encode()
@@ -279,6 +284,27 @@ class Cache:
                 os.unlink(path)
             except OSError:
                 pass
+
+    # -- installed library files (library.py) ------------------------------------------------
+
+    def get_library(self, key: str) -> Optional[Dict[str, Any]]:
+        """The summary of a library file stored under `key` (its package, version, digest and
+        trainlint's code), or None."""
+        try:
+            stored = json.loads(read_regular_file(self._library_path(key), MAX_ENTRY_SIZE))
+            if stored["key"] != key or not isinstance(stored["summary"], dict):
+                return None
+            return stored["summary"]
+        except Exception:  # missing, unreadable, or from another layout
+            return None
+
+    def put_library(self, key: str, summary: Dict[str, Any]) -> None:
+        if self.writable:
+            payload = json.dumps({"key": key, "summary": summary}, separators=(",", ":"))
+            self._write(self._library_path(key), payload.encode())
+
+    def _library_path(self, key: str) -> Path:
+        return self.directory / LIBRARY / key[:2] / f"{key}.json"
 
     def _project_path(self, key: str) -> Path:
         return self.directory / PROJECT / key[:2] / f"{key}.json"

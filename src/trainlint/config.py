@@ -7,8 +7,8 @@ that has `.trainlint.toml`, `trainlint.toml`, or a pyproject.toml with a [tool.t
 pyproject.toml); files further up are not read (no merging).
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, max-file-size, plus the
-options rules declare (`Rule.options`).
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, max-file-size, python, plus
+the options rules declare (`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
 
 Configuration knows the rules only through `RuleNames` (their codes, and the option keys they
@@ -100,6 +100,9 @@ class Settings:
     # Preview rules (not yet precise enough to be on by default) join the default set.
     preview: bool = False
     max_file_size: int = MAX_FILE_SIZE  # 0: no limit
+    # The interpreter whose installed packages are read (never imported): an absolute path,
+    # or None for $VIRTUAL_ENV / the interpreter running trainlint (environment.py).
+    python: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
     config_path: Optional[Path] = None
@@ -291,6 +294,7 @@ _CORE_KEYS: Dict[str, Any] = {
     "unsafe-fixes": bool,
     "preview": bool,
     "max-file-size": int,
+    "python": str,
 }
 
 
@@ -427,11 +431,28 @@ def settings_from_table(
     if isinstance(size, bool) or size < 0:
         raise ConfigError(f"{where}: 'max-file-size' must be a number of bytes (0: no limit)")
     settings.max_file_size = size
+    if "python" in table:
+        settings.python = python_path(table["python"], root, where, must_exist=False)
     for key in keys:
         if key not in _CORE_KEYS and key in table:
             settings.options[key] = table[key]
     settings.origins = {key: where for key in table}
     return settings
+
+
+def python_path(value: str, base: Path, where: str, must_exist: bool = True) -> str:
+    """The `python` setting as an absolute path (relative to `base`: the configuration file's
+    folder, or the current folder for `--python`). `--python` must name an existing file; a
+    configuration file may name one that is missing here (a `.venv` a CI checkout does not
+    have): the check warns and reads no installed framework."""
+    if not value.strip():
+        raise ConfigError(f"{where}: 'python' must name a Python interpreter")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    if must_exist and not path.is_file():
+        raise ConfigError(f"{where}: python interpreter {value!r} not found (looked at {path})")
+    return str(path.absolute())
 
 
 def load_settings(

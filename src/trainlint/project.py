@@ -20,7 +20,18 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+)
 
 from .config import Settings
 from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity
@@ -49,6 +60,9 @@ class Project:
     # The project's Python files and their texts, when the caller has them already (a run over
     # the whole project root read them all); else read on first use.
     texts: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
+    # The installed packages of the analysed environment (library.py's `Library`: `find`,
+    # `module_name`, `owns`, `facts`, `stars`); None where they are not read (flake8).
+    library: Optional[Any] = field(default=None, repr=False)
     _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
     _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
     _display_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
@@ -133,7 +147,10 @@ class Project:
         return self._display_by_path.get(Path(os.path.abspath(path)))
 
     def facts_of(self, path: Path, code: str) -> Optional[object]:
-        """The facts rule `code` recorded for the file at `path`, in the run or not."""
+        """The facts rule `code` recorded for the file at `path`, in the run or not (or, for a
+        file of an installed package, the facts its summary holds)."""
+        if self.library is not None and self.library.owns(path):
+            return self.library.facts(path, code)
         result = self.result_of(path)
         if result is None:
             return None

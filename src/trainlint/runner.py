@@ -41,6 +41,7 @@ from . import noqa
 from .cache import Cache, content_digest
 from .diagnostics import Diagnostic, FileResult, RuleCrash
 from .fixes import WriteError, apply_fixes, broken_by_fixes, edits_of, fixable, write_atomic
+from .library import Library
 from .project import (
     Project,
     project_text,
@@ -416,6 +417,7 @@ class _ProjectPhase:
         self.selection = selection
         self.cache = cache
         self.whole_project = whole_project
+        self.library: Optional[Library] = None
 
     def run(self, reuse: bool = False) -> ProjectFindings:
         """The phase's findings; `reuse`: look them up in the cache first, and keep them there
@@ -432,6 +434,7 @@ class _ProjectPhase:
         # Over the whole project its texts are the run's: decoded here, only when the phase runs.
         texts = _project_texts(states) if self.whole_project else None
         reads: Dict[str, Optional[str]] = {}
+        library = self._library()
         project = Project(
             root=settings.root,
             settings=settings,
@@ -439,8 +442,10 @@ class _ProjectPhase:
             paths={display: state.path for display, state in states.items()},
             loader=lambda path: _load_outside_run(path, selection, cache, reads),
             texts=texts,
+            library=library,
         )
         found, crashes = run_project_phase(selection.project_rules(), project, selection)
+        reads.update(library.reads)
         crashed = any(state.result.crashes for state in states.values())
         if key is not None and cache is not None and not crashes and not crashed:
             # Crashes are never kept (cache.py).
@@ -448,12 +453,20 @@ class _ProjectPhase:
             cache.put_project(key, found, project.probes, reads, walked)
         return ProjectFindings(found, crashes)
 
+    def _library(self) -> Library:
+        """The installed packages the phase may read: one environment for every phase of
+        the run (fix rounds run the phase again), summaries read once."""
+        if self.library is None:
+            self.library = Library(self.selection, self.cache)
+        return self.library
+
     def _cache_key(self) -> Optional[str]:
         if self.cache is None:
             return None
         return self.cache.project_key(
             [(display, state.path, state.original) for display, state in self.states.items()],
             whole=self.whole_project,
+            environment=self._library().fingerprint(),
         )
 
     def _kept(self, key: str) -> Optional[List[Diagnostic]]:

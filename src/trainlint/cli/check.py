@@ -3,6 +3,7 @@ diff, add `# noqa` comments)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Sequence
@@ -39,7 +40,10 @@ def check_files(options: CheckOptions) -> int:
     settings = settings_for(options, paths)
     found = discover(paths, settings)
     print_lines("error", found.errors)
-    print_lines("warning", found.warnings + _remove_stale_temporaries(found.temporaries))
+    print_lines(
+        "warning",
+        found.warnings + _remove_stale_temporaries(found.temporaries) + _missing_python(settings),
+    )
     if found.errors and not found.files:
         return EXIT_ERROR
     selection = Selection.of(settings)
@@ -90,6 +94,17 @@ def check_files(options: CheckOptions) -> int:
     ctx = make_context(options, result, settings, sys.stdout)
     emit_report(options, result.diagnostics, ctx, sys.stdout)
     return exit_code(options, result, internal_error)
+
+
+def _missing_python(settings: Settings) -> List[str]:
+    """A warning when the configured interpreter is not there (installed frameworks unread)."""
+    if settings.python is None or os.path.isfile(settings.python):
+        return []
+    where = settings.origins.get("python", "python")
+    return [
+        f"{where}: python interpreter {settings.python} not found; installed frameworks "
+        "are not read (parent classes from them stay unknown)"
+    ]
 
 
 def _remove_stale_temporaries(temporaries: Sequence[Path]) -> List[str]:

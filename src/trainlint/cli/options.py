@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from ..config import Settings, load_settings, validate_codes
+from ..config import Settings, load_settings, python_path, validate_codes
 from ..rules import rule_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,6 +54,7 @@ class CheckOptions:
     preview: Optional[bool] = None
     show_settings: bool = False
     watch: bool = False
+    python: Optional[str] = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CheckOptions":
@@ -84,6 +85,7 @@ class CheckOptions:
             preview=args.preview,
             show_settings=args.show_settings,
             watch=args.watch,
+            python=args.python,
         )
 
     @property
@@ -126,6 +128,9 @@ def settings_for(options: CheckOptions, paths: Sequence[Path]) -> Settings:
     if options.respect_gitignore is False:
         settings.respect_gitignore = False
         given["respect-gitignore"] = "--no-respect-gitignore"
+    if options.python is not None:
+        settings.python = python_path(options.python, Path.cwd(), "--python")
+        given["python"] = "--python"
     return settings
 
 

@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, help="a pyproject.toml or trainlint.toml to use")
     check.add_argument("--isolated", action="store_true", help="ignore every configuration file")
     check.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the interpreter whose installed packages (mmdet, timm, ...) are read, never "
+        "imported (default: $VIRTUAL_ENV, else the one running trainlint)",
+    )
+    check.add_argument(
         "--force-exclude",
         action="store_true",
         default=None,

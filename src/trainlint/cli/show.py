@@ -23,6 +23,7 @@ _FIELDS = (
     ("respect-gitignore", "respect_gitignore"),
     ("unsafe-fixes", "unsafe_fixes"),
     ("preview", "preview"),
+    ("python", "python"),
 )
 
 
@@ -48,6 +49,9 @@ def settings_lines(settings: Settings) -> List[str]:
     for key, attribute in _FIELDS:
         value = getattr(settings, attribute)
         origin = settings.origins.get(key, "default")
+        if value is None and key == "python":
+            lines.append("# python: not set ($VIRTUAL_ENV, else the interpreter running trainlint)")
+            continue
         if value is None:  # select not given: the default set
             lines.append(f"# {key}: not set, so the rules that are on by default  # {origin}")
             continue
@@ -56,6 +60,23 @@ def settings_lines(settings: Settings) -> List[str]:
         lines.append(f"{key} = {toml_value(value)}  # {settings.origins.get(key, 'default')}")
     enabled = sorted(Selection.of(settings).enabled)
     lines.append(f"# rules enabled ({len(enabled)}): {' '.join(enabled) or 'none'}")
+    lines.extend(environment_lines(settings))
+    return lines
+
+
+def environment_lines(settings: Settings) -> List[str]:
+    """Which environment's installed packages the project rules read, and which of the
+    frameworks they reason about it has (environment.py; nothing is imported)."""
+    from ..environment import ModuleFinder, find_environment
+
+    origin = settings.origins.get("python", "python setting")
+    environment = find_environment(settings.python, origin)
+    lines = [f"# installed packages read from: {environment.describe()}"]
+    if environment.problem:
+        return lines
+    found = ModuleFinder(environment).frameworks()
+    names = ", ".join(f"{name} {version or '(version unknown)'}" for name, version in found)
+    lines.append(f"# frameworks visible: {names or 'none'}")
     return lines
 
 

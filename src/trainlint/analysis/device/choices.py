@@ -769,6 +769,26 @@ class DeviceChoices(Analysis):
                 return name
         return None
 
+    def compiled_extensions(self) -> List[str]:
+        """Module names this file builds as compiled extensions
+        (`CUDAExtension("MultiScaleDeformableAttention", ...)` in a setup.py): a project file
+        importing one of them imports custom CUDA ops, whatever the module is called."""
+        found = []
+        for call in self.ctx.nodes(cst.Call):
+            if not self.names.is_(call.func, *_EXTENSION_BUILDERS):
+                continue
+            name = argument(call, 0, "name")
+            text = string_literal(name) if name is not None else None
+            if text:
+                found.append(text)
+        return found
+
+
+# torch's builders of compiled extensions (setup.py): the module names they make.
+_EXTENSION_BUILDERS = (
+    "torch.utils.cpp_extension.CUDAExtension",
+    "torch.utils.cpp_extension.CppExtension",
+)
 
 # Libraries whose ops are compiled CUDA kernels that launch on the current device.
 _CUSTOM_OP_PACKAGES = (

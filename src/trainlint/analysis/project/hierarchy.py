@@ -8,8 +8,9 @@ importing file's folder, the project root, root/src; packages' `__init__.py` re-
 followed), reading files outside the run through `Project.facts_of`, so that a run given only
 train.py (pre-commit) sees the classes train.py builds on.
 
-A base that resolves to no file of the project (an installed library: mmdet's `BaseModule`,
-timm's `VisionTransformer`) is unknown: `Family.complete` is False and rules stay quiet rather
+A base that resolves to no file of the project is looked up in the installed packages of the
+analysed environment (installed.py: mmdet's `DINOHead`, timm's `VisionTransformer`, read, never
+imported); one found nowhere is unknown: `Family.complete` is False and rules stay quiet rather
 than guess what its methods read. `torch.nn.Module` is known and reads nothing of a subclass;
 `nn.Sequential` / `nn.ModuleList` / `nn.ModuleDict` parents reach every submodule.
 """
@@ -26,6 +27,7 @@ import libcst as cst
 
 from ..base.names import LOCAL_PREFIX
 from ..parallel.wraps import DDP_KIND, Wraps
+from .installed import installed_class, is_library_file, library_absolute
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
 
@@ -206,7 +208,7 @@ class Hierarchy:
     def known_files(self) -> Iterator[Tuple[Path, dict]]:
         """Files whose facts were read so far: the run's, and those reached through imports."""
         for path, facts in list(self._facts.items()):
-            if facts is not None:
+            if facts is not None and not is_library_file(self.project, path):
                 yield path, facts
 
     def module_file(self, dotted: str, importer: Path) -> Optional[Path]:
@@ -247,6 +249,7 @@ class Hierarchy:
             return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
         if qualname.startswith(("torch.", "?")):
             return None
+        qualname = library_absolute(self.project, qualname, importer)
         level = len(qualname) - len(qualname.lstrip("."))
         parts = qualname.lstrip(".").split(".")
         for cut in range(len(parts) - 1, 0, -1):
@@ -261,7 +264,7 @@ class Hierarchy:
             path = self.module_file("." * level, importer)
             if path is not None:
                 return self._in_file(path, parts[0], depth)
-        return None
+        return installed_class(self, qualname, depth)  # an installed package's, read
 
     def _in_file(self, path: Path, name: str, depth: int):
         facts = self.facts_at(path)
@@ -369,6 +372,23 @@ class Hierarchy:
                     found.add(target)
             self._imports[path] = found
         return found
+
+    def imported_closure(self, path: Path, depth: int) -> Dict[Path, Path]:
+        """The project files `path` imports directly or through at most `depth` - 1 further
+        project imports, each mapped to the file that imports it on the shortest route (breadth
+        first, iterative: an import chain of any length costs no recursion)."""
+        path = Path(os.path.abspath(path))
+        reached: Dict[Path, Path] = {}
+        frontier = [path]
+        for _level in range(depth):
+            following = []
+            for importer in frontier:
+                for imported in sorted(self.imported_files(importer)):
+                    if imported != path and imported not in reached:
+                        reached[imported] = importer
+                        following.append(imported)
+            frontier = following
+        return reached
 
     def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import dataclasses
+import re
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.device.choices import DeviceChoice, DeviceChoices, Placement
 from ...analysis.parallel.parallel import Parallel
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
+
+# Stands for the custom ops in a candidate's message until the project phase names them.
+_OPS = "{custom-ops}"
+# How many project imports away the custom ops may be: train.py -> models/__init__.py ->
+# models/detector.py -> models/ops/functions.py -> the compiled module.
+_IMPORT_DEPTH = 4
 
 
 class DeviceIndexWithoutSetDevice(Rule):
@@ -19,9 +29,11 @@ class DeviceIndexWithoutSetDevice(Rule):
     `torch.device("cuda", 1)`, `.cuda(1)`, or a number given at run time: `args.gpu`,
     `f"cuda:{args.gpu}"`, `torch.device("cuda", args.local_rank)`, `LOCAL_RANK` from the
     environment, a `device="cuda:1"` default) to the places that put tensors and models on it,
-    and reports it when the file never sets the *current* device and imports custom CUDA ops
-    that launch on the current device (`mmcv.ops`, mmdet/mmrotate ops, detectron2's layers, a
-    compiled `_ext`/`_C`/`*_cuda` module, a `torch.utils.cpp_extension` build).
+    and reports it when the file never sets the *current* device and custom CUDA ops that
+    launch on the current device are loaded: imported by the file itself or by a project module
+    it imports (`mmcv.ops`, mmdet/mmrotate ops, detectron2's layers, a compiled
+    `_ext`/`_C`/`*_cuda` module, a `torch.utils.cpp_extension` build, or a module the project's
+    setup.py builds with `CUDAExtension(...)`).
 
     ## Why is this bad
     `.to("cuda:1")` moves tensors, but the current device stays GPU 0. Everything that uses the
@@ -34,7 +46,8 @@ class DeviceIndexWithoutSetDevice(Rule):
     `torch.cuda.set_device(1)`, or `CUDA_VISIBLE_DEVICES=1` with `device="cuda"`, fixed it.
     Under DDP the same mistake puts every rank's context and NCCL buffers on GPU 0.
 
-    Not reported when the file imports no such ops: native torch ops (convolutions, `stft`,
+    Not reported when neither the file nor the project modules it imports (up to four imports
+    away) import such ops: native torch ops (convolutions, `stft`,
     torchvision's ops) run on their inputs' device, and what remains (a CUDA context on GPU 0)
     is not a failure the analysis can establish. Not reported in a file that calls
     `init_process_group`: a process group without `set_device` is TRL305's finding, and one
@@ -78,15 +91,19 @@ class DeviceIndexWithoutSetDevice(Rule):
     name = "device-index-without-set-device"
     severity = Severity.ERROR
     fix = "safe"
-    markers = ("cuda", "device", "gpu", "rank")
+    # Beyond the words of a device choice: the model modules whose custom-op imports the
+    # project phase needs (`from mmcv.ops import ...`, `import MSDeformAttnKernel` beside torch).
+    markers = ("cuda", "device", "gpu", "rank", "torch", "mmcv", "mmdet", "mmrotate",
+               "detectron2", "Extension")
+    project = True
 
     def finish(self) -> None:
         choices: DeviceChoices = self.ctx.analysis(DeviceChoices)
         if choices.current_device_evidence():
             return
+        # Without custom ops in this file, the project phase looks for them in the project
+        # modules it imports; native torch ops follow their inputs' device.
         custom = choices.custom_ops()
-        if custom is None:
-            return  # native torch ops follow their inputs' device: nothing established
         if self.ctx.analysis(Parallel).process_group_inits():
             return  # a process group's missing set_device is TRL305's finding
         frameworks: Frameworks = self.ctx.analysis(Frameworks)
@@ -142,14 +159,46 @@ class DeviceIndexWithoutSetDevice(Rule):
             related: List[Tuple[cst.CSTNode, str]] = [(placements[0].call, "placed on it here")]
             if choice.source is not None:
                 related.append((choice.source, "its default comes from here"))
-            headline, help_text = self._message(choice, custom)
-            self.report(
-                node,
-                headline,
-                help=help_text,
-                fix=self._fix(choice, placements[0]),
-                related=related,
-            )
+            headline, help_text = self._message(choice, f"`{custom}`" if custom else _OPS)
+            fix = self._fix(choice, placements[0])
+            if custom is not None:
+                self.report(node, headline, help=help_text, fix=fix, related=related)
+            else:
+                key = str(len(self.candidates))
+                self.candidate(key, node, headline, help=help_text, fix=fix, related=related)
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        choices: DeviceChoices = self.ctx.analysis(DeviceChoices)
+        return {
+            "custom_ops": choices.custom_ops(),
+            "extensions": choices.compiled_extensions(),
+            "imports": import_qualnames(self.ctx),  # for Hierarchy.imported_files
+        }
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        """Confirm a file's candidates when a project module it imports loads custom ops."""
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        extensions = _project_extensions(project, hierarchy)
+        for display, keys in sorted(candidates.items()):
+            path = hierarchy.absolute(display)
+            found = _custom_ops_reached(hierarchy, path, extensions)
+            if found is None:
+                continue
+            ops, where = found
+            text = f"`{ops}`" if where is None else f"`{ops}` via {hierarchy.display(where)}"
+            for key in sorted(keys):
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is None:
+                    continue
+                yield dataclasses.replace(
+                    diagnostic,
+                    message=diagnostic.message.replace(_OPS, text),
+                    help=(diagnostic.help or "").replace(_OPS, text) or None,
+                )
 
     # -- modules imported by the script that runs ---------------------------------------------
 
@@ -224,11 +273,11 @@ class DeviceIndexWithoutSetDevice(Rule):
             target = made if len(made) <= 40 and "\n" not in made else "device"
         headline = (
             f"tensors go to {what} but the current CUDA device stays GPU 0, where custom "
-            f"ops (`{custom}`) launch"
+            f"ops ({custom}) launch"
         )
         help_text = (
-            "Custom CUDA ops (compiled extensions such as this file's "
-            f"`{custom}`) launch on the current device, not on their inputs' device: with "
+            f"Custom CUDA ops (compiled extensions such as {custom}) launch on the current "
+            "device, not on their inputs' device: with "
             "the inputs on another GPU they read the wrong memory and can return zeros "
             "without an error (a detector trained this way evaluates to AP 0). Call "
             f"`torch.cuda.set_device({target})` right after choosing the device, or select "
@@ -335,3 +384,44 @@ def _never_none(node: cst.CSTNode) -> bool:
         leaf = func.attr.value if type(func) is cst.Attribute else getattr(func, "value", "")
         return leaf in ("int", "str", "device")
     return False
+
+
+def _project_extensions(project, hierarchy: Hierarchy) -> List[str]:
+    """Module names the project builds as compiled extensions (its setup.py's
+    `CUDAExtension(...)`), from the files of the run and, on the CLI, the project's other files."""
+    paths = {path for path, _facts in hierarchy.known_files()}
+    paths.update(project.files_matching(_EXTENSION_WORDS))
+    names: List[str] = []
+    for path in sorted(paths):
+        names.extend((hierarchy.facts_at(path) or {}).get("extensions", ()))
+    return sorted(set(names))
+
+
+def _custom_ops_reached(
+    hierarchy: Hierarchy, path: Path, extensions: List[str]
+) -> Optional[Tuple[str, Optional[Path]]]:
+    """The custom ops loaded by `path` or the project modules it imports, and the module that
+    imports them (None: `path` itself, through one of the project's compiled extensions)."""
+    own = _ops_of(hierarchy.facts_at(path), extensions)
+    if own is not None:
+        return own, None
+    for imported in hierarchy.imported_closure(path, _IMPORT_DEPTH):
+        ops = _ops_of(hierarchy.facts_at(imported), extensions)
+        if ops is not None:
+            return ops, imported
+    return None
+
+
+def _ops_of(facts: Optional[dict], extensions: List[str]) -> Optional[str]:
+    if not facts:
+        return None
+    if facts.get("custom_ops"):
+        return str(facts["custom_ops"])
+    for qualname in dict(facts.get("imports") or {}).values():
+        name = str(qualname)
+        if any(name == e or name.startswith(e + ".") for e in extensions):
+            return str(name)
+    return None
+
+
+_EXTENSION_WORDS = re.compile(r"\b(?:CUDAExtension|CppExtension)\b")

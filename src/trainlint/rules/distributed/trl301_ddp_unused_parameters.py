@@ -58,8 +58,12 @@ class DdpUnusedParameters(Rule):
     such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
     `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
     the class's parents and subclasses across the files of the project (also files outside the
-    run that the checked files import). It stays quiet where a use may hide: a parent class
-    from an installed library (its `forward` may read the attribute; trainlint does not guess),
+    run that the checked files import), and into installed frameworks: a parent class from
+    mmdet, timm or transformers is read (never imported) from the analysed environment (the
+    `python` setting, `$VIRTUAL_ENV`, else trainlint's own interpreter) and judged like a
+    class of the project. It stays quiet where a use may hide: a parent class the environment
+    does not have or whose source cannot be read (its `forward` may read the attribute;
+    trainlint does not guess),
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers

@@ -226,8 +226,5 @@ def _sentence(text: str) -> str:
 def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
     """Does a project file that `path` imports (directly, or through one more import) read
     LOCAL_RANK from the environment?"""
-    files = set(hierarchy.imported_files(path))
-    for imported in list(files):
-        files |= hierarchy.imported_files(imported)
-    files.discard(path)
+    files = hierarchy.imported_closure(path, depth=2)
     return any((hierarchy.facts_at(f) or {}).get("reads_local_rank") for f in files)
