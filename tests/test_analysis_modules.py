@@ -153,3 +153,160 @@ def test_wrap_sites_know_the_wrapped_class_and_the_ddp_options():
     facts = file_facts(ctx)
     assert facts["imports"]["Head"] == "models.head.Head"
     json.dumps(facts)
+
+
+def test_builtin_typing_and_subscripted_bases_are_named():
+    ctx = context(
+        """
+        import abc
+        from typing import Generic, TypeVar
+        import torch.nn as nn
+
+        T = TypeVar("T")
+        dict = nn.ModuleDict
+
+
+        class A(nn.Module, object, abc.ABC, Generic[T]):
+            pass
+
+
+        class B(dict):
+            pass
+
+
+        class C(make_base()):
+            pass
+        """
+    )
+    classes = ctx.analysis(Modules).classes
+    assert classes["A"].bases == ["torch.nn.Module", "builtins.object", "abc.ABC", "typing.Generic"]
+    assert classes["B"].bases == ["torch.nn.ModuleDict"]  # rebound in the file: not the builtin
+    assert classes["C"].bases == ["?"]
+
+
+def test_star_imports_and_all_are_facts():
+    ctx = context(
+        """
+        from .heads import *
+        from . import *
+        __all__ = ["DETRHead"]
+        __all__ += ["BaseHead"]
+        __all__.append("Mixin")
+        """
+    )
+    facts = file_facts(ctx)
+    assert facts["star_imports"] == [".heads", "."]
+    assert facts["exports"] == ["DETRHead", "BaseHead", "Mixin"]
+    computed = context("from .a import names\n__all__ = list(names)\n")
+    assert file_facts(computed)["exports"] is None
+    assert file_facts(context("x = 1\n"))["exports"] is None
+
+
+def test_find_unused_parameters_read_from_configuration():
+    ctx = context(
+        """
+        import argparse
+        from mmcv import Config
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--find-unused-parameters", action="store_true")
+        parser.add_argument("--static", dest="static_graph", default=True)
+        args = parser.parse_args()
+        cfg = Config.fromfile(args.config)
+        yaml_cfg = load_yaml(args.config)
+
+        find_unused = cfg.get("find_unused_parameters", False)
+        a = DDP(model, find_unused_parameters=find_unused)
+        b = DDP(model, find_unused_parameters=args.find_unused_parameters)
+        c = DDP(model, static_graph=args.static_graph)
+        d = DDP(model, find_unused_parameters=yaml_cfg.get("find_unused_parameters", False))
+        e = DDP(model, find_unused_parameters=getattr(cfg, "find_unused_parameters", None))
+        """
+    )
+    sites = ctx.analysis(Wraps).ddp_sites()
+    assert [site.options for site in sites] == [
+        {"find_unused_parameters": "config"},
+        {"find_unused_parameters": "config"},
+        {"static_graph": "config"},
+        {"find_unused_parameters": "unknown"},  # a YAML dict: its source is not shown
+        {"find_unused_parameters": "config"},
+    ]
+    a, b, c, _, e = (site.settings for site in sites)
+    assert a["find_unused_parameters"]["source"] == "mm"
+    assert a["find_unused_parameters"]["default"] is False
+    assert b["find_unused_parameters"]["source"] == "argparse"
+    assert b["find_unused_parameters"]["flags"] == ["--find-unused-parameters"]
+    assert b["find_unused_parameters"]["default"] is False
+    assert c["static_graph"]["default"] is True
+    assert e["find_unused_parameters"]["default"] is False
+    # Config reads are decided in the project phase, never counted as "tolerates" per file.
+    assert ctx.analysis(Wraps).finds_unused is True  # the YAML read may be True
+
+
+def test_rebinding_through_identity_calls_keeps_the_wrapper():
+    from trainlint.analysis.parallel.parallel import Parallel
+
+    ctx = context(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(net)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = model.to(device).train()
+        keep = model
+        compiled = torch.compile(model)
+        print(keep, compiled)
+        """
+    )
+    parallel = ctx.analysis(Parallel)
+    printed = [n for n in ctx.nodes(cst.Call) if getattr(n.func, "value", None) == "print"][0]
+    keep, compiled = (arg.value for arg in printed.args)
+    assert parallel.wrapper_state(keep, printed).every
+    assert not parallel.wrapper_state(compiled, printed).some
+
+
+def test_an_option_read_from_another_namespace_is_not_the_command_line():
+    ctx = context(
+        """
+        import argparse
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def main(opts):
+            cfg = load_yaml(opts.config)
+            a = DDP(model, find_unused_parameters=cfg.find_unused_parameters)
+            b = DDP(model, find_unused_parameters=opts.find_unused_parameters)
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--find_unused_parameters", action="store_true")
+        main(parser.parse_args())
+        """
+    )
+    a, b = ctx.analysis(Wraps).ddp_sites()
+    assert a.options == {"find_unused_parameters": "unknown"}  # the YAML config may set it
+    assert b.options == {"find_unused_parameters": "config"}
+
+
+def test_registrations_see_through_identity_calls():
+    ctx = context(
+        """
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.SyncBatchNorm.convert_sync_batchnorm(
+                    nn.Sequential(nn.Conv2d(3, 8, 3))
+                )
+                self.fc = nn.Linear(8, 2).cuda().train()
+                self.aux = nn.Linear(8, 2).requires_grad_(False)
+                self.compiled = torch.compile(nn.Linear(8, 2))
+        """
+    )
+    attrs = ctx.analysis(Modules).classes["Net"].attrs
+    assert attrs["body"].kind == "container"
+    assert attrs["fc"].kind == "module"
+    assert attrs["aux"].frozen
+    assert "compiled" not in attrs  # an OptimizedModule: not known to own these parameters

@@ -235,7 +235,9 @@ def test_eval_loops():
         ("self.fc = nn.Linear(4, 2)\n        self.bn = nn.BatchNorm1d(2)", "self.fc(x)", False),
         ("self.fc = nn.Linear(4, 2)", "F.dropout(self.fc(x), 0.1, self.training)", False),
         ("self.fc = Block(4, 2)", "self.fc(x)", False),  # a user class may hide a Dropout
-        ("self.rnn = nn.LSTM(4, 2)", "self.rnn(x)[0]", False),
+        # An RNN's dropout runs between stacked layers, in train mode only.
+        ("self.rnn = nn.LSTM(4, 2, num_layers=2, dropout=0.1)", "self.rnn(x)[0]", False),
+        ("self.rnn = nn.LSTM(4, 2)", "self.rnn(x)[0]", True),
     ],
 )
 def test_mode_free_model(layers, forward, expected):

@@ -227,6 +227,56 @@ def test_trl301_under_flake8_uses_in_file_evidence_only(tmp_path):
     assert found == [8]
 
 
+INCIDENT = RULE_FIXTURES / "TRL301" / "incident_star_reexport_project"
+INCIDENT_HEAD = Path("opendet") / "models" / "heads" / "detr_head.py"
+
+
+def test_trl301_incident_on_the_head_alone_equals_the_whole_tree(tmp_path):
+    # A parameter added to a head whose family has an `(object)` mixin, reached through
+    # chained star re-exports, with find_unused_parameters read from the loaded MM config.
+    root = _project(tmp_path, INCIDENT)
+    whole = _relative(lint([root], ["TRL301"], root=root), root)
+    alone = _relative(lint([root / INCIDENT_HEAD], ["TRL301"], root=root), root)
+    assert whole == alone
+    assert [(path, row, severity) for path, row, severity, _ in whole] == [
+        (INCIDENT_HEAD.as_posix(), 21, "error")
+    ]
+
+
+def test_trl301_incident_config_setting_find_unused_silences_it_in_both_runs(tmp_path):
+    root = _project(tmp_path, INCIDENT)
+    base = root / "configs" / "_base_" / "default_runtime.py"
+    base.write_text(base.read_text() + "find_unused_parameters = True\n")
+    assert _relative(lint([root / INCIDENT_HEAD], ["TRL301"], root=root), root) == []
+    assert _relative(lint([root], ["TRL301"], root=root), root) == []
+
+
+def test_trl301_incident_commented_config_setting_does_not_silence_it(tmp_path):
+    root = _project(tmp_path, INCIDENT)
+    base = root / "configs" / "_base_" / "default_runtime.py"
+    base.write_text(base.read_text() + "# find_unused_parameters = True\n")
+    alone = _relative(lint([root / INCIDENT_HEAD], ["TRL301"], root=root), root)
+    assert [(path, severity) for path, _, severity, _ in alone] == [
+        (INCIDENT_HEAD.as_posix(), "error")
+    ]
+
+
+def test_trl301_incident_config_read_without_configs_in_the_project_is_quiet(tmp_path):
+    # The config is loaded from a path, and the project holds none: undecidable.
+    root = _project(tmp_path, INCIDENT)
+    shutil.rmtree(root / "configs")
+    assert _relative(lint([root], ["TRL301"], root=root), root) == []
+
+
+@pytest.mark.parametrize(
+    "variant", ["good_incident_parameter_used_project", "good_unresolved_library_base_project"]
+)
+def test_trl301_incident_neighbours_are_quiet_on_the_head_alone(tmp_path, variant):
+    root = _project(tmp_path, RULE_FIXTURES / "TRL301" / variant)
+    assert _relative(lint([root / INCIDENT_HEAD], ["TRL301"], root=root), root) == []
+    assert _relative(lint([root], ["TRL301"], root=root), root) == []
+
+
 # -- TRL103: the custom ops live in a model module the script imports ------------------------
 
 TRL103_FIXTURES = RULE_FIXTURES / "TRL103"

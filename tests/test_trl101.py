@@ -411,3 +411,117 @@ def test_self_attribute_reassigned_last_in_a_method_is_what_other_methods_see():
         MOVED,
         WRAPPED,
     }
+
+
+# -- moves on branches that exclude each other (BatchFlow._exclusive_moves) --------------------
+
+EXCLUSIVE = """
+    import torch
+    import torch.nn.functional as F
+
+    def train(loader, args):
+        model = torch.nn.Linear(8, 2).cuda()
+        for images, labels in loader:
+{arms}
+            loss = F.cross_entropy(model(images), labels)
+"""
+
+
+def _exclusive(arms: str):
+    ctx = context(EXCLUSIVE.format(arms=textwrap.indent(textwrap.dedent(arms), " " * 12)))
+    out = []
+    for flow in ctx.analysis(BatchFlow).flows():
+        for f in flow.findings:
+            instead = f.instead.element.name if f.instead is not None else None
+            out.append((f.element.name, f.kind, instead))
+    return out
+
+
+def test_if_elif_arms_that_move_different_items_leave_one_behind_on_every_path():
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        elif args.cuda:
+            labels = labels.cuda()
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]
+
+
+def test_a_path_that_moves_everything_keeps_the_batch_quiet():
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+            labels = labels.cuda(args.gpu)
+        else:
+            images = images.to("mps")
+    """
+    assert _exclusive(arms) == []
+
+
+def test_independent_conditions_are_assumed_to_hold_together():
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        if torch.cuda.is_available():
+            labels = labels.cuda()
+        else:
+            labels = labels.float()
+    """
+    assert _exclusive(arms) == []
+
+
+def test_the_same_condition_takes_the_same_branch_twice():
+    # Taken independently, `args.a` true then false would move both; it cannot.
+    arms = """
+        if args.a:
+            images = images.cuda()
+        else:
+            labels = labels.cuda()
+        if args.a:
+            images = images.float()
+        else:
+            labels = labels.cuda()
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]
+
+
+def test_a_model_that_may_move_its_inputs_makes_a_path_possible():
+    code = """
+        import torch.nn.functional as F
+
+        def train(model, loader, args):
+            for images, labels in loader:
+                if args.gpu is not None:
+                    images = images.cuda(args.gpu)
+                else:
+                    labels = labels.cuda()
+                loss = F.cross_entropy(model(images), labels)
+    """
+    # `model` comes from the caller: on the `else` path it may be a DataParallel wrapper that
+    # moves `images` itself, so only the baseline (nothing) is reported.
+    assert findings(code) == []
+
+
+def test_a_branch_that_leaves_the_iteration_is_no_path_to_the_sinks():
+    # The `else` moves everything but skips the batch: it is no path on which the step runs
+    # with everything moved, so it does not hide what the other two branches leave behind.
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        elif args.cuda:
+            labels = labels.cuda()
+        else:
+            images, labels = images.cuda(), labels.cuda()
+            continue
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]
+    # A branch that only skips the batch neither.
+    arms = """
+        if args.gpu is not None:
+            images = images.cuda(args.gpu)
+        elif args.cuda:
+            labels = labels.cuda()
+        else:
+            continue
+    """
+    assert _exclusive(arms) == [("labels", "loss", "images")]

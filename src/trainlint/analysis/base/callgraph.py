@@ -102,6 +102,119 @@ class CallGraph(Analysis):
                     seen.add(target)
                     self._collect_calls(target.body, via + (target,), follow - 1, out, seen)
 
+    def argument_for(
+        self, call: cst.Call, function: cst.FunctionDef, param: str
+    ) -> Optional[cst.BaseExpression]:
+        """What `call` (a call that runs `function`) passes for the parameter `param`: by
+        keyword, or by position (`self` skipped for a method called through an attribute).
+        None when it is not passed, or a `*args`/`**kwargs` before it hides where it lands."""
+        params = list(function.params.posonly_params) + list(function.params.params)
+        if params and params[0].name.value in ("self", "cls") and type(call.func) is cst.Attribute:
+            params = params[1:]
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == param:
+                return arg.value
+        index = next((i for i, p in enumerate(params) if p.name.value == param), None)
+        if index is None:
+            return None
+        positional = [a for a in call.args if a.keyword is None]
+        if any(a.star for a in positional[: index + 1]):
+            return None
+        return positional[index].value if index < len(positional) else None
+
+    def member_kind(self, func: cst.BaseExpression) -> Optional[str]:
+        """What `obj.name` is when `obj` is an instance of a class of this file (`self` in its
+        methods, or a name every binding of which builds it: `net = Net().to(device)`):
+        "method" for a `def` of the class or its same-file bases (a bound method, not a module;
+        a `@property` counts as an attribute), "attribute" for a `self.name = ...` assignment in
+        them, "unknown" when the class is known but the name is in neither (inherited from a base
+        outside the file). None when the class of `obj` is not known."""
+        if type(func) is not cst.Attribute:
+            return None
+        classes = self._instance_classes(func.value)
+        if not classes:
+            return None
+        kinds = {self._member_in(cls, func.attr.value, set()) for cls in classes}
+        if len(kinds) == 1:
+            return kinds.pop()
+        return "unknown"
+
+    def _instance_classes(self, receiver: cst.BaseExpression) -> List[cst.ClassDef]:
+        if type(receiver) is not cst.Name:
+            return []
+        if receiver.value == "self":
+            for ancestor in self.ctx.ancestors(receiver):
+                if type(ancestor) is cst.ClassDef:
+                    return [ancestor]
+            return []
+        bindings = self.scopes.lookup(receiver.value, receiver)
+        found: List[cst.ClassDef] = []
+        for binding in bindings:
+            value = binding.value
+            if binding.kind != "assign" or value is None:
+                return []
+            while (
+                type(value) is cst.Call
+                and type(value.func) is cst.Attribute
+                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
+            ):
+                value = value.func.value  # Net().to(device)
+            if type(value) is not cst.Call or type(value.func) is not cst.Name:
+                return []
+            cls = self._class_named(value.func.value, value.func)
+            if cls is None:
+                return []
+            found.append(cls)
+        return found
+
+    def _class_named(self, name: str, at: cst.CSTNode) -> Optional[cst.ClassDef]:
+        classes = [b.node for b in self.scopes.lookup(name, at) if b.kind == "class"]
+        if len(classes) == 1 and type(classes[0]) is cst.ClassDef:
+            return classes[0]
+        return None
+
+    def _member_in(self, cls: cst.ClassDef, name: str, seen: Set[cst.ClassDef]) -> str:
+        seen.add(cls)
+        body = cls.body
+        statements = body.body if type(body) is cst.IndentedBlock else ()
+        for statement in statements:
+            if type(statement) is cst.FunctionDef and statement.name.value == name:
+                decorators = {_decorator_name(d.decorator) for d in statement.decorators}
+                if decorators & {"property", "cached_property"}:
+                    return "attribute"
+                return "method"
+        for node in self.ctx.tree.descendants(cls):
+            targets: List[cst.BaseExpression] = []
+            if type(node) is cst.Assign:
+                targets = [t.target for t in node.targets]
+            elif type(node) in (cst.AnnAssign, cst.AugAssign):
+                targets = [node.target]
+            if targets:
+                for target in targets:
+                    if (
+                        type(target) is cst.Attribute
+                        and type(target.value) is cst.Name
+                        and target.value.value == "self"
+                        and target.attr.value == name
+                    ):
+                        return "attribute"
+        for statement in statements:  # class-level `encoder = nn.Linear(...)`
+            if type(statement) is cst.SimpleStatementLine:
+                for small in statement.body:
+                    if type(small) is cst.Assign and any(
+                        type(t.target) is cst.Name and t.target.value == name
+                        for t in small.targets
+                    ):
+                        return "attribute"
+        for base in cls.bases:
+            if type(base.value) is cst.Name:
+                parent = self._class_named(base.value.value, cls)
+                if parent is not None and parent not in seen:
+                    kind = self._member_in(parent, name, seen)
+                    if kind != "unknown":
+                        return kind
+        return "unknown"
+
     def _method_of_class_around(
         self, node: cst.CSTNode, name: str
     ) -> Optional[cst.FunctionDef]:
@@ -114,3 +227,13 @@ class CallGraph(Analysis):
                             return statement
                 return None
         return None
+
+
+def _decorator_name(node: cst.BaseExpression) -> str:
+    if type(node) is cst.Call:
+        node = node.func
+    if type(node) is cst.Attribute:
+        return node.attr.value
+    if type(node) is cst.Name:
+        return node.value
+    return ""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -116,7 +116,8 @@ class HardcodedIndex:
     node: cst.CSTNode  # what to report: the string, the integer, the device_ids list
     index: int  # the first non-zero index
     form: str  # string, cuda, to, device, set_device, device_context, device_ids,
-    #            output_device, keyword, option_default, param_default, field_default, constant
+    #            output_device, keyword, option_default, param_default, field_default, constant,
+    #            trainer_devices (Lightning's `devices=[1]`)
     call: Optional[cst.Call] = None  # the call it is an argument of, when it is one
 
 
@@ -194,14 +195,39 @@ class DeviceChoices(Analysis):
         (else function, else module body): deliberate model-parallel placement?"""
         if self._scope_indices is None:
             table: Dict[cst.CSTNode, Set[int]] = {}
+            moved: Dict[Tuple[cst.CSTNode, str], Set[int]] = {}
+            placed: List[Tuple[cst.CSTNode, Optional[str], int]] = []
             for site in self._literal_index_sites():
                 # Only where things are put count; a device list or a default is one choice.
                 if site.form in ("string", "cuda", "to", "device", "keyword"):
-                    table.setdefault(self._placement_scope(site.node), set()).add(site.index)
+                    scope = self._placement_scope(site.node)
+                    receiver = self._moved_receiver(site)
+                    placed.append((scope, receiver, site.index))
+                    if receiver is not None:
+                        moved.setdefault((scope, receiver), set()).add(site.index)
+            for scope, receiver, index in placed:
+                # `model.to("cuda:0")` ... `model.to("cuda:1")`: one module moved twice is not
+                # two stages on two GPUs; its move to the default GPU 0 does not count.
+                if index == 0 and receiver is not None and len(moved[(scope, receiver)]) > 1:
+                    continue
+                table.setdefault(scope, set()).add(index)
             self._scope_indices = table
         # One deliberately model-parallel class or function makes the whole file's literal
         # placements deliberate (the script feeding it puts labels on the last stage's GPU).
         return any(len(indices) >= 2 for indices in self._scope_indices.values())
+
+    def _moved_receiver(self, site: HardcodedIndex) -> Optional[str]:
+        """The name of what a literal placement moves (`model` in `model.to("cuda:1")` or
+        `model.cuda(1)`), when it is a name or attribute; None otherwise."""
+        call: Optional[cst.CSTNode] = site.call
+        if call is None and site.form == "string":
+            arg = self.ctx.parent(site.node)
+            call = self.ctx.parent(arg) if type(arg) is cst.Arg else None
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
+            return None
+        if call.func.attr.value not in ("to", "cuda"):
+            return None
+        return dotted_name(call.func.value)
 
     def guarded_by_device_count(self, node: cst.CSTNode) -> bool:
         """Under `if torch.cuda.device_count() > 1:` (or an IfExp/while testing it)."""
@@ -349,6 +375,15 @@ class DeviceChoices(Analysis):
                 if literal:
                     first_index = nonzero[0] if nonzero else 0
                     out.append(HardcodedIndex(arg.value, first_index, "device_ids", call))
+            elif keyword in ("devices", "gpus") and _gpu_trainer(names, call):
+                # Lightning's `Trainer(accelerator="gpu", devices=[1])` picks GPU 1 by number
+                # (an integer `devices=2` is a count, not an index)
+                if type(arg.value) is cst.List or type(arg.value) is cst.Tuple:
+                    values = [e.value for e in arg.value.elements]
+                    literal = [int(v.value, 0) for v in values if type(v) is cst.Integer]
+                    nonzero = [v for v in literal if v != 0]
+                    if nonzero:
+                        out.append(HardcodedIndex(arg.value, nonzero[0], "trainer_devices", call))
             elif keyword == "output_device":
                 integer(arg.value, "output_device")
             elif keyword == "device" and method not in ("cuda", "to"):
@@ -823,3 +858,23 @@ def _qualified_in_torch(names: Names, func: cst.CSTNode) -> bool:
 
 def _mentions_cuda(text: str) -> bool:
     return "cuda" in text
+
+
+_LIGHTNING_RUNNERS = (
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "pytorch_lightning.Trainer",
+    "lightning.Fabric",
+    "lightning.fabric.Fabric",
+)
+
+
+def _gpu_trainer(names: Names, call: cst.Call) -> bool:
+    """A Lightning `Trainer`/`Fabric` whose accelerator is a GPU (or left to pick one)."""
+    if not names.is_(call.func, *_LIGHTNING_RUNNERS):
+        return False
+    accelerator = keyword(call, "accelerator")
+    if accelerator is None:
+        return True  # "auto": the GPU when there is one
+    chosen = string_literal(accelerator)
+    return chosen is None or chosen in ("gpu", "cuda", "auto")

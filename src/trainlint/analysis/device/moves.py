@@ -10,6 +10,7 @@ import libcst as cst
 
 from ...walk import children
 from ..base.callgraph import CallGraph
+from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
 from ..base.nodes import is_self_attr, names_in, subtree, target_names
@@ -47,10 +48,9 @@ WELL_KNOWN_MOVERS = frozenset(
 _CPU_METHODS = frozenset({"cpu", "numpy", "item", "tolist"})
 # Method calls `move()` may take for a move.
 _MOVE_METHODS = frozenset({"to", "cuda", "type_as"})
-# Module methods that return the module itself (`model.train()`, `model.half()`).
-_MODULE_RETURNS_SELF = frozenset(
-    {"train", "eval", "half", "float", "double", "bfloat16", "requires_grad_", "share_memory"}
-)
+# Module methods that return the module itself and do not move it (`model.train()`,
+# `model.half()`); the moves (`to`, `cuda`, `cpu`, `xpu`) are read as moves above.
+_MODULE_RETURNS_SELF = RETURNS_RECEIVER - {"to", "cuda", "cpu", "xpu"}
 _DDP = "torch.nn.parallel.DistributedDataParallel"
 _DP = "torch.nn.DataParallel"
 _FSDP = (
@@ -497,10 +497,15 @@ class Moves(Analysis):
                 if keyword(value, "device_ids") is not None or len(value.args) > 1:
                     return {WRAPPED}
                 return set(self.placement(inner, depth + 1)) if inner is not None else set()
-            if self.names.is_(func, "torch.compile", "torch.jit.script") and inner is not None:
+            if self.names.is_(func, *KEEPS_PLACEMENT) and inner is not None:
                 return set(self.placement(inner, depth + 1))
             if type(func) is cst.Attribute and func.attr.value in _MODULE_RETURNS_SELF:
                 return set(self.placement(func.value, depth + 1))
+            if type(func) is not cst.Attribute or func.attr.value not in RETURNS_RECEIVER:
+                same = returned_module(value, self.names)
+                if isinstance(same, cst.BaseExpression):
+                    # `nn.SyncBatchNorm.convert_sync_batchnorm(model)`: the module it was given
+                    return set(self.placement(same, depth + 1))
             if type(func) is cst.Attribute and func.attr.value == "to":
                 return {UNPLACED}  # model.to("cpu") / .to(torch.float16)
             return {UNPLACED}

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from ...walk import children
-from ..base.calls import is_none
+from ..base.calls import argument, is_none
 from ..base.frameworks import Frameworks
 from ..base.names import Names, dotted_name
 from ..base.nodes import target_names
@@ -296,7 +296,7 @@ class DeviceTensors(Analysis):
             for call in self.ctx.nodes(cst.Call):
                 func = call.func
                 if type(func) is cst.Attribute and func.attr.value in ("to", "cuda"):
-                    if not self._moves_to_device(call):
+                    if not self.moves_to_device(call):
                         continue
                     if type(func.value) is cst.Name:
                         found.setdefault(func.value.value, []).append(call)
@@ -461,7 +461,7 @@ class DeviceTensors(Analysis):
                 if method in _DEVICE_KILLING_METHODS:
                     return False
                 if method in _MOVERS:
-                    return self._moves_to_device(expr)
+                    return self.moves_to_device(expr)
             leaf = (dotted_name(func) or "").split(".")[-1]
             if type(func) is cst.Name and leaf in _DEVICE_KILLING_FUNCTIONS:
                 return False
@@ -505,13 +505,22 @@ class DeviceTensors(Analysis):
             return any(self._on_device(e.value, names, scope, depth + 1) for e in expr.elements)
         return False
 
-    def _moves_to_device(self, call: cst.Call) -> bool:
-        """`.to(device)`, `.cuda()`, `.type_as(t)`: not `.to("cpu")` nor `.to(torch.float16)`."""
+    def moves_to_device(self, call: cst.Call) -> bool:
+        """Is this method call a move of its receiver to the device? `.to(device)`, `.cuda()`,
+        `.type_as(t)`, and the legacy `.type(T)` where `T` is a CUDA tensor type
+        (`torch.cuda.FloatTensor`, or `Tensor = torch.cuda.FloatTensor if cuda else
+        torch.FloatTensor`); not `.to("cpu")`, `.to(torch.float16)` nor `.type(torch.float32)`."""
         func = call.func
         if type(func) is not cst.Attribute:
             return False
         if func.attr.value in ("cuda", "type_as"):
             return True
+        if func.attr.value == "type":
+            return bool(call.args) and self.devices.is_cuda_tensor_type(
+                argument(call, 0, "dtype")
+            )
+        if func.attr.value != "to":
+            return False
         target = None
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == "device":

@@ -5,6 +5,7 @@ meets one (the values and words are in `batchvalues.py`, the walk in `batchwalk.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -16,8 +17,15 @@ from ..base.nodes import target_names
 from ..base.scopes import Scopes
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
-from .batchvalues import Flow, MODULE_NOT_FORWARD, MOVING_LOADER, TORCH_JOIN, name_words
-from .batchwalk import BatchWalker
+from .batchvalues import (
+    Flow,
+    MODULE_NOT_FORWARD,
+    MOVING_LOADER,
+    TORCH_JOIN,
+    Unmoved,
+    name_words,
+)
+from .batchwalk import BatchWalker, condition_key
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
 
@@ -66,7 +74,67 @@ class BatchFlow(Analysis):
         walker.start()
         walker.block(body)
         flow.bound_names = _bound_names(walker.body_nodes())
+        self._exclusive_moves(source, flow, body, walker)
         return flow
+
+    # -- moves on branches that exclude each other --------------------------------------------
+
+    def _exclusive_moves(
+        self, source: BatchSource, flow: Flow, body: List[cst.BaseStatement], walker: BatchWalker
+    ) -> None:
+        """The walk above joins branches optimistically: an item moved on one branch counts as
+        moved. That hides `if args.gpu is not None: images = images.cuda(args.gpu)` /
+        `elif use_cuda: target = target.cuda()`, where no path moves both. So when the batch's
+        moves sit in the arms of an `if`/`elif`/`else`, each combination of the conditions
+        around moves is walked on its own; when every path that moves part of the batch leaves
+        another part on the CPU where it meets the device, the first such path's findings are
+        added (with what another path leaves behind). A single path that moves everything keeps
+        the batch quiet: the script may take it."""
+        decisions: List[str] = []
+        exclusive = False
+        for node in walker.body_nodes():
+            if type(node) is not cst.If or not self.moves.moves_in(node):
+                continue
+            key = condition_key(self.ctx, node)
+            if key not in decisions:
+                decisions.append(key)
+            if node.orelse is not None and any(
+                self.moves.moves_in(arm) for arm in _arms(node)[1:]
+            ):
+                exclusive = True
+        if not exclusive or len(decisions) > _MAX_DECISIONS:
+            return
+        reported = {finding.use for finding in flow.findings}
+        device_paths: List[List[Unmoved]] = []
+        for taken in itertools.product((True, False), repeat=len(decisions)):
+            scratch = Flow(source, helper=flow.helper)
+            path = BatchWalker(self, source, scratch, body)
+            path._nodes = walker._nodes
+            path.textual = walker.textual
+            path.choices = dict(zip(decisions, taken))
+            path.start()
+            path.block(body)
+            certain = [f for f in scratch.findings if self._certain(f)]
+            if path.exited and not certain:
+                continue  # leaves the iteration before anything meets the device
+            if not path.moved_here:
+                continue  # nothing of the batch goes to the device: a run on the CPU
+            if not certain:
+                return  # a path that may run: everything it must move is moved, or may be
+            device_paths.append(certain)
+        if len(device_paths) < 2:
+            return
+        first, others = device_paths[0], device_paths[1:]
+        for finding in first:
+            if finding.use in reported:
+                continue
+            finding.instead = next(
+                (f for path in others for f in path if f.element.name != finding.element.name),
+                None,
+            )
+            if finding.instead is None:
+                continue
+            flow.findings.append(finding)
 
     def _body(self, source: BatchSource) -> List[cst.BaseStatement]:
         """The statements that see the batch: the loop body, or what follows `next(...)` (also
@@ -90,6 +158,17 @@ class BatchFlow(Analysis):
             current = owner
         return body
 
+    def _certain(self, finding: Unmoved) -> bool:
+        """Does this finding fail whatever the model turns out to be? Inputs of a model that is
+        only known by its name, or may be a DataParallel / DDP(device_ids) wrapper, may be
+        moved by the wrapper (the rule asks the project phase about those)."""
+        if finding.kind != "model" or type(finding.sink) is not cst.Call:
+            return True
+        target = finding.sink.func
+        if type(target) is cst.Attribute and target.attr.value == "forward":
+            target = target.value
+        return self.moves.placement(target) == frozenset({MOVED})
+
     # -- loaders that deliver batches on the device -------------------------------------------
 
     def _loader_moves(self, source: BatchSource, flow: Flow) -> Optional[str]:
@@ -99,7 +178,12 @@ class BatchFlow(Analysis):
             leaf = dotted.split(".")[-1]
             if MOVING_LOADER.search(leaf):
                 return f"`{leaf}` delivers batches on the device"
-            if any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+            if any(
+                a.keyword is not None and a.keyword.value == "device" and not _cpu_device(a.value)
+                for a in call.args
+            ):
+                # torchtext's (legacy) Iterator/BucketIterator build every batch field with
+                # `torch.tensor(..., device=device)`, like any loader given a device
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
             local = self._local_definition(call.func)
             if type(local) is cst.ClassDef and self.moves.moves_in(local):
@@ -125,9 +209,23 @@ class BatchFlow(Analysis):
                         value = binding.statement.value  # train_iter, val_iter = make(...)
                     if binding.kind in ("assign", "annassign", "unpack") and value is not None:
                         out.extend(self._loader_chain(value, depth + 1))
+                    if binding.kind == "param" and type(binding.statement) is cst.FunctionDef:
+                        # `def evaluate(model, iterator)`: what the file's callers pass for it
+                        out.extend(self._passed_loaders(binding.statement, node.value, depth))
             elif type(node) is cst.Attribute and _is_self(node.value):
                 for value in self._self_assignments(node):
                     out.extend(self._loader_chain(value, depth + 1))
+        return out
+
+    def _passed_loaders(
+        self, function: cst.FunctionDef, param: str, depth: int
+    ) -> List[cst.Call]:
+        out: List[cst.Call] = []
+        callgraph = self.loops.callgraph
+        for call in callgraph.callers(function):
+            passed = callgraph.argument_for(call, function, param)
+            if passed is not None:
+                out.extend(self._loader_chain(passed, depth + 1))
         return out
 
     def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
@@ -388,6 +486,20 @@ _THIRD_PARTY = frozenset(
 )
 
 
+# At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
+_MAX_DECISIONS = 5
+
+
+def _arms(node: cst.If) -> List[cst.CSTNode]:
+    """The blocks of an `if`/`elif`/`else` chain, in order."""
+    arms: List[cst.CSTNode] = [node.body]
+    current = node.orelse
+    while current is not None:
+        arms.append(current.body)
+        current = current.orelse if type(current) is cst.If else None
+    return arms
+
+
 def _bound_names(nodes: Sequence[cst.CSTNode]) -> Set[str]:
     """Names bound by `nodes` (the own nodes of some statements)."""
     found: Set[str] = set()
@@ -429,3 +541,12 @@ def _model_like(target: cst.BaseExpression) -> bool:
         if re.match(r"^net[A-Z]", part):
             return True
     return False
+
+
+def _cpu_device(value: cst.BaseExpression) -> bool:
+    """`device="cpu"`, `device=torch.device("cpu")`, or legacy torchtext's `device=-1`."""
+    if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
+        return type(value.expression) is cst.Integer and value.expression.value == "1"
+    if type(value) is cst.Call and value.args:
+        value = value.args[0].value  # torch.device("cpu")
+    return type(value) is cst.SimpleString and value.value.strip("\"'") == "cpu"

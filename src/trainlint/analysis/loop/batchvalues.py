@@ -284,6 +284,9 @@ class Unmoved:
     use: cst.CSTNode  # the expression that carries the element into the sink
     sink: cst.CSTNode  # the model call, loss call, operation or torch.cat/stack
     kind: str  # model, loss, arithmetic, comparison, cat
+    # Found by the path check: the batch's moves sit on branches that exclude each other, and
+    # this is what another of those branches leaves on the CPU.
+    instead: Optional["Unmoved"] = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ import libcst as cst
 from ...walk import own_nodes
 from ..base.names import dotted_name
 from ..base.nodes import target_names
+from ..device.moves import Move
 from .batchvalues import (
     BINARY_METHODS,
     COMPARISON_OPS,
@@ -63,6 +64,14 @@ class BatchWalker:
         self.stack = stack
         self.siblings_moved = False  # does the loop move any item of this batch?
         self._nodes: Optional[List[cst.CSTNode]] = None
+        # One path through the body (`BatchFlow`'s path check): condition text -> whether the
+        # `if` body runs. An `if` whose condition is not listed is walked both ways and joined.
+        self.choices: Optional[Dict[str, bool]] = None
+        self.moved_here = False  # did this walk move an item of the batch?
+        # On one path: it left the iteration (`continue`, `break`, `return`, `raise` outside
+        # a nested loop or `try`), so what follows does not run on it.
+        self.exited = False
+        self.nesting = 0
 
     def body_nodes(self) -> List[cst.CSTNode]:
         """The nodes of the statements that see the batch (own_nodes of each), walked once."""
@@ -91,33 +100,56 @@ class BatchWalker:
 
     def block(self, statements) -> None:
         for statement in statements:
+            if self.exited:
+                return
             self.statement(statement)
 
     def statement(self, stmt: cst.CSTNode) -> None:
         if type(stmt) is cst.SimpleStatementLine or type(stmt) is cst.SimpleStatementSuite:
             for small in stmt.body:
                 self.small(small, stmt)
+                if self.choices is not None and self.nesting == 0 and type(small) in _EXITS:
+                    self.exited = True  # this path leaves the iteration here
+                    return
         elif type(stmt) is cst.If:
             self.sinks_in(stmt.test)
+            taken = self.choices.get(condition_key(self.ctx, stmt)) if self.choices else None
+            if taken is not None:
+                if taken:
+                    self.block(statements_of(stmt.body))
+                elif type(stmt.orelse) is cst.Else:
+                    self.block(statements_of(stmt.orelse.body))
+                elif type(stmt.orelse) is cst.If:
+                    self.statement(stmt.orelse)
+                return
             before = dict(self.state)
             self.block(statements_of(stmt.body))
-            after_body = self.state
-            self.state = dict(before)
+            after_body, body_exited = self.state, self.exited
+            self.state, self.exited = dict(before), False
             if type(stmt.orelse) is cst.Else:
                 self.block(statements_of(stmt.orelse.body))
             elif type(stmt.orelse) is cst.If:
                 self.statement(stmt.orelse)
+            if body_exited:
+                return  # only the other branch goes on (both left: the path is over)
+            if self.exited:
+                self.state, self.exited = after_body, False
+                return
             self.state = _join(after_body, self.state)
         elif type(stmt) is cst.For:
             self.sinks_in(stmt.iter)
             for name in target_names(stmt.target):
                 self.state.pop(name, None)
+            self.nesting += 1
             self.block(statements_of(stmt.body))
             if stmt.orelse is not None:
                 self.block(statements_of(stmt.orelse.body))
+            self.nesting -= 1
         elif type(stmt) is cst.While:
             self.sinks_in(stmt.test)
+            self.nesting += 1
             self.block(statements_of(stmt.body))
+            self.nesting -= 1
         elif type(stmt) is cst.With:
             for item in stmt.items:
                 self.sinks_in(item.item)
@@ -126,18 +158,23 @@ class BatchWalker:
                         self.state.pop(name, None)
             self.block(statements_of(stmt.body))
         elif type(stmt) is cst.Try:
-            before = dict(self.state)
-            self.block(statements_of(stmt.body))
-            after_body = self.state
-            for handler in stmt.handlers:
-                self.state = dict(before)
-                self.block(statements_of(handler.body))
-                after_body = _join(after_body, self.state)
-            self.state = after_body
-            if stmt.orelse is not None:
-                self.block(statements_of(stmt.orelse.body))
-            if stmt.finalbody is not None:
-                self.block(statements_of(stmt.finalbody.body))
+            self.nesting += 1  # a `raise` or `return` in it may be caught or run `finally`
+            self._try(stmt)
+            self.nesting -= 1
+
+    def _try(self, stmt: cst.Try) -> None:
+        before = dict(self.state)
+        self.block(statements_of(stmt.body))
+        after_body = self.state
+        for handler in stmt.handlers:
+            self.state = dict(before)
+            self.block(statements_of(handler.body))
+            after_body = _join(after_body, self.state)
+        self.state = after_body
+        if stmt.orelse is not None:
+            self.block(statements_of(stmt.orelse.body))
+        if stmt.finalbody is not None:
+            self.block(statements_of(stmt.finalbody.body))
 
     def small(self, node: cst.CSTNode, line: cst.CSTNode) -> None:
         self.sinks_in(node)
@@ -163,16 +200,32 @@ class BatchWalker:
             return
         names = {n.value for n in _walk_names(value)}
         if any(isinstance(self.state.get(n), Element) for n in names):
-            self.sibling_moves.extend(self.moves.moves_in(value))
+            moves = [m for m in self.moves.moves_in(value) if not self._to_batch_item_device(m)]
+            self.sibling_moves.extend(moves)
+            if moves:
+                self.moved_here = True
+
+    def _to_batch_item_device(self, move: Move) -> bool:
+        """`grad.to(imgs.device)` where `imgs` is a batch item never moved: the result goes to
+        the item's device (the CPU), so it is no move to the device."""
+        device = move.device
+        if move.method != "to" or type(device) is not cst.Attribute:
+            return False
+        if device.attr.value != "device":
+            return False
+        return isinstance(self.value(device.value), Element)
 
     def _statement_call(self, call: cst.Call) -> None:
         move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return
         if move is not None and type(move.receiver) is cst.Name:
             current = self.state.get(move.receiver.value)
             if isinstance(current, Element):
                 if current.root:
                     # BatchEncoding.to / a dict-like batch moves in place.
                     self.state[move.receiver.value] = DEVICE
+                    self.moved_here = True
                 else:
                     changed = _copy(current)
                     changed.discarded = call
@@ -186,6 +239,7 @@ class BatchWalker:
                 continue
             if self.moves.mover_call(call, index):
                 self.state[arg.value.value] = DEVICE  # moved in place by a helper
+                self.moved_here = True
                 continue
             helper = self.a.project_helper(call.func)
             if helper is not None:
@@ -213,6 +267,7 @@ class BatchWalker:
             if not isinstance(base, Element) or self.value(value) is not DEVICE:
                 return
             key = _key_text(self.ctx, target)
+            self.moved_here = True
             if key is None:
                 self.state[target.value.value] = DEVICE  # batch[k] = v.to(dev) for every k
             else:
@@ -344,7 +399,10 @@ class BatchWalker:
         return found
 
     def _call_value(self, call: cst.Call, d: int) -> object:
-        if self.moves.move(call) is not None or self.moves.is_moved(call):
+        move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return None  # on the CPU item's device: not a device tensor (nor known to be CPU)
+        if move is not None or self.moves.is_moved(call):
             return DEVICE
         func = call.func
         if type(func) is cst.Attribute:
@@ -389,9 +447,12 @@ class BatchWalker:
 
     def _call_sink(self, call: cst.Call) -> None:
         move = self.moves.move(call)
+        if move is not None and self._to_batch_item_device(move):
+            return
         if move is not None:
             if move.receiver is not None and isinstance(self.value(move.receiver), Element):
                 self.sibling_moves.append(move)  # `model(images.to(device))`: a sibling move
+                self.moved_here = True
             return
         func = call.func
         values = [(arg, self.value(arg.value)) for arg in call.args]
@@ -554,6 +615,19 @@ class BatchWalker:
                 ):
                     found.add(node.value.value)
         return found
+
+
+_EXITS = (cst.Continue, cst.Break, cst.Return, cst.Raise)
+
+
+def condition_key(ctx, stmt: cst.If) -> str:
+    """An `if`'s condition as text: two `if`s with the same text take the same branch. A
+    condition that calls something (`random.random() < p`) may differ between two tests, so
+    each such `if` is its own decision."""
+    text = " ".join(ctx.code(stmt.test).split())
+    if any(type(node) is cst.Call for node in own_nodes(stmt.test)):
+        return f"{text} @{id(stmt)}"
+    return text
 
 
 def _follows_a_tensor(moves, node: cst.CSTNode) -> bool:

@@ -28,6 +28,33 @@ from ..base.names import dotted_name, dotted_targets
 from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
 from .stepexprs import is_loss_key, name_leaves
 
+# Calls that make (or may return) tensors that require grad, or modules.
+_GRAD_SOURCE_PREFIXES = (
+    "torch.optim.",
+    "torch.autograd.",
+    "torch.hub.",
+    "torch.load",
+    "torch.jit.",
+    "torch.compile",
+    "torch.func.",
+)
+# Packages whose functions make data, plots and numbers, never a module or a grad tensor.
+_PLAIN_DATA_PACKAGES = frozenset(
+    getattr(__import__("sys"), "stdlib_module_names", frozenset())
+) | frozenset(
+    {"torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn", "PIL", "tqdm", "IPython"}
+)
+# Methods of modules and of tensors with a graph (unless a plain class of the file defines them:
+# a from-scratch network's hand-written `backward`).
+_MODULE_OR_AUTOGRAD_METHODS = frozenset(
+    {
+        "backward", "parameters", "named_parameters", "zero_grad", "load_state_dict",
+        "modules", "children", "forward", "train", "eval", "register_forward_hook",
+    }
+)
+_GRAD_SOURCE_LIBRARIES = ("torchvision.models", "torchvision.ops")
+_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
+
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
@@ -39,6 +66,7 @@ class AutogradGraphs:
     # What `TrainingSteps` provides (annotations only: no class attributes are created).
     ctx: Any
     scopes: Any
+    names: Any
     loops: Any
     flow: Callable[[cst.CSTNode], Any]
     backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
@@ -268,6 +296,62 @@ class AutogradGraphs:
             )
         return False
 
+    def records_autograd_graphs(self) -> bool:
+        """Can anything in this file hold an autograd graph? A graph needs a tensor that
+        requires grad: an `nn.Module` (or any class with a base the analysis cannot rule out),
+        a `torch.nn` layer or `nn.Parameter`, `requires_grad`, an optimizer, `torch.autograd`,
+        a loaded or library-built object (`torch.load`, `timm.create_model`, a function imported
+        from the project), or a name the file does not define. Without any of these (a
+        from-scratch network in a plain class, `torch.zeros(...).normal_()` weights updated by
+        hand-written gradients) no value carries a graph, whatever the names say."""
+        cached = getattr(self, "_records_graphs", None)
+        if cached is None:
+            cached = self._records_graphs = self._find_grad_source()
+        return cached
+
+    def _find_grad_source(self) -> bool:
+        if "requires_grad" in self.ctx.source.text:
+            return True
+        for cls in self.ctx.nodes(cst.ClassDef):
+            if any(not (type(b.value) is cst.Name and b.value.value == "object") for b in cls.bases):
+                return True  # nn.Module, or a base from elsewhere that may be one
+        names = self.names
+        callgraph = self.loops.callgraph
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            qualified = names.qualified(func)
+            for qualname in qualified:
+                if qualname.startswith(_GRAD_SOURCE_PREFIXES):
+                    return True
+                if qualname.startswith("torch.nn."):
+                    leaf = qualname.split(".")[-1]
+                    if leaf[:1].isupper():
+                        return True  # nn.Linear(...), nn.Parameter(...)
+            if type(func) is cst.Attribute and func.attr.value in _MODULE_OR_AUTOGRAD_METHODS:
+                if callgraph.member_kind(func) != "method":
+                    return True  # a tensor's backward(), a module's parameters()
+                continue
+            root = func
+            while type(root) is cst.Attribute:
+                root = root.value
+            if type(root) is not cst.Name:
+                continue
+            bindings = self.scopes.lookup(root.value, root)
+            if not bindings:
+                if root.value not in _BUILTIN_NAMES:
+                    return True  # defined where the analysis cannot see (a star import)
+                continue
+            for binding in bindings:
+                if binding.kind == "import":
+                    top = (binding.qualname or ".").split(".")[0]
+                    if top not in _PLAIN_DATA_PACKAGES or any(
+                        q.startswith(_GRAD_SOURCE_LIBRARIES) for q in qualified
+                    ):
+                        return True  # a library or project function may build a model
+                elif func is root and binding.kind not in ("def", "class"):
+                    return True  # a value called (`net(images)`): it may be a module
+        return False
+
     def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:
         """Does `expr` hold a graph: a graph name, a loss function call or `.loss`, not detached?"""
         return any(True for _ in self.graph_leaves(expr, names))
@@ -275,7 +359,18 @@ class AutogradGraphs:
     def graph_leaves(
         self, expr: cst.CSTNode, names: Set[str]
     ) -> Iterator[cst.CSTNode]:
-        """The parts of `expr` that carry a graph into its value (not under a detaching read)."""
+        """The parts of `expr` that carry a graph into its value (not under a detaching read);
+        none in a file where nothing can require grad (`records_autograd_graphs`)."""
+        if not self.records_autograd_graphs():
+            return
+        yield from self.argument_leaves(expr, names)
+
+    def argument_leaves(
+        self, expr: cst.CSTNode, names: Set[str]
+    ) -> Iterator[cst.CSTNode]:
+        """`graph_leaves` where `names` hold values that come from elsewhere (a function's
+        parameters, which its callers in other files fill): what the file itself can make does
+        not matter, so there is no file-level guard."""
         stack = [expr]
         while stack:
             node = stack.pop()
@@ -304,12 +399,12 @@ class AutogradGraphs:
                 inner = set(names)
                 clause = comprehension.for_in
                 while clause is not None:
-                    if any(True for _ in self.graph_leaves(clause.iter, inner)):
+                    if any(True for _ in self.argument_leaves(clause.iter, inner)):
                         inner.update(dotted_targets(clause.target))
                     clause = clause.inner_for_in
                 # (a dict comprehension's keys are names: its values carry what it holds)
                 part = comprehension.value if type(node) is cst.DictComp else comprehension.elt
-                yield from self.graph_leaves(part, inner)
+                yield from self.argument_leaves(part, inner)
                 continue
             if type(node) is cst.Call:
                 # Arguments of an unknown call may or may not reach its result: follow only

@@ -1,30 +1,114 @@
-"""Models whose train/eval mode changes nothing: a same-file `nn.Module` with no dropout, no
-normalisation with running statistics, no recurrent or attention layers and no `self.training`
-read, whose submodules are all `torch.nn` layers (the CIFAR-10 tutorial's `Net`). A missing
+"""Models whose train/eval mode changes nothing, and the one place that knows which `torch.nn`
+layers behave differently in the two modes.
+
+A model has no modes worth setting when it is a built-in layer without mode-dependent behaviour
+(`nn.Linear(784, 10)`, a convolution, an embedding), an `nn.Sequential` of such layers, or a
+same-file `nn.Module` whose submodules are all such layers and that reads no `self.training` and
+calls no dropout or normalisation function (the CIFAR-10 tutorial's `Net`). A missing
 `model.eval()` around such a model changes no result (TRL405 stays quiet about the mode).
+
+Mode-dependent: dropout of every kind, normalisation with running statistics (BatchNorm,
+InstanceNorm, SyncBatchNorm), `RReLU` (random slopes in training), transformer and attention
+blocks (dropout inside), and `nn.RNN`/`nn.LSTM`/`nn.GRU` only when they have more than one layer
+and a dropout that is not literally zero (PyTorch applies an RNN's `dropout` between stacked
+layers only, and only in train mode).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Dict, List, Optional
 
 import libcst as cst
 
+from ..base.calls import has_star_args, keyword, positional
 from .steps import TrainingSteps
 
 
 _MODE_DEPENDENT = re.compile(
     r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|^training$|rnn|lstm|gru|"
-    r"transformer|attention|^train$|^eval$|^apply$",
+    r"transformer|attention|rrelu|^train$|^eval$|^apply$",
     re.IGNORECASE,
 )
+# Layers whose forward reads `self.training` (or that hold such layers).
+_MODE_DEPENDENT_LAYER = re.compile(
+    r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|rrelu|transformer|attention",
+    re.IGNORECASE,
+)
+# Recurrent layers: (position of `dropout` among the positional arguments). `num_layers` is the
+# third positional argument of all three.
+_STACKED_RNNS = {"LSTM": 5, "GRU": 5, "RNN": 6}
+_CONTAINERS = ("Sequential", "ModuleList")
+
+
+def mode_dependent_layer(steps: "TrainingSteps", call: cst.Call) -> Optional[bool]:
+    """Does this `torch.nn` layer (or `torch.nn.functional` call) behave differently in train and
+    eval mode? True or False for a call that builds a `torch.nn` layer or calls a
+    `torch.nn.functional` function; None for any other call (not a torch layer: unknown).
+
+    `nn.LSTM(28, 128, 2)` is False (dropout 0 by default); `nn.LSTM(28, 128, 2, dropout=0.3)` is
+    True; `nn.LSTM(28, 128, dropout=0.3)` is False (one layer: PyTorch applies no dropout).
+    Containers (`nn.Sequential(...)`, `nn.ModuleList([...])`) are False only when every layer
+    written in them is."""
+    leaves = [
+        q.split(".")[-1] for q in steps.names.qualified(call.func) if q.startswith("torch.nn.")
+    ]
+    if not leaves:
+        return None
+    leaf = leaves[0]
+    if leaf in _CONTAINERS:
+        return not _mode_free_container(steps, call)
+    if leaf in _STACKED_RNNS:
+        return not _rnn_without_dropout(call, _STACKED_RNNS[leaf])
+    if leaf in ("ModuleDict", "ParameterList", "ParameterDict", "Module"):
+        return True  # contents not written as layers here: unknown, so not mode-free
+    return bool(_MODE_DEPENDENT_LAYER.search(leaf))
+
+
+def _rnn_without_dropout(call: cst.Call, dropout_at: int) -> bool:
+    if has_star_args(call):
+        return False
+    layers = keyword(call, "num_layers") or positional(call, 2)
+    dropout = keyword(call, "dropout") or positional(call, dropout_at)
+    return dropout is None or _literal_number(dropout) == 0 or (
+        layers is None or _literal_number(layers) == 1
+    )
+
+
+def _literal_number(node: cst.BaseExpression) -> Optional[float]:
+    if type(node) in (cst.Integer, cst.Float):
+        try:
+            return float(node.value.replace("_", ""))  # type: ignore[attr-defined]
+        except ValueError:
+            return None
+    return None
+
+
+def _mode_free_container(steps: "TrainingSteps", call: cst.Call) -> bool:
+    """`nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))`, `nn.ModuleList([...])`:
+    only torch layers, none of them mode-dependent (nested containers are looked into)."""
+    layers: List[cst.BaseExpression] = []
+    for arg in call.args:
+        if arg.star or arg.keyword is not None:
+            return False
+        if type(arg.value) in (cst.List, cst.Tuple):
+            for element in arg.value.elements:  # type: ignore[attr-defined]
+                if type(element) is not cst.Element:
+                    return False
+                layers.append(element.value)
+        else:
+            layers.append(arg.value)
+    for layer in layers:
+        if type(layer) is not cst.Call or mode_dependent_layer(steps, layer) is not False:
+            return False
+    return bool(layers)
 
 
 def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
-    """Is `name` an instance of a same-file `nn.Module` class that behaves the same in train and
-    eval mode (no dropout, normalisation with running statistics, recurrent or attention layers,
-    no `self.training` read, and only `torch.nn` layers as submodules)? Then a missing
-    `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
+    """Is `name` a model that behaves the same in train and eval mode: a built-in layer without
+    mode-dependent behaviour (`nn.Linear(784, 10)`), an `nn.Sequential` of such layers, or an
+    instance of a same-file `nn.Module` class built only from them (no `self.training` read)?
+    Then a missing `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
     if not name or "." in name:
         return False
     bindings = steps.scopes.lookup(name, at)
@@ -43,13 +127,14 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
                 value = value.func.value
                 continue
             break
-        if type(value) is cst.Call and steps.names.is_(value.func, "torch.nn.Sequential"):
-            if not _mode_free_layers(steps, value):
+        if type(value) is not cst.Call:
+            return False
+        layer = mode_dependent_layer(steps, value)
+        if layer is not None:
+            if layer:
                 return False
             continue
-        if not (type(value) is cst.Call and type(value.func) is cst.Name):
-            return False
-        if not _mode_free_class(steps, value.func.value, value):
+        if not (type(value.func) is cst.Name and _mode_free_class(steps, value.func.value, value)):
             return False
     return True
 
@@ -89,49 +174,99 @@ def _unpacked_lambda(statement, name: str) -> bool:
     return False
 
 
-def _mode_free_layers(steps: "TrainingSteps", sequential: cst.Call) -> bool:
-    """`nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))`: only torch layers, none of
-    them mode-dependent."""
-    for arg in sequential.args:
-        layer = arg.value
-        if arg.star or type(layer) is not cst.Call:
-            return False
-        qualified = steps.names.qualified(layer.func)
-        if not any(q.startswith("torch.nn.") for q in qualified):
-            return False
-        if any(_MODE_DEPENDENT.search(q.split(".")[-1]) for q in qualified):
-            return False
-    return bool(sequential.args)
-
-
 def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
+    """A same-file `nn.Module` class whose every call is a torch call or a call of its own
+    submodules, whose layers are all mode-free (`mode_dependent_layer`), that reads no
+    `self.training`, overrides no `train`/`eval` and calls no dropout or normalisation function.
+    A submodule attribute named like a mode-dependent layer (`self.lstm`) is fine when every
+    assignment to it builds a mode-free layer (`nn.LSTM(28, 128, 2)`)."""
     classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
     if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
         return False
     node: cst.ClassDef = classes[0].node
     if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
         return False
+    free_layers = _mode_free_attributes(steps, node)
     found_ok = True
 
     class Scan(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
+        def visit_FunctionDef(self, function: cst.FunctionDef) -> None:
             nonlocal found_ok
-            if _MODE_DEPENDENT.search(n.value):
-                found_ok = False
+            if _MODE_DEPENDENT.search(function.name.value):
+                found_ok = False  # def train(self, mode=True): ... overrides the mode switch
 
-        def visit_Call(self, call: cst.Call) -> None:
+        def visit_Param(self, param: cst.Param) -> bool:
+            return False  # parameter names are the author's words, not layers
+
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            arg.value.visit(self)  # `dropout=` as a keyword is judged by the call it is in
+            return False
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
             nonlocal found_ok
+            attr = attribute.attr.value
+            if _MODE_DEPENDENT.search(attr):
+                own = type(attribute.value) is cst.Name and attribute.value.value == "self"
+                if not (own and attr in free_layers):
+                    found_ok = False  # self.training, F.dropout, self.bn (not a free layer)
+            attribute.value.visit(self)
+            return False
+
+        def visit_Name(self, name: cst.Name) -> None:
+            nonlocal found_ok
+            if not _MODE_DEPENDENT.search(name.value):
+                return
+            bindings = steps.scopes.lookup(name.value, name)
+            if not bindings or any(b.kind in ("import", "global") for b in bindings):
+                found_ok = False  # from torch.nn.functional import dropout
+            # a local variable (`lstm_out, _ = self.lstm(x)`) is only a name
+
+        def visit_Call(self, call: cst.Call) -> Optional[bool]:
+            nonlocal found_ok
+            layer = mode_dependent_layer(steps, call)
+            if layer is not None:
+                if layer:
+                    found_ok = False
+                    return False
+                if _constructs_layer(steps, call):
+                    return False  # a torch layer's arguments are sizes and flags
+                return None  # F.relu(self.drop(x)): what it is given is still read
             # Submodules must be torch layers: a user class may hide a Dropout.
             func = call.func
             qualified = steps.names.qualified(func)
             if type(func) is cst.Name and func.value in ("super", "range", "len", "int"):
-                return
+                return None
             torch_layer = any(q.startswith("torch.") for q in qualified)
             local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
             if type(func) is not cst.Name and local:
-                return
+                return None
             if not torch_layer:
                 found_ok = False
+            return None
 
     node.visit(Scan())
     return found_ok
+
+
+def _constructs_layer(steps: "TrainingSteps", call: cst.Call) -> bool:
+    return any(
+        q.startswith("torch.nn.") and q.split(".")[-1][:1].isupper()
+        for q in steps.names.qualified(call.func)
+    )
+
+
+def _mode_free_attributes(steps: "TrainingSteps", node: cst.ClassDef) -> Dict[str, bool]:
+    """`self.<attr>` names of the class whose every assignment builds a mode-free torch layer."""
+    assigned: Dict[str, List[cst.BaseExpression]] = {}
+    for child in steps.ctx.tree.descendants(node):
+        if type(child) is not cst.Assign:
+            continue
+        for target in child.targets:
+            t = target.target
+            if type(t) is cst.Attribute and type(t.value) is cst.Name and t.value.value == "self":
+                assigned.setdefault(t.attr.value, []).append(child.value)
+    return {
+        attr: True
+        for attr, values in assigned.items()
+        if all(type(v) is cst.Call and mode_dependent_layer(steps, v) is False for v in values)
+    }

@@ -676,9 +676,12 @@ class TrainingSteps(AutogradGraphs, Analysis):
         """(loop, first model call) for evaluation loops: over a validation/test loader or in an
         evaluation function, calling a model, with no backward/step/autograd.grad."""
         out = []
+        seen: Set[cst.Call] = set()
         for loop in self.ctx.nodes(cst.For):
             call = self.eval_loop_model_call(loop)
-            if call is not None:
+            if call is not None and call not in seen:
+                # Nested evaluation loops share their model call: one finding, the outer loop's.
+                seen.add(call)
                 out.append((loop, call))
         return out
 
@@ -704,6 +707,10 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 return None
         for node in own_nodes(loop.body):
             if type(node) is cst.Call and self.is_model(node.func):
+                if self.loops.callgraph.member_kind(node.func) in ("method", "unknown"):
+                    # `proto.run_model(net, x)`: a bound method has no eval(); a member the
+                    # class inherits from outside the file may be either, so it is not used.
+                    continue
                 return node
         return None
 

@@ -321,7 +321,7 @@ class FunctionSummaries(Analysis):
             if where is None or self.steps.grad_disabled(node, 0):
                 continue
             names = set(derived)
-            for leaf in self.steps.graph_leaves(value, names):
+            for leaf in self.steps.argument_leaves(value, names):
                 text = dotted_name(leaf)
                 if text in derived:
                     position = str(derived[text])

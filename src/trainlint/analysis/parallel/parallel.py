@@ -28,6 +28,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ..base.calls import string_value
+from ..base.identity import RETURNS_RECEIVER, returned_module, same_module
 from ..base.names import Names, dotted_name
 from ..base.nodes import is_self_attr, self_and_descendants
 from ..base.scopes import Binding, Scopes
@@ -45,19 +46,8 @@ DEVICE_COUNT = ("torch.cuda.device_count", "torch.accelerator.device_count")
 SPAWN = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 
 # Calls that return the module they are called on (or a cast of it): `DDP(m).cuda()` is DDP.
-MODULE_RETURNING = {
-    "to",
-    "cuda",
-    "cpu",
-    "float",
-    "half",
-    "double",
-    "bfloat16",
-    "train",
-    "eval",
-    "requires_grad_",
-    "to_empty",
-}
+# The one table of such calls is analysis/base/identity.py.
+MODULE_RETURNING = RETURNS_RECEIVER
 
 # Words that make a test about distributed training.
 _DIST_WORDS = {"dist", "dist_url", "launcher", "num_processes", "use_dist", "multi_node", "nprocs"}
@@ -100,11 +90,8 @@ class Parallel(Analysis):
                 return "DataParallel"
             if self.names.is_(expr.func, *DDP_NAMES):
                 return "DistributedDataParallel"
-            func = expr.func
-            if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
-                expr = func.value
-                continue
-            return None
+            # `.cuda()`, `.to(d)`, `convert_sync_batchnorm(...)`: the same module
+            expr = returned_module(expr, self.names)
         return None
 
     def wrap_calls(self) -> List[Tuple[cst.Call, str]]:
@@ -122,13 +109,14 @@ class Parallel(Analysis):
     def wrapper_state(self, expr: cst.CSTNode, at: Optional[cst.CSTNode] = None) -> WrapState:
         """Whether `expr` (a name or `self.attr`) holds a DP/DDP wrapper where it is evaluated."""
         state = WrapState()
-        values = self.bound_values(expr, at or expr)
+        # In `model = convert_sync_batchnorm(model)` the argument is the binding before.
+        values = self.bound_values(expr, self.evaluation_point(at or expr))
         if values is None or not values:
             return state
         wrappers = 0
         for value in values:
             kind = None
-            peeled = module_root(value) if value is not None else None
+            peeled = same_module(value, self.names) if value is not None else None
             if type(peeled) is cst.Call:
                 kind = self.wrap_kind(peeled)
                 if kind is not None:
@@ -173,7 +161,10 @@ class Parallel(Analysis):
         while type(expr) is cst.Call:
             if self.names.is_(expr.func, DATA_PARALLEL, *DDP_NAMES):
                 return expr
-            expr = expr.func.value  # type: ignore[attr-defined]
+            inner = returned_module(expr, self.names)
+            if inner is None:
+                break
+            expr = inner
         return expr  # type: ignore[return-value]
 
     def bound_values(

@@ -28,10 +28,12 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from ..base.calls import has_star_args, is_false, keyword, positional
+from ..base.calls import has_star_args, is_false, is_true, keyword, positional
+from ..base.identity import same_module
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..project.modules import ALL, freezes, frozen_by_loop
-from .parallel import INIT_PROCESS_GROUP, Parallel, module_root
+from .parallel import INIT_PROCESS_GROUP, Parallel
+from .settings import OptionSources
 from .. import Analysis
 
 
@@ -47,9 +49,11 @@ class WrapSite:
     kind: str  # DDP_KIND or DP_KIND
     call: cst.Call
     classes: Set[str] = field(default_factory=set)  # qualified names; empty: unknown
-    # keyword -> "true" / "false" / "unknown" (an expression) for find_unused_parameters and
-    # static_graph; absent when not given. With **kwargs both are "unknown".
+    # keyword -> "true" / "false" / "unknown" (an expression) / "config" (a configuration
+    # read, in `settings`) for find_unused_parameters and static_graph; absent when not
+    # given. With **kwargs both are "unknown".
     options: Dict[str, str] = field(default_factory=dict)
+    settings: Dict[str, Dict[str, object]] = field(default_factory=dict)
 
     @property
     def tolerates_unused(self) -> bool:
@@ -57,7 +61,12 @@ class WrapSite:
         return any(self.options.get(k) in ("true", "unknown") for k in TOLERANT_KEYWORDS)
 
     def to_facts(self) -> Dict[str, object]:
-        return {"kind": self.kind, "classes": sorted(self.classes), "options": self.options}
+        return {
+            "kind": self.kind,
+            "classes": sorted(self.classes),
+            "options": self.options,
+            "settings": self.settings,
+        }
 
 
 class Wraps(Analysis):
@@ -65,7 +74,11 @@ class Wraps(Analysis):
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
         self.parallel: Parallel = ctx.analysis(Parallel)
+        self.sources: OptionSources = ctx.analysis(OptionSources)
         self.sites: List[WrapSite] = []
+        # Config reads that decide whether DDP tolerates unused parameters (settings.py),
+        # from any call's keyword (a DDP wrap, MMDistributedDataParallel, DDPStrategy).
+        self.settings: List[Dict[str, object]] = []
         for call, kind in self.parallel.wrap_calls():
             site = WrapSite(kind, call)
             module = call.args[0].value if call.args and not call.args[0].keyword else None
@@ -78,6 +91,11 @@ class Wraps(Analysis):
                 value = keyword(call, name)
                 if value is not None:
                     site.options[name] = _truth(value)
+                    unknown = site.options[name] == "unknown"
+                    setting = self.sources.setting(value) if unknown else None
+                    if setting is not None:
+                        site.options[name] = "config"
+                        site.settings[name] = setting
             self.sites.append(site)
         self.signals = self._signals()
         self.finds_unused = self._finds_unused()
@@ -88,6 +106,7 @@ class Wraps(Analysis):
             "wraps": [site.to_facts() for site in self.sites],
             "signals": sorted(self.signals),
             "finds_unused": self.finds_unused,
+            "unused_settings": self.settings,
             "frozen": sorted(self.frozen),
         }
 
@@ -100,7 +119,7 @@ class Wraps(Analysis):
         """Qualified names of the classes `expr` may be an instance of (empty: unknown)."""
         if depth > 4:
             return set()
-        expr = module_root(expr)
+        expr = same_module(expr, self.names)
         if type(expr) is cst.Call:
             if self.parallel.wrap_kind(expr) is not None and expr.args:
                 return self.classes_of(expr.args[0].value, depth + 1)
@@ -174,11 +193,22 @@ class Wraps(Analysis):
         """Code that makes DDP tolerate unused parameters (keywords, strategies, static graph).
         An MM-style config's top-level `find_unused_parameters = True` is not counted here: it
         applies to the models the config builds (TRL301 matches them by `type=`)."""
+        found = False
         for call in self.ctx.nodes(cst.Call):
             for name in TOLERANT_KEYWORDS:
                 value = keyword(call, name)
-                if value is not None and not is_false(value):
-                    return True
+                if value is None or is_false(value):
+                    continue
+                # (HF's `ddp_find_unused_parameters=None` means "decide for me": not a setting)
+                readable = name != "ddp_find_unused_parameters" and not is_true(value)
+                setting = self.sources.setting(value) if readable else None
+                if setting is None:
+                    found = True
+                elif setting not in self.settings:
+                    # Decided against the project's configs in the project phase.
+                    self.settings.append(setting)
+            if found:
+                return True
             if type(call.func) is cst.Attribute and call.func.attr.value == "_set_static_graph":
                 return True
         for string in self.ctx.nodes(cst.SimpleString):

@@ -26,8 +26,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ..base.names import LOCAL_PREFIX
+from ..parallel.settings import ARGPARSE, MM
 from ..parallel.wraps import DDP_KIND, Wraps
 from .installed import installed_class, is_library_file, library_absolute
+from .mmconfig import MMConfigs
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
 
@@ -58,8 +60,23 @@ INITIALISING_MODULES = {
     "mmengine.model.base_module.BaseModule",
     "mmengine.model.base_module.base_module.BaseModule",
 }
-_MAX_DEPTH = 12
+_MAX_STEPS = 64  # lookups one class name may take through re-exports and star imports
+_MAX_NESTING = 12  # resolutions started inside a resolution (through installed packages)
 _UNKNOWN = object()
+_NOT_HERE = object()  # a star-imported module that does not define the name
+_STAR = "<star>."  # a lookup of a name through `from <file> import *`
+
+
+class _Follow:
+    """Where `Hierarchy.resolve` looks next: (qualname, importer, may fall through) lookups in
+    the order Python would find the name."""
+
+    __slots__ = ("lookups",)
+
+    def __init__(self, lookups: List[Tuple[str, Path, bool]]) -> None:
+        self.lookups = lookups
+
+
 # Words of a file that may train with DDP or configure it (wraps.py's signals and options).
 # (`DataParallel` also finds `nn.DataParallel`: TRL203's trainers outside the run.)
 _DDP_WORDS = re.compile(
@@ -110,9 +127,81 @@ def file_facts(ctx) -> Dict[str, object]:
         node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
     )
     facts["imports"] = import_qualnames(ctx)
+    facts["star_imports"] = list(ctx.scopes.module_scope.star_imports)
+    facts["exports"] = exported_names(ctx)
     facts.update(ctx.analysis(Wraps).facts())
     facts["outside_reads"] = sorted(_outside_reads(ctx))
     return facts
+
+
+def exported_names(ctx) -> Optional[List[str]]:
+    """The names `from <file> import *` binds when the file says (`__all__ = [...]`, also
+    extended with `+=`, `.extend`, `.append`); None when it has no `__all__` (every public name
+    is exported) or one we cannot read (then public names are assumed, too)."""
+    found: Optional[List[str]] = None
+    for statement in ctx.module.body:
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            target, value, extend = _all_update(small)
+            if target is None:
+                continue
+            names = _string_list(value)
+            if names is None:
+                return None  # computed: cannot tell which names
+            found = (found or []) + names if extend else names
+    return found
+
+
+def _all_update(small: cst.CSTNode):
+    """(`__all__`, the value, whether it extends) for `__all__ = v`, `__all__ += v`,
+    `__all__.extend(v)`, `__all__.append(x)` (as a one-element list); else (None, None, False)."""
+    if type(small) is cst.Assign and len(small.targets) == 1:
+        target = small.targets[0].target
+        if type(target) is cst.Name and target.value == "__all__":
+            return "__all__", small.value, False
+    if type(small) is cst.AnnAssign and type(small.target) is cst.Name:
+        if small.target.value == "__all__" and small.value is not None:
+            return "__all__", small.value, False
+    if type(small) is cst.AugAssign and type(small.target) is cst.Name:
+        if small.target.value == "__all__":
+            return "__all__", small.value, True
+    if type(small) is cst.Expr and type(small.value) is cst.Call:
+        call = small.value
+        func = call.func
+        if (
+            type(func) is cst.Attribute
+            and type(func.value) is cst.Name
+            and func.value.value == "__all__"
+            and func.attr.value in ("extend", "append")
+            and len(call.args) == 1
+        ):
+            value = call.args[0].value
+            if func.attr.value == "append":
+                value = cst.List([cst.Element(value)])
+            return "__all__", value, True
+    return None, None, False
+
+
+def _string_list(value: cst.BaseExpression) -> Optional[List[str]]:
+    if type(value) not in (cst.List, cst.Tuple):
+        return None
+    names: List[str] = []
+    for element in value.elements:  # type: ignore[attr-defined]
+        text = element.value.evaluated_value if type(element.value) is cst.SimpleString else None
+        if not isinstance(text, str):
+            return None
+        names.append(text)
+    return names
+
+
+def _settings(facts: dict) -> List[dict]:
+    """The configuration reads (parallel/settings.py) a file's DDP options come from."""
+    found = list(facts.get("unused_settings", ()))
+    for wrap in facts.get("wraps", ()):
+        if wrap.get("kind") == DDP_KIND:
+            found.extend(wrap.get("settings", {}).values())
+    return found
 
 
 def _outside_reads(ctx) -> Set[str]:
@@ -195,6 +284,9 @@ class Hierarchy:
         self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
         self._evidence_files: Dict[Path, Set[Path]] = {}
+        self._configs: Optional[MMConfigs] = None
+        self._resolving = 0  # resolutions under way (installed.py resolves through `resolve`)
+        self._set_keys: Dict[Tuple[str, Tuple[str, ...]], bool] = {}
 
     # -- files --------------------------------------------------------------------------------
 
@@ -232,21 +324,57 @@ class Hierarchy:
             return None
         return facts.get("classes", {}).get(ref.name)
 
-    def resolve(self, qualname: str, importer: Path, depth: int = 0):
+    def resolve(self, qualname: str, importer: Path):
         """What a class name used in `importer` is: a ClassRef of the project, "module"
-        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, an autograd
-        Function, a class of the project without bases), or None (unknown: a library, or not a
-        class)."""
-        if depth > _MAX_DEPTH:
+        (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a builtin,
+        an autograd Function, a class of the project without bases), or None (unknown: a
+        library, or not a class).
+
+        Imports are followed through the files that re-export the name (`from .head import
+        Head` in a package's `__init__.py`) and through star imports (`from .heads import *`,
+        honouring `__all__`), iteratively and within a fixed number of steps."""
+        # A stack of lookups; each is (qualname, importer, may_fall_through). A star import
+        # offers several places a name may come from: one that does not define it falls
+        # through to the next. A name imported explicitly must be where the import says.
+        if self._resolving >= _MAX_NESTING:
+            return None  # installed packages' files resolve their own names through here
+        self._resolving += 1
+        try:
+            stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
+            seen: Set[Tuple[str, Path]] = set()
+            steps = 0
+            while stack and steps < _MAX_STEPS:
+                steps += 1
+                name, where, falls_through = stack.pop()
+                if (name, where) in seen:
+                    continue  # a cycle of re-exports defines nothing new
+                seen.add((name, where))
+                found = self._resolve_step(name, where)
+                if isinstance(found, _Follow):
+                    stack.extend(reversed(found.lookups))
+                elif found is _NOT_HERE:
+                    if not falls_through:
+                        return None
+                else:
+                    return found
             return None
+        finally:
+            self._resolving -= 1
+
+    def _resolve_step(self, qualname: str, importer: Path):
+        """One step of `resolve`: a final answer, `_NOT_HERE`, or the lookups to make next."""
         if qualname == MODULE or qualname in INITIALISING_MODULES:
             return "module"
         if qualname in CONTAINERS:
             return "container"
         if qualname in PLAIN_BASES or qualname in NON_MODULE_BASES:
             return "plain"
+        if qualname.startswith("builtins."):
+            return "plain"
         if qualname.startswith(LOCAL_PREFIX):
-            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :], depth)
+            return self._in_file(importer, qualname[len(LOCAL_PREFIX) :])
+        if qualname.startswith(_STAR):
+            return self._in_file(importer, qualname[len(_STAR) :], star=True)
         if qualname.startswith(("torch.", "?")):
             return None
         qualname = library_absolute(self.project, qualname, importer)
@@ -258,26 +386,49 @@ class Hierarchy:
             if path is None:
                 continue
             rest = parts[cut:]
-            return self._in_file(path, rest[0], depth) if len(rest) == 1 else None
+            return self._in_file(path, rest[0]) if len(rest) == 1 else None
         if level and len(parts) == 1:
             # `from . import Head` in a package: the name comes from the package's __init__.py
             path = self.module_file("." * level, importer)
             if path is not None:
-                return self._in_file(path, parts[0], depth)
-        return installed_class(self, qualname, depth)  # an installed package's, read
+                return self._in_file(path, parts[0])
+        return installed_class(self, qualname)  # an installed package's, read
 
-    def _in_file(self, path: Path, name: str, depth: int):
+    def _in_file(self, path: Path, name: str, star: bool = False):
+        """What `name` is in the file at `path`: a final answer, `_NOT_HERE`, or where to look
+        next (the import that binds it, or the modules the file star-imports). `star`: the
+        name is wanted through `from <file> import *`, which binds only the names of its
+        `__all__` (when it has one) or its public names."""
         facts = self.facts_at(path)
         if facts is None:
             return None
+        if star:
+            exported = facts.get("exports")
+            public = name in exported if exported is not None else not name.startswith("_")
+            if not public:
+                return _NOT_HERE
         if name in facts.get("classes", {}):
             return ClassRef(Path(os.path.abspath(path)), name)
         if name in facts.get("plain", ()):
             return "plain"
         imported = facts.get("imports", {}).get(name)
         if imported:
-            return self.resolve(imported, path, depth + 1)
-        return None
+            return _Follow([(imported, path, False)])
+        lookups = []
+        unknown_source = False
+        for module in facts.get("star_imports", ()):
+            target = self.module_file(module, path)
+            if target is None:
+                unknown_source = True  # `from torch.nn import *`: may define it, unknowable
+                continue
+            lookups.append((f"{_STAR}{name}", target, True))
+        if lookups:
+            # The last star import that defines the name wins; an unknown source may too.
+            lookups.reverse()
+            if unknown_source:
+                lookups.append(("?", path, False))
+            return _Follow(lookups)
+        return None if unknown_source else _NOT_HERE
 
     def bases_of(self, ref: ClassRef) -> List[Tuple[str, object]]:
         """(base as written, what it resolves to) for each base of `ref`."""
@@ -470,19 +621,70 @@ class Hierarchy:
         """(file, signal) for every file of the evidence that trains with DDP."""
         return [(path, signal) for path, facts in evidence for signal in facts.get("signals", ())]
 
-    @staticmethod
-    def tolerates_unused(evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
+    def tolerates_unused(self, evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
         """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,
-        `static_graph=True`, an option DDP gets from an expression or **kwargs), or None."""
+        `static_graph=True`, an option DDP gets from an expression or **kwargs, or from a
+        configuration the project's configs set, or may set), or None."""
         for path, facts in evidence:
             if facts.get("finds_unused"):
                 return path
+            for setting in _settings(facts):
+                if self.setting_tolerates(setting) is not False:
+                    return path
             for wrap in facts.get("wraps", ()):
                 if wrap.get("kind") == DDP_KIND and any(
                     v in ("true", "unknown") for v in wrap.get("options", {}).values()
                 ):
                     return path
         return None
+
+    def assumptions(self, evidence: List[Tuple[Path, dict]]) -> List[str]:
+        """What a finding assumes about settings it cannot see (a command-line option whose
+        default is False and that no file of the project passes), for its warning."""
+        found: List[str] = []
+        for _path, facts in evidence:
+            for setting in _settings(facts):
+                if self.setting_tolerates(setting) is False and setting["source"] == ARGPARSE:
+                    flag = (setting.get("flags") or ["--" + setting["key"]])[0]
+                    text = f"`{flag}` is not passed"
+                    if text not in found:
+                        found.append(text)
+        return found
+
+    def setting_tolerates(self, setting: dict) -> Optional[bool]:
+        """Does a configuration read (parallel/settings.py) turn the option on? True when its
+        default does or some file of the project sets it (`find_unused_parameters = True` in a
+        config, `--find_unused_parameters` passed by a launcher); False when it is read from
+        the project's MM configs and none sets it, or from a command-line option no file
+        passes (an assumption: `assumptions`); None when it cannot be decided (a config
+        loaded from a path while the project holds no config)."""
+        key = str(setting.get("key"))
+        if setting.get("default") is not False:
+            return True  # on by default, or a default we cannot read
+        if self._set_in_project(key, [str(f) for f in setting.get("flags", ())]):
+            return True
+        if setting.get("source") == MM:
+            return False if self.configs.exist() else None
+        return False
+
+    def _set_in_project(self, key: str, flags: List[str]) -> bool:
+        """Does a file of the project set `key` to True (not in a comment), or pass one of
+        `flags` on a line other than the option's declaration?"""
+        remembered = self._set_keys.get((key, tuple(flags)))
+        if remembered is None:
+            patterns = [rf"^[^#\n]*\b{re.escape(key)}['\"]?\s*[:=]\s*True\b"]
+            patterns += [rf"^(?![^#\n]*add_argument)[^#\n]*{re.escape(f)}\b" for f in flags]
+            remembered = bool(self.project.files_matching(re.compile("|".join(patterns), re.M)))
+            self._set_keys[(key, tuple(flags))] = remembered
+        return remembered
+
+    @property
+    def configs(self) -> MMConfigs:
+        """The project's MM-style configs (the facts the rule `code` records under
+        `"mm_config"`)."""
+        if self._configs is None:
+            self._configs = MMConfigs(self.project, self.code)
+        return self._configs
 
     @staticmethod
     def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:

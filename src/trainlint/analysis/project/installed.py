@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..base.names import LOCAL_PREFIX
+
 if TYPE_CHECKING:  # pragma: no cover
     from .hierarchy import Hierarchy
 
@@ -51,7 +53,7 @@ def library_absolute(project, qualname: str, importer: Path) -> str:
     return ".".join(package + ([rest] if rest else []))
 
 
-def installed_class(hierarchy: "Hierarchy", qualname: str, depth: int):
+def installed_class(hierarchy: "Hierarchy", qualname: str, depth: int = 0):
     """What an absolute name that is no module of the project resolves to in the installed
     packages (as `Hierarchy.resolve` answers), or None."""
     library = getattr(hierarchy.project, "library", None)
@@ -70,7 +72,7 @@ def installed_class(hierarchy: "Hierarchy", qualname: str, depth: int):
 def name_in_library_file(hierarchy: "Hierarchy", path: Path, name: str, depth: int, stars=0):
     """`name` in a library file: a class of it, a name it imports, or one it re-exports
     through `from module import *` (followed in order, as the names would be bound)."""
-    found = hierarchy._in_file(path, name, depth + 1)
+    found = hierarchy.resolve(LOCAL_PREFIX + name, path)
     if found is not None or stars > _MAX_STAR_DEPTH:
         return found
     library = hierarchy.project.library

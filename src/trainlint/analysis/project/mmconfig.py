@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -575,3 +576,79 @@ def tolerates_unused(tree: Node) -> bool:
     top = tree["dict"] if _is_dict_node(tree) else {}
     wrapper = top.get("model_wrapper_cfg")
     return _is_dict_node(wrapper) and _true(wrapper["dict"].get("static_graph"))
+
+
+# Configs worth reading for a family (a text filter; the merged chain decides): MM-style configs
+# (a `_base_ = ` or `model = ` line) naming one of its classes, and children that may tolerate
+# unused parameters for a model their base builds.
+_MM_CONFIG = re.compile(r"^(?:_base_|model)\s*=", re.M)
+# Every `type='Name'` of a config (a lookahead, so that overlapping spellings are all found).
+_TYPE_STRING = re.compile(r"(?=\btype\s*=\s*['\"]([^'\"]*)['\"])")
+_MM_TOLERANT = re.compile(
+    r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True", re.M
+)
+
+
+class MMConfigs:
+    """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
+    its `_base_` chain once. MMEngine/MMDet launch such configs with DDP, so a config that
+    builds a class (`type='DETRHead'`, in it or in a base) says the class trains with DDP, and
+    one whose merged DDP wrap tolerates unused parameters says it may not wait for them.
+    Configs are found by their text, so a run given only some files answers like a whole-tree
+    run; their facts are those the rule `code` records under `"mm_config"` (`MMConfig.facts()`),
+    never another rule's."""
+
+    def __init__(self, project, code: str) -> None:
+        self.project = project
+        self.code = code
+        self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
+        self._memo: Dict[Path, Resolved] = {}
+        self._configs: Optional[List[Tuple[Path, Set[str], bool]]] = None
+        self._exist: Optional[bool] = None
+
+    def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
+        """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
+        accepts unused parameters."""
+        if self._configs is None:
+            # The project's configs and the `type='...'` strings each names, found once:
+            # families are asked about one by one.
+            self._configs = [
+                (path, set(_TYPE_STRING.findall(text)), bool(_MM_TOLERANT.search(text)))
+                for path in self.project.files_matching(_MM_CONFIG)
+                for text in [self.project.text_of(path) or ""]
+            ]
+        wanted = set(class_names)
+        found = []
+        for path in [p for p, types, tolerant in self._configs if tolerant or types & wanted]:
+            merged = self._merge(path)
+            if merged is None or not merged[0] & set(class_names):
+                continue
+            if merged[1] or not tolerant:
+                found.append(path)
+        return found
+
+    def _merge(self, path: Path) -> Optional[Tuple[Set[str], bool]]:
+        """(the `type=` names the merged config builds, whether it tolerates unused parameters)."""
+        if path not in self._merged:
+            own = self._config_facts(path)
+            merged = None
+            if own:
+                tree = resolve(path, own, self._config_facts, self._display, self._memo).tree
+                merged = (set(type_names(tree)), tolerates_unused(tree))
+            self._merged[path] = merged
+        return self._merged[path]
+
+    def _config_facts(self, path: Path) -> Optional[Dict[str, Any]]:
+        facts = self.project.facts_of(path, self.code)
+        return facts.get("mm_config") if isinstance(facts, dict) else None
+
+    def exist(self) -> bool:
+        """Does the project hold an MM config (one is enough: a run loads one of them)?"""
+        if self._exist is None:
+            self._exist = any(
+                self._config_facts(path) for path in self.project.files_matching(_MM_CONFIG)
+            )
+        return self._exist
+
+    def _display(self, path: Path) -> str:
+        return self.project.display_of(path) or os.path.relpath(path)

@@ -26,6 +26,7 @@ across files, see hierarchy.py) this records
 
 from __future__ import annotations
 
+import builtins
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import libcst as cst
 
 from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
+from ..base.identity import returned_module
 from ..base.names import Names, dotted_name
 from ..base.nodes import descendants, is_self_attr, self_and_descendants
 from .. import Analysis
@@ -42,6 +44,12 @@ from .. import Analysis
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
     from typing import TypeGuard
 
+
+# Builtin classes (`object`, `dict`, `Exception`): a base named so, and not rebound in the file,
+# is the builtin, which reads no attribute a subclass registers.
+BUILTIN_CLASSES = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type)
+)
 
 ALL = "*"  # an escape or freeze that reaches every attribute
 
@@ -64,8 +72,6 @@ _PARAMETERLESS = re.compile(
     r"Softmax\w*|LogSoftmax|Softmin|\w*Loss|Fold|Unfold|CosineSimilarity|PairwiseDistance"
     r")$"
 )
-# Calls whose result is the module they are called on.
-_RETURNS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "requires_grad_"}
 # `self.<call>()` in a method other than __init__ that walks every submodule or parameter.
 _WALKERS = {
     "children",
@@ -180,12 +186,7 @@ class Modules(Analysis):
     # -- one class ----------------------------------------------------------------------------
 
     def _read_class(self, node: cst.ClassDef) -> ModuleClass:
-        bases = []
-        for arg in node.bases:
-            if arg.keyword is not None or arg.star:
-                continue
-            found = sorted(self.names.qualified(arg.value))
-            bases.append(found[0] if found else "?")
+        bases = [self._base_name(a.value) for a in node.bases if a.keyword is None and not a.star]
         cls = ModuleClass(node.name.value, node, bases)
         functions: Dict[str, cst.FunctionDef] = {}
         for statement in node.body.body:
@@ -223,6 +224,21 @@ class Modules(Analysis):
         for name in cls.frozen & set(cls.attrs):
             cls.attrs[name].frozen = True
         return cls
+
+    def _base_name(self, base: cst.BaseExpression) -> str:
+        """A base class as a qualified name: `nn.Module` -> "torch.nn.Module", a builtin class
+        the file does not rebind (`object`, `dict`) -> "builtins.object", `Generic[T]` ->
+        "typing.Generic"; "?" when the expression names nothing we can follow (a call)."""
+        if type(base) is cst.Subscript:
+            base = base.value  # Generic[T], Protocol[T]: the class is the subscripted one
+        if (
+            type(base) is cst.Name
+            and base.value in BUILTIN_CLASSES
+            and not self.ctx.scopes.lookup(base.value, base)
+        ):
+            return "builtins." + base.value
+        found = sorted(self.names.qualified(base))
+        return found[0] if found else "?"
 
     def _within(self, function: cst.FunctionDef, types) -> List[cst.CSTNode]:
         """The nodes of `types` inside `function`, in document order: slices of the file's
@@ -290,14 +306,17 @@ class Modules(Analysis):
                     return found
             return None, None, False
         peeled_freeze = False  # nn.Linear(...).requires_grad_(False)
-        while (
-            type(value) is cst.Call
-            and type(value.func) is cst.Attribute
-            and value.func.attr.value in _RETURNS_RECEIVER
-        ):
-            if value.func.attr.value == "requires_grad_" and freezes(value):
-                peeled_freeze = True
-            value = value.func.value
+        for _ in range(8):
+            # `nn.Linear(...).cuda()`, `convert_sync_batchnorm(Backbone())`: the module built
+            if type(value) is not cst.Call:
+                break
+            same = returned_module(value, self.names)
+            if not isinstance(same, cst.BaseExpression):
+                break
+            func = value.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                peeled_freeze = peeled_freeze or freezes(value)
+            value = same
         if type(value) is not cst.Call:
             return None, None, False
         qualified = sorted(self.names.qualified(value.func))

@@ -39,6 +39,18 @@ class BatchNotOnDevice(Rule):
       argument is a model output or a moved tensor;
     - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
 
+    Moves are followed per path. An item moved on any path counts as moved, except where the
+    moves sit in the arms of one `if`/`elif`/`else` that exclude each other:
+    `if args.gpu is not None: images = images.cuda(args.gpu)` / `elif use_cuda: target =
+    target.cuda()` moves `images` on one branch and `target` on the other, so whichever runs
+    leaves one item on the CPU. Each combination of the conditions around the moves is then
+    walked on its own, and the first branch's unmoved item is reported when every branch that
+    moves part of the batch leaves another part on the CPU where it meets the device (inputs of a
+    model that may be a DataParallel wrapper are not counted as failing; a branch that leaves the
+    iteration with `continue`/`break`/`return`/`raise` before that is no path to it). A discarded
+    `labels.to(device)` (its result not assigned) moves nothing: a tensor's `.to` returns a copy
+    (a module's `.to` moves it in place and is a move).
+
     ## Why is this bad
     CUDA kernels need all their operands on one device. The loop runs until the first such use
     and then stops with
@@ -63,7 +75,10 @@ class BatchNotOnDevice(Rule):
     whose body moves its argument or maps a mover over it, and the names listed in the
     `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
     by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
-    a prefetcher); items that are not tensors (paths, ids, captions, lengths, or names used as
+    a prefetcher, a loader given `device=` such as legacy torchtext's `BucketIterator.splits(...,
+    device=device)`, also when a same-file caller passes it to the function that loops); values
+    sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
+    CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; scripts that
     never move anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
@@ -98,6 +113,21 @@ class BatchNotOnDevice(Rule):
         logits = model(images)
         loss = criterion(logits, labels)
     ```
+
+    ## Known problems
+    A branch whose condition cannot be decided is assumed to be the one that runs whenever it
+    moves everything: `if args.gpu is not None: images = images.cuda(args.gpu)` followed by
+    `if torch.cuda.is_available(): target = target.cuda(args.gpu)` (two independent
+    conditions, the ImageNet example's shape) is quiet, and so is an item moved only under an
+    unrelated option (`if args.mixup: inputs = inputs.cuda()`) while the others are moved
+    always, although a run without the option fails. The analysis cannot tell such an option
+    from a flag that also decides where the model lives (`if args.cuda:` around every move),
+    and it does not know whether two conditions are tied, so it stays quiet rather than guess.
+    An item rebound on an optional branch after its move (`if args.aug: images =
+    augment(images)`) is followed only as far as the helper is known: a helper of the same file
+    or a library may return it on the device, so the item is unknown afterwards, not unmoved.
+    `if` conditions that call something (`random.random() < p`) are taken as independent;
+    conditions with the same text are taken to have the same value within one iteration.
 
     ## Fix safety
     The fix inserts `name = name.to(<device>)` right after the name is bound (the first line of
@@ -147,6 +177,14 @@ class BatchNotOnDevice(Rule):
         first_move = next((m.call for m in flow.moves), None)
         if first_move is not None:
             related.append((first_move, "other items of the batch are moved here"))
+        if finding.instead is not None:
+            related.append(
+                (
+                    finding.instead.use,
+                    f"on the other branch, `{finding.instead.element.name}` is the item left "
+                    "on the CPU",
+                )
+            )
         helper = element.helper or flow.helper
         if helper is None and self._model_of_unknown_placement(finding):
             # `model(inputs)` where `model` comes from elsewhere (a parameter, another file)
@@ -207,9 +245,17 @@ class BatchNotOnDevice(Rule):
                 f"`{_short(self.ctx.code(discarded), 40)}` on {self._line(discarded)} returns a "
                 "moved copy that is thrown away."
             )
+        if finding.instead is not None:
+            details.append(
+                "The batch's items are moved on branches that exclude each other (`if`/`elif`), "
+                "so no path moves all of them: whichever branch runs leaves one on the CPU."
+            )
+        never = "is never moved to the device, yet meets it"
+        if finding.instead is not None:
+            never = "stays on the CPU on the branch that moves the others, yet meets the device"
         headline = (
             f"`{named.name}` from the `{loader}` batch ({self._line(source.binding_statement)}) "
-            f"is never moved to the device, yet meets it in `{sink}`"
+            f"{never} in `{sink}`"
         )
         details.append(
             f"On a GPU this fails with {_SAME_DEVICE}. Move it where the batch is unpacked "

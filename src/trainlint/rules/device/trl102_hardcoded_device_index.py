@@ -23,7 +23,12 @@ _HELP_DEVICE_IDS = (
 )
 
 
-_NO_FIX_FORMS = ("device_ids", "output_device", "set_device", "device_context")
+_NO_FIX_FORMS = ("device_ids", "output_device", "set_device", "device_context", "trainer_devices")
+_HELP_TRAINER_DEVICES = (
+    "On a machine with fewer GPUs Lightning raises MisconfigurationException (\"You requested "
+    'gpu: [1] But your machine only has: [0]"), and the run cannot move to a free GPU without '
+    "editing the code. Pass a count (`devices=1`) and choose the GPU with CUDA_VISIBLE_DEVICES."
+)
 
 
 class HardcodedDeviceIndex(Rule):
@@ -45,9 +50,13 @@ class HardcodedDeviceIndex(Rule):
     on the current device) keep using GPU 0 (see TRL103). The portable way to choose a GPU is
     outside the code: `CUDA_VISIBLE_DEVICES=1 python train.py` with `device = "cuda"`.
 
+    Lightning's `Trainer(accelerator="gpu", devices=[1])` (or `gpus=[1]`) pins GPU 1 the same
+    way; `devices=2` is a count and is not reported.
+
     Not reported: `"cuda"` and `"cuda:0"`; code that deliberately places parts of one model on
     several GPUs (a class, function or script that uses two or more different literal indices:
-    model parallelism); code under `if torch.cuda.device_count() > 1:`; tests; and strings that
+    model parallelism; one module moved to `"cuda:0"` and again to `"cuda:1"` is not that);
+    code under `if torch.cuda.device_count() > 1:`; tests; and strings that
     are only compared, printed, offered as `choices=` or used as mapping keys
     (`map_location={"cuda:1": "cuda:0"}`).
 
@@ -94,7 +103,9 @@ class HardcodedDeviceIndex(Rule):
             if self.ctx.statement_of(site.node) not in unfixable:
                 if not choices.current_device_follows(site.node):
                     fix = self._fix(site)
-            help = _HELP_DEVICE_IDS if site.form == "device_ids" else _HELP
+            help = {"device_ids": _HELP_DEVICE_IDS, "trainer_devices": _HELP_TRAINER_DEVICES}.get(
+                site.form, _HELP
+            )
             self.report(site.node, self._message(site), help=help, fix=fix)
 
     # -- messages -----------------------------------------------------------------------------
@@ -104,6 +115,10 @@ class HardcodedDeviceIndex(Rule):
         where = f"GPU {site.index}"
         if site.form == "device_ids":
             return f"`device_ids={code}` hardcodes GPU numbers"
+        if site.form == "trainer_devices":
+            arg = self.ctx.parent(site.node)
+            word = arg.keyword.value if type(arg) is cst.Arg and arg.keyword else "devices"
+            return f"`{word}={code}` picks {where} by number"
         if site.form == "set_device":
             return f"`set_device({code})` hardcodes {where}"
         if site.form == "option_default":

@@ -7,6 +7,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import LOSS_FUNCTIONS
 from ...analysis.base.vocabulary import is_test_file, never_mentions_accelerator
@@ -56,7 +57,8 @@ class NewTensorOffDevice(Rule):
     helper(w, gpu)`), `device=None` (the CPU: nothing meets a device tensor), calls of
     functions only named like losses (`plot_losses`: a loss is a torch loss function or an
     `nn.*Loss` object), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
-    afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`), 0-dim tensors such as
+    afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`, or the legacy `.type(Tensor)` with
+    `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`), 0-dim tensors such as
     `torch.tensor(2.0)` (PyTorch accepts CPU scalars next to CUDA tensors), code under
     `torch.set_default_device(...)` or `with torch.device(...):`, files that never mention a
     device or an accelerator (CPU-only code), and test files (`tests/`, `test_*.py`: a test
@@ -159,9 +161,9 @@ class NewTensorOffDevice(Rule):
                 call = self.ctx.parent(parent)
                 method = parent.attr.value
                 if type(call) is cst.Call and call.func is parent:
-                    if method in ("to", "cuda", "type_as"):
-                        if method != "to" or tensors._moves_to_device(call):
-                            return None  # moved
+                    if method in ("to", "cuda", "type_as", "type"):
+                        if tensors.moves_to_device(call):
+                            return None  # moved (also `.type(Tensor)` with a CUDA type)
                         current = call
                         continue
                     if method in _STOP_METHODS:
@@ -258,9 +260,7 @@ class NewTensorOffDevice(Rule):
             call = self.ctx.parent(parent)
             if not (type(call) is cst.Call and call.func is parent):
                 return False
-            if parent.attr.value not in ("to", "cuda", "type_as"):
-                return False
-            if parent.attr.value == "to" and not self.tensors._moves_to_device(call):
+            if not self.tensors.moves_to_device(call):
                 return False
             expr = call
         elif type(parent) is cst.Arg:
@@ -424,13 +424,25 @@ class NewTensorOffDevice(Rule):
         return headline, help_text
 
     def _fix(self, call: cst.Call, partner: Optional[str]) -> Optional[PendingFix]:
-        if partner is None or not call.args:
+        if partner is None or not call.args or self._cast_to_legacy_type(call):
             return None
         last = call.args[-1]
         return self.unsafe_fix(
             f"Create it on the device: `device={partner}.device`",
             self.ctx.insert_after(last.value, f", device={partner}.device"),
         )
+
+    def _cast_to_legacy_type(self, call: cst.Call) -> bool:
+        """`torch.randn(n).type(torch.FloatTensor)`: the cast names a (CPU) tensor type and
+        would copy a tensor created on the device back to the CPU, so `device=` fixes nothing."""
+        parent = self.ctx.parent(call)
+        if type(parent) is not cst.Attribute or parent.attr.value != "type":
+            return False
+        cast = self.ctx.parent(parent)
+        if type(cast) is not cst.Call or not cast.args:
+            return False
+        target = dotted_name(cast.args[0].value) or ""
+        return target.endswith("Tensor") or type(cast.args[0].value) is cst.SimpleString
 
     def _in_loop(self, node: cst.CSTNode) -> bool:
         return any(type(a) in (cst.For, cst.While) for a in self.ctx.ancestors(node))

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from ...analysis.base.vocabulary import is_test_file
 from ...analysis.project.hierarchy import ClassRef, Family, Hierarchy, file_facts
-from ...analysis.project.mmconfig import (
-    MMConfig,
-    MM_CONFIG_MARKERS,
-    Resolved,
-    resolve,
-    tolerates_unused,
-    type_names,
-)
+from ...analysis.project.mmconfig import MMConfig, MM_CONFIG_MARKERS
 from ...analysis.parallel.wraps import Wraps, is_local, local_name
 from ...analysis.project.modules import ALL, Modules, escaped
 from ...diagnostics import Diagnostic, Severity
@@ -56,14 +48,22 @@ class DdpUnusedParameters(Rule):
     the rule is quiet; under flake8, which sees one file, it is a warning then (the DDP launch
     may be in a file flake8 was not given);
     such a config whose DDP wrap sets `find_unused_parameters = True` (top level or
-    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. It follows
-    the class's parents and subclasses across the files of the project (also files outside the
-    run that the checked files import), and into installed frameworks: a parent class from
-    mmdet, timm or transformers is read (never imported) from the analysed environment (the
-    `python` setting, `$VIRTUAL_ENV`, else trainlint's own interpreter) and judged like a
-    class of the project. It stays quiet where a use may hide: a parent class the environment
-    does not have or whose source cannot be read (its `forward` may read the attribute;
-    trainlint does not guess),
+    `model_wrapper_cfg`, not commented out) or `static_graph=True` silences it. A DDP option
+    read from configuration is decided against the project's configs: from a config the script
+    loads with `Config.fromfile` (`cfg.get("find_unused_parameters", False)`), the finding
+    stands when the project's configs exist and none sets it, and is dropped when one does (or
+    when the project holds no config to read); from a command-line option the script declares
+    (`args.find_unused_parameters`, default False) it is a warning that assumes the flag is
+    not passed, dropped when a file of the project passes it. Any other expression may be
+    True, and the rule stays quiet. It follows the class's parents and subclasses across the
+    files of the project (also files outside the run that the checked files import), through
+    packages' re-exports (`from .heads import *`, honouring `__all__`), and into installed
+    frameworks: a parent class from mmdet, timm or transformers is read (never imported) from
+    the analysed environment (the `python` setting, `$VIRTUAL_ENV`, else trainlint's own
+    interpreter) and judged like a class of the project; builtin and typing bases (`object`,
+    `abc.ABC`, `Generic[T]`, `Protocol`) read nothing of a subclass. It stays quiet where a
+    use may hide: a parent class the environment does not have or whose source cannot be read
+    (its `forward` may read the attribute; trainlint does not guess),
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
     classes without a `forward` anywhere in their family (abstract bases), buffers
@@ -113,7 +113,10 @@ class DdpUnusedParameters(Rule):
     code = "TRL301"
     name = "ddp-unused-parameters"
     severity = Severity.ERROR
-    severity_note = "warning under flake8 when its one file shows no DDP training"
+    severity_note = (
+        "warning under flake8 when its one file shows no DDP training, and when DDP's option "
+        "comes from a command-line flag assumed not passed"
+    )
     fix = "unsafe"
     # Every file that imports may link a class to the script that wraps it in DDP.
     markers = ("class ", "torch", "find_unused", "import ") + MM_CONFIG_MARKERS
@@ -169,7 +172,7 @@ class DdpUnusedParameters(Rule):
         if not candidates:
             return
         hierarchy = Hierarchy(project, cls.code)
-        configs = MMConfigs(project, cls.code)
+        configs = hierarchy.configs
         for display, keys in sorted(candidates.items()):
             path = _absolute(project, display)
             facts = hierarchy.facts_at(path) or {}
@@ -177,6 +180,8 @@ class DdpUnusedParameters(Rule):
             if hierarchy.tolerates_unused(evidence) is not None:
                 continue
             signals = training_signals(project, hierarchy, evidence)
+            # A DDP option read from a command-line option nobody passes: assumed off.
+            assumed = hierarchy.assumptions(evidence)
             for key in sorted(keys):
                 name, attr = key.split(".", 1)
                 ref = ClassRef(path, name)
@@ -184,6 +189,8 @@ class DdpUnusedParameters(Rule):
                 if found is None:
                     continue
                 message, help = found
+                if assumed:
+                    message += " (assuming " + " and ".join(assumed) + ")"
                 family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
                 if configs.naming(family, tolerant=True):
                     continue
@@ -198,7 +205,7 @@ class DdpUnusedParameters(Rule):
                     key,
                     message=message,
                     help=help,
-                    severity=Severity.ERROR if named else Severity.WARNING,
+                    severity=Severity.ERROR if named and not assumed else Severity.WARNING,
                 )
                 if diagnostic is not None:
                     yield diagnostic
@@ -211,72 +218,6 @@ def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
     return [
         f"{hierarchy.display(path)}: {signal}" for path, signal in hierarchy.ddp_signals(evidence)
     ]
-
-
-# Configs worth reading for a family (a text filter; the merged chain decides): MM-style configs
-# (a `_base_ = ` or `model = ` line) naming one of its classes, and children that may tolerate
-# unused parameters for a model their base builds.
-_MM_CONFIG = re.compile(r"^(?:_base_|model)\s*=", re.M)
-# Every `type='Name'` of a config (a lookahead, so that overlapping spellings are all found).
-_TYPE_STRING = re.compile(r"(?=\btype\s*=\s*['\"]([^'\"]*)['\"])")
-_MM_TOLERANT = re.compile(
-    r"^_base_\s*=[\s\S]*\b(?:find_unused_parameters|static_graph)\s*=\s*True", re.M
-)
-
-
-class MMConfigs:
-    """MM-style configs of the project (`_base_ = ...` / `model = dict(...)`), each merged with
-    its `_base_` chain once (analysis/project/mmconfig.py). MMEngine/MMDet launch such configs with DDP,
-    so a config that builds a class (`type='DETRHead'`, in it or in a base) makes the finding
-    an error, and one whose merged DDP wrap tolerates unused parameters drops it. Configs are
-    found by their text, so a run given only some files answers like a whole-tree run; their
-    facts are TRL301's own (`"mm_config"`), never another rule's."""
-
-    def __init__(self, project, code: str) -> None:
-        self.project = project
-        self.code = code
-        self._merged: Dict[Path, Optional[Tuple[Set[str], bool]]] = {}
-        self._memo: Dict[Path, Resolved] = {}
-        self._configs: Optional[List[Tuple[Path, Set[str], bool]]] = None
-
-    def naming(self, class_names: List[str], tolerant: bool = False) -> List[Path]:
-        """Configs that build one of `class_names`; with `tolerant`, only those whose DDP wrap
-        accepts unused parameters."""
-        if self._configs is None:
-            # The project's configs and the `type='...'` strings each names, found once:
-            # families are asked about one by one.
-            self._configs = [
-                (path, set(_TYPE_STRING.findall(text)), bool(_MM_TOLERANT.search(text)))
-                for path in self.project.files_matching(_MM_CONFIG)
-                for text in [self.project.text_of(path) or ""]
-            ]
-        wanted = set(class_names)
-        found = []
-        for path in [p for p, types, tolerant in self._configs if tolerant or types & wanted]:
-            merged = self._merge(path)
-            if merged is None or not merged[0] & set(class_names):
-                continue
-            if merged[1] or not tolerant:
-                found.append(path)
-        return found
-
-    def _merge(self, path: Path) -> Optional[Tuple[Set[str], bool]]:
-        """(the `type=` names the merged config builds, whether it tolerates unused parameters)."""
-        if path not in self._merged:
-            own = self._config_facts(path)
-            merged = None
-            if own:
-                tree = resolve(path, own, self._config_facts, self._display, self._memo).tree
-                merged = (set(type_names(tree)), tolerates_unused(tree))
-            self._merged[path] = merged
-        return self._merged[path]
-
-    def _config_facts(self, path: Path) -> Optional[Dict[str, Any]]:
-        facts = self.project.facts_of(path, self.code)
-        return facts.get("mm_config") if isinstance(facts, dict) else None
-
-    def _display(self, path: Path) -> str:
-        return self.project.display_of(path) or os.path.relpath(path)
 
 
 def _absolute(project, display: str) -> Path:

@@ -8,12 +8,8 @@ import libcst as cst
 
 from ...analysis.base.calls import argument
 from ...analysis.base.conditions import Conditions
-from ...analysis.parallel.parallel import (
-    CONVERT_SYNC_BATCHNORM,
-    MODULE_RETURNING,
-    Parallel,
-    WrapState,
-)
+from ...analysis.base.identity import returned_module
+from ...analysis.parallel.parallel import CONVERT_SYNC_BATCHNORM, Parallel, WrapState
 from ...diagnostics import Severity
 from ..base import Rule
 
@@ -51,6 +47,10 @@ class SyncBatchNormAfterDdp(Rule):
     fall back to ordinary per-device BatchNorm: the "synchronized" statistics are computed on
     each GPU's slice of the batch, which is exactly what the conversion was meant to avoid
     (older releases raise "Default process group has not been initialized").
+
+    The wrapper is followed through rebindings that keep it (`model = model.to(device)`,
+    `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`: analysis/base/identity.py), but
+    not through `torch.compile`, which returns another object.
 
     A conversion and a DataParallel wrap on branches that never run together are not paired:
     DataParallel under `if RANK == -1:` and the conversion under `if RANK != -1:` (the same
@@ -198,10 +198,8 @@ class SyncBatchNormAfterDdp(Rule):
         if expr is source:
             return True
         if type(expr) is cst.Call:
-            func = expr.func
-            if type(func) is cst.Attribute and func.attr.value in MODULE_RETURNING:
-                return self._flows_from(func.value, source, depth + 1)
-            return False
+            same = returned_module(expr, self.ctx.names)
+            return same is not None and self._flows_from(same, source, depth + 1)
         if type(expr) is cst.Name:
             at = self.parallel.evaluation_point(expr)
             for binding in self.ctx.scopes.lookup(expr.value, at):

@@ -139,7 +139,11 @@ class LossAccumulatedWithGraph(Rule):
     caller of the function runs it there), a total reset every iteration before it is used, and
     the deliberate multi-step loss: terms summed in a loop and backpropagated once after it, or
     returned to be backpropagated by the caller (`loss = 0; for t in ...: loss += crit(...)`
-    then `loss.backward()`), including windowed sums backpropagated and reset inside the loop.
+    then `loss.backward()`), including windowed sums backpropagated and reset inside the loop,
+    and files where nothing can require grad: a from-scratch network in a plain class whose
+    `torch.zeros(...).normal_()` weights are updated by hand-written gradients (`w -= lr * dw`)
+    has no `nn.Module`, `nn.Parameter`, `requires_grad`, optimizer or library-built model, so
+    no value carries a graph whatever it is called.
 
     ## Fix safety
     For a numeric accumulator (started at `0`/`0.0`, only used as a number) the fix reads the

@@ -66,9 +66,13 @@ class EvalModeMissing(Rule):
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
-    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers);
+    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers),
+    or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
+    counts as mode-dependent only with more than one layer and a nonzero `dropout`.
     `no_grad()` is still required. For such a model a missing `train()` is not reported either.
-    A "model" that is a plain `def` or lambda has no modes and is not reported. An `eval()` in
+    A "model" that is a plain `def` or lambda has no modes and is not reported, nor is a method
+    reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
+    has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
     model.train() else: model.eval()`) is a deliberate choice, and a module only called under
     `no_grad()` in the loop (an EMA copy used for samples) is not trained there.

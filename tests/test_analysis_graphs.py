@@ -1,0 +1,93 @@
+"""analysis/loop/graphs.py: records_autograd_graphs, whether anything in a file can require grad
+(and so hold an autograd graph), checked against what CPU PyTorch does with the same code."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from trainlint.analysis.loop.steps import TrainingSteps
+from trainlint.config import Settings
+from trainlint.context import FileContext
+from trainlint.source import Source
+from trainlint.walk import Tree
+
+
+def records(code: str) -> bool:
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    return ctx.analysis(TrainingSteps).records_autograd_graphs()
+
+
+SCRATCH = """
+import torch
+
+class Scratch:
+    def __init__(self):
+        self.w = torch.zeros(3, 4).normal_(0.0, 0.1)
+
+    def forward(self, x):
+        return torch.sigmoid(x @ self.w.t())
+
+    def backward(self, x, out, y):
+        return ((out - y) * out * (1 - out)).t() @ x
+
+model = Scratch()
+total = 0.0
+for step in range(3):
+    x, y = torch.randn(5, 4), torch.rand(5, 3)
+    out = model.forward(x)
+    loss = torch.mean((out - y) ** 2)
+    total += loss
+    model.w -= 0.1 * model.backward(x, out, y)
+"""
+
+
+def test_hand_written_gradients_record_no_graph():
+    assert not records(SCRATCH)
+
+
+def test_hand_written_gradients_have_no_grad_fn_at_run_time():
+    torch = pytest.importorskip("torch")
+    scope: dict = {}
+    exec(compile(SCRATCH, "scratch", "exec"), scope)  # the test's own code, not analysed code
+    assert isinstance(scope["total"], torch.Tensor)
+    assert scope["total"].grad_fn is None and not scope["total"].requires_grad
+    assert scope["model"].w.grad_fn is None and not scope["model"].w.requires_grad
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "w = torch.zeros(3, requires_grad=True)",
+        "w = torch.zeros(3).requires_grad_()",
+        "layer = torch.nn.Linear(3, 3)",
+        "p = torch.nn.Parameter(torch.zeros(3))",
+        "model = torch.load('model.pt')",
+        "import timm\nmodel = timm.create_model('resnet18')",
+        "from torchvision import models\nmodel = models.resnet18()",
+        "from mypackage.nets import build\nmodel = build()",
+        "class Net(torch.nn.Module):\n    pass",
+        "def run(model, x):\n    return model(x)",
+        "loss = torch.zeros(3)\nloss.backward()",
+        "from utils import *\nmodel = make_model()",
+    ],
+)
+def test_sources_of_grad(line):
+    assert records(f"import torch\n{line}\n")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = torch.randn(3).normal_()\ny = torch.nn.functional.one_hot(torch.arange(3), 3)",
+        "import numpy as np\nfrom torchvision import datasets\nds = datasets.MNIST('d')\n"
+        "a = np.zeros(3)",
+        "print(len(range(3)))",
+    ],
+)
+def test_plain_tensor_code(line):
+    assert not records(f"import torch\n{line}\n")

@@ -1,0 +1,242 @@
+"""analysis/loop/modes.py: which torch layers behave differently in train and eval mode, and
+base/callgraph.py's member_kind (a bound method reached through an attribute is not a module)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from trainlint.analysis.base.callgraph import CallGraph
+from trainlint.analysis.loop.modes import mode_dependent_layer, mode_free_model
+from trainlint.analysis.loop.steps import TrainingSteps
+from trainlint.config import Settings
+from trainlint.context import FileContext
+from trainlint.source import Source
+from trainlint.walk import Tree
+
+
+def context(code: str) -> FileContext:
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    return FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+
+
+@pytest.mark.parametrize(
+    "layer, dependent",
+    [
+        ("nn.Linear(784, 10)", False),
+        ("nn.Conv2d(3, 16, 3, padding=1)", False),
+        ("nn.Embedding(1000, 64)", False),
+        ("nn.LayerNorm(64)", False),
+        ("nn.LSTM(28, 128, 2, batch_first=True)", False),
+        ("nn.LSTM(28, 128, dropout=0.5)", False),  # one layer: PyTorch applies no dropout
+        ("nn.GRU(28, 128, num_layers=3, dropout=0.0)", False),
+        ("nn.LSTM(28, 128, num_layers=2, dropout=0.2)", True),
+        ("nn.LSTM(28, 128, 2, True, True, 0.1)", True),
+        ("nn.RNN(28, 128, 2, 'tanh', True, True, 0.1)", True),
+        ("nn.RNN(28, 128, 2, 'tanh', True, True, 0)", False),
+        ("nn.GRU(28, 128, num_layers=layers, dropout=p)", True),  # configured: assume dropout
+        ("nn.LSTM(*sizes, **options)", True),
+        ("nn.Dropout(0.1)", True),
+        ("nn.BatchNorm1d(64)", True),
+        ("nn.RReLU()", True),
+        ("nn.TransformerEncoderLayer(64, 4)", True),
+        ("nn.MultiheadAttention(64, 4)", True),
+        ("nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))", False),
+        ("nn.Sequential(nn.Linear(2, 8), nn.Sequential(nn.Dropout(), nn.ReLU()))", True),
+        ("nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])", True),  # not written out
+        ("nn.ModuleList([nn.Linear(8, 8), nn.Tanh()])", False),
+        ("F.dropout(x, 0.5)", True),
+        ("F.relu(x)", False),
+        ("make_layer(64)", None),
+    ],
+)
+def test_mode_dependent_layer(layer, dependent):
+    ctx = context(f"import torch.nn as nn\nimport torch.nn.functional as F\nlayer = {layer}\n")
+    steps = ctx.analysis(TrainingSteps)
+    call = next(a.value for a in ctx.nodes(cst.Assign))
+    assert mode_dependent_layer(steps, call) is dependent
+
+
+@pytest.mark.parametrize(
+    "body, free",
+    [
+        ("self.lstm = nn.LSTM(28, 64, 2)\n                self.fc = nn.Linear(64, 10)", True),
+        ("self.lstm = nn.LSTM(28, 64, 2, dropout=0.2)\n                self.fc = nn.Linear(64, 10)", False),
+        ("self.lstm = rnn_factory(28, 64)\n                self.fc = nn.Linear(64, 10)", False),
+        ("self.lstm = nn.LSTM(28, 64, 2)\n                self.drop = nn.Dropout(0.1)", False),
+    ],
+)
+def test_mode_free_class_with_recurrent_layers(body, free):
+    ctx = context(
+        f"""
+        import torch.nn as nn
+
+        class Reader(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {body}
+
+            def forward(self, x):
+                lstm_out, _ = self.lstm(x)
+                return self.fc(lstm_out[:, -1])
+
+        model = Reader()
+        """
+    )
+    steps = ctx.analysis(TrainingSteps)
+    assert mode_free_model(steps, "model", ctx.module.body[-1]) is free
+
+
+def test_mode_free_class_reading_self_training_is_not_free():
+    ctx = context(
+        """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return F.dropout(self.fc(x), 0.2, training=self.training)
+
+        model = Net()
+        """
+    )
+    steps = ctx.analysis(TrainingSteps)
+    assert not mode_free_model(steps, "model", ctx.module.body[-1])
+
+
+@pytest.mark.parametrize(
+    "member, kind",
+    [
+        ("run_model", "method"),
+        ("encoder", "attribute"),
+        ("features", "attribute"),  # a @property returns whatever it returns
+        ("head", "attribute"),  # assigned in a same-file base class
+        ("helper", "method"),  # defined in a same-file base class
+        ("backbone", "unknown"),  # neither: inherited from a class outside the file
+    ],
+)
+def test_member_kind_through_the_class(member, kind):
+    ctx = context(
+        f"""
+        import torch.nn as nn
+        from timm.models import VisionTransformer
+
+        class Base(VisionTransformer):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(8, 2)
+
+            def helper(self, x):
+                return x
+
+        class Learner(Base):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Linear(8, 8)
+
+            def run_model(self, net, x):
+                return net(x)
+
+            @property
+            def features(self):
+                return self.encoder
+
+        learner = Learner().cuda()
+        learner.{member}(x)
+        """
+    )
+    call = ctx.module.body[-1].body[0].value
+    assert ctx.analysis(CallGraph).member_kind(call.func) == kind
+
+
+def test_member_kind_of_an_unknown_receiver_is_none():
+    ctx = context("def evaluate(model, x):\n    return model.encoder(x)\n")
+    call = next(iter(ctx.nodes(cst.Call)))
+    assert ctx.analysis(CallGraph).member_kind(call.func) is None
+
+
+def test_nested_evaluation_loops_give_one_loop_per_model_call():
+    ctx = context(
+        """
+        import torch
+        val_loader = torch.utils.data.DataLoader(range(4))
+        test_loader = torch.utils.data.DataLoader(range(4))
+
+        def evaluate(model):
+            for a in val_loader:
+                for x in test_loader:
+                    model(x)
+        """
+    )
+    loops = ctx.analysis(TrainingSteps).eval_loops()
+    assert len(loops) == 1
+    assert loops[0][0].iter.value == "val_loader"
+
+
+# What CPU PyTorch shows about the layers above: a layer called mode-free computes the same in
+# train and eval mode; a mode-dependent one (with dropout or batch statistics) does not.
+RUNNABLE = {
+    "nn.Linear(784, 10)": (4, 784),
+    "nn.Conv2d(3, 16, 3, padding=1)": (2, 3, 8, 8),
+    "nn.LayerNorm(64)": (4, 64),
+    "nn.LSTM(28, 128, 2, batch_first=True)": (4, 5, 28),
+    "nn.LSTM(28, 128, dropout=0.5)": (5, 4, 28),
+    "nn.GRU(28, 128, num_layers=3, dropout=0.0)": (5, 4, 28),
+    "nn.LSTM(28, 128, num_layers=2, dropout=0.2)": (5, 4, 28),
+    "nn.LSTM(28, 128, 2, True, True, 0.1)": (4, 5, 28),
+    "nn.RNN(28, 128, 2, 'tanh', True, True, 0.1)": (4, 5, 28),
+    "nn.RNN(28, 128, 2, 'tanh', True, True, 0)": (4, 5, 28),
+    "nn.Dropout(0.1)": (4, 64),
+    "nn.BatchNorm1d(64)": (4, 64),
+    "nn.RReLU()": (4, 64),
+    "nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))": (4, 2),
+    "nn.Sequential(nn.Linear(2, 8), nn.Sequential(nn.Dropout(), nn.ReLU()))": (4, 2),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(RUNNABLE))
+def test_mode_free_layers_compute_the_same_in_both_modes(layer):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    ctx = context(f"import torch.nn as nn\nlayer = {layer}\n")
+    call = next(a.value for a in ctx.nodes(cst.Assign))
+    dependent = mode_dependent_layer(ctx.analysis(TrainingSteps), call)
+    torch.manual_seed(0)
+    module = eval(layer, {"nn": nn})  # the test's own literal, not analysed code
+    x = torch.randn(*RUNNABLE[layer]) * 3
+    with torch.no_grad():
+        outputs = []
+        for train in (True, False):
+            module.train(train)
+            y = module(x)
+            outputs.append(y[0] if isinstance(y, tuple) else y)
+    assert torch.equal(outputs[0], outputs[1]) is (not dependent)
+
+
+def test_functional_calls_still_read_what_they_are_given():
+    ctx = context(
+        """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, x):
+                return F.relu(F.dropout(self.fc(x), 0.2, self.training))
+
+        model = Net()
+        """
+    )
+    steps = ctx.analysis(TrainingSteps)
+    assert not mode_free_model(steps, "model", ctx.module.body[-1])
