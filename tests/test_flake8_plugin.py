@@ -116,7 +116,9 @@ def test_info_rules_are_default_ignored(register_rule):
     manager = Manager()
     TrainlintChecker.add_options(manager)
     # Every rule that is off by default (info level, preview, and TRL002 unused-noqa).
-    assert manager.ignored == ["TRL002", "TRL104", "TRL204", "TRL501", "TRL502", "TRL599"]
+    assert manager.ignored == [
+        "TRL002", "TRL104", "TRL107", "TRL204", "TRL501", "TRL502", "TRL599"
+    ]
 
 
 def test_entry_point_is_registered():

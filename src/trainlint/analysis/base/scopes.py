@@ -126,7 +126,10 @@ class Scopes(Analysis):
             return bindings
         index = self.tree.index
         use = index.get(at, -1)
-        before = [b for b in bindings if index.get(b.node, -1) < use]
+        # `loader = wrap(loader)`: the value is read before its own statement binds the name
+        # (in a loop, that binding reaches the next iteration's read, like a later one).
+        own = {id(b) for b in bindings if self._evaluated_before_binding(b, at)}
+        before = [b for b in bindings if index.get(b.node, -1) < use and id(b) not in own]
         if not before:
             return bindings  # used before any binding here: a loop or a later call
         reaching: List[Binding] = []
@@ -139,11 +142,26 @@ class Scopes(Analysis):
         loops = [a for a in self._ancestors_until(at, scope) if type(a) in (cst.For, cst.While)]
         if loops:
             for binding in bindings:
-                if index.get(binding.node, -1) > use and any(
+                if (index.get(binding.node, -1) > use or id(binding) in own) and any(
                     loop in self._ancestors_until(binding.node, scope) for loop in loops
                 ):
                     reaching.append(binding)
         return reaching
+
+    def _evaluated_before_binding(self, binding: Binding, at: cst.CSTNode) -> bool:
+        """Is `at` read in the value of the assignment that makes `binding`?"""
+        statement = binding.statement
+        if type(statement) not in (cst.Assign, cst.AnnAssign, cst.AugAssign):
+            return False
+        value = getattr(statement, "value", None)
+        if value is None:
+            return False
+        for ancestor in self.tree.ancestors(at):
+            if ancestor is value:
+                return True
+            if ancestor is statement:
+                return False
+        return False
 
     def _ancestors_until(self, node: cst.CSTNode, scope: Scope) -> List[cst.CSTNode]:
         out = []

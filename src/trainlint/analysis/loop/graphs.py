@@ -17,7 +17,7 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -72,11 +72,12 @@ class AutogradGraphs:
     backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
     grad_disabled: Callable[..., bool]
 
-    def graph_names(self, loop: cst.CSTNode) -> Set[str]:
+    def graph_names(self, loop: cst.CSTNode, seeds: Iterable[str] = ()) -> Set[str]:
         """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
-        backpropagated there, what a loss function or loss attribute returns, and what is
-        computed from those without detaching."""
-        names: Set[str] = set()
+        backpropagated there, what a loss function or loss attribute returns, `seeds` (names
+        the caller knows to hold one: a helper's summary says it returns its loss), and what
+        is computed from those without detaching."""
+        names: Set[str] = set(seeds)
         for event in events_of(self.flow(loop)):
             if event.kind == "backward" and not event.via and type(event.node) is cst.Call:
                 tensor = self.backward_tensor(event.node)
@@ -180,7 +181,13 @@ class AutogradGraphs:
                 type(retain) is cst.Name and retain.value in ("False", "None")
             ):
                 continue
-            found.update(name_leaves(self.backward_tensor(event.node)))
+            tensor = self.backward_tensor(event.node)
+            found.update(name_leaves(tensor))
+            while type(tensor) is cst.Subscript:
+                # `out["loss"].backward()`: the graph of what `out` holds is freed
+                tensor = tensor.value
+                if dotted_name(tensor):
+                    found.add(dotted_name(tensor))  # type: ignore[arg-type]
         if not found:
             return found
         assigns = [n for n in self.ctx.tree.descendants(loop) if type(n) is cst.Assign]
@@ -306,7 +313,9 @@ class AutogradGraphs:
         if "requires_grad" in self.ctx.source.text:
             return True
         for cls in self.ctx.nodes(cst.ClassDef):
-            if any(not (type(b.value) is cst.Name and b.value.value == "object") for b in cls.bases):
+            if any(
+                not (type(b.value) is cst.Name and b.value.value == "object") for b in cls.bases
+            ):
                 return True  # nn.Module, or a base from elsewhere that may be one
         names = self.names
         callgraph = self.loops.callgraph
@@ -356,6 +365,14 @@ class AutogradGraphs:
         none in a file where nothing can require grad (`records_autograd_graphs`)."""
         if not self.records_autograd_graphs():
             return
+        yield from self.argument_leaves(expr, names)
+
+    def argument_leaves(
+        self, expr: cst.CSTNode, names: Set[str]
+    ) -> Iterator[cst.CSTNode]:
+        """`graph_leaves` where `names` hold values that come from elsewhere (a function's
+        parameters, which its callers in other files fill): what the file itself can make does
+        not matter, so there is no file-level guard."""
         stack = [expr]
         while stack:
             node = stack.pop()
@@ -375,6 +392,21 @@ class AutogradGraphs:
                 yield node
                 continue
             if type(node) in (cst.Lambda, cst.FunctionDef):
+                continue
+            if type(node) in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+                # `[l.item() for l in losses]` holds values; `sum(l for l in losses)` a graph:
+                # a comprehension carries what its element carries, its variables bound from
+                # graph-holding iterables.
+                comprehension: Any = node
+                inner = set(names)
+                clause = comprehension.for_in
+                while clause is not None:
+                    if any(True for _ in self.argument_leaves(clause.iter, inner)):
+                        inner.update(dotted_targets(clause.target))
+                    clause = clause.inner_for_in
+                # (a dict comprehension's keys are names: its values carry what it holds)
+                part = comprehension.value if type(node) is cst.DictComp else comprehension.elt
+                yield from self.argument_leaves(part, inner)
                 continue
             if type(node) is cst.Call:
                 # Arguments of an unknown call may or may not reach its result: follow only

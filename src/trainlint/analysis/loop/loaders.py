@@ -123,7 +123,26 @@ class LoaderFlow(Analysis):
             holder = self.ctx.parent(parent)
             if type(holder) is cst.Call and parent.value is node:
                 out.extend(self._parameter_references(holder, parent))
+        elif type(parent) is cst.DictElement and parent.value is node:
+            # `loaders = {"train": DataLoader(...)}` -> `loaders["train"]`
+            key = _string_key(parent.key)
+            dict_node = self.ctx.parent(parent)
+            holder = self.ctx.parent(dict_node) if dict_node is not None else None
+            if key is not None and type(holder) is cst.Assign and holder.value is dict_node:
+                for target in holder.targets:
+                    for ref in self._target_references(target.target):
+                        out.extend(self._keyed(ref, key))
         return out
+
+    def _keyed(self, ref: cst.CSTNode, key: str) -> List[cst.CSTNode]:
+        """`ref["train"]` where `ref` is a reference of a dict: the entry read with `key`."""
+        parent = self.ctx.parent(ref)
+        if type(parent) is cst.Subscript and parent.value is ref and len(parent.slice) == 1:
+            index = parent.slice[0].slice
+            if type(index) is cst.Index and _string_key(index.value) == key:
+                if type(self.ctx.parent(parent)) is not cst.AssignTarget:
+                    return [parent]
+        return []
 
     def _climb(self, node: cst.CSTNode) -> Tuple[cst.CSTNode, Optional[cst.CSTNode]]:
         """Step out of value-preserving wrappers: `x if c else y`, `(x)`."""
@@ -350,6 +369,13 @@ class LoaderFlow(Analysis):
                     next_frontier.extend(self.loops.callgraph.callers(function))
             frontier = next_frontier
         return out
+
+
+def _string_key(node: Optional[cst.CSTNode]) -> Optional[str]:
+    if type(node) is cst.SimpleString:
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:

@@ -87,6 +87,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._trained: Optional[Set[str]] = None
         self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
         self._backpropagates: Optional[bool] = None
+        self._disablers: Optional[Dict[Optional[cst.FunctionDef], List[int]]] = None
 
     # -- recognising calls --------------------------------------------------------------------
 
@@ -509,29 +510,31 @@ class TrainingSteps(AutogradGraphs, Analysis):
     def _disabled_before(self, node, function) -> bool:
         """`torch.set_grad_enabled(False)` or `stack.enter_context(torch.no_grad())` earlier in
         the same function (or module), at the function's top level."""
-        index = self.ctx.tree.index
-        at = index.get(node, -1)
-        scope_node = function if function is not None else self.ctx.module
-        for call in self.ctx.nodes(cst.Call):
-            if index.get(call, -1) >= at or index.get(call, -1) < index.get(scope_node, 0):
-                continue
-            if self.scopes.enclosing_function(call) is not function:
-                continue
-            if self.names.is_(
-                call.func, "torch.set_grad_enabled", "torch.autograd.set_grad_enabled"
-            ):
-                arg = positional(call, 0)
-                parent = self.ctx.parent(call)
-                if (
-                    type(arg) is cst.Name
-                    and arg.value == "False"
-                    and type(parent) is cst.Expr
-                ):
-                    return True
-            if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
-                inner = positional(call, 0)
-                if type(inner) is cst.Call and disables_grad(self.names, inner):
-                    return True
+        at = self.ctx.tree.index.get(node, -1)
+        return any(place < at for place in self._grad_disablers().get(function, ()))
+
+    def _grad_disablers(self) -> Dict[Optional[cst.FunctionDef], List[int]]:
+        """Function (None: the module) -> document positions of the calls in it that turn
+        autograd off for the rest of it. Found once per file: every grad-mode question of
+        every node asks."""
+        if self._disablers is None:
+            found: Dict[Optional[cst.FunctionDef], List[int]] = {}
+            index = self.ctx.tree.index
+            for call in self.ctx.nodes(cst.Call):
+                if self._disables_for_the_rest(call):
+                    function = self.scopes.enclosing_function(call)
+                    found.setdefault(function, []).append(index.get(call, -1))
+            self._disablers = found
+        return self._disablers
+
+    def _disables_for_the_rest(self, call: cst.Call) -> bool:
+        if self.names.is_(call.func, "torch.set_grad_enabled", "torch.autograd.set_grad_enabled"):
+            arg = positional(call, 0)
+            parent = self.ctx.parent(call)
+            return type(arg) is cst.Name and arg.value == "False" and type(parent) is cst.Expr
+        if type(call.func) is cst.Attribute and call.func.attr.value == "enter_context":
+            inner = positional(call, 0)
+            return type(inner) is cst.Call and disables_grad(self.names, inner)
         return False
 
     def callers(self, function: cst.FunctionDef) -> List[cst.Call]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 
@@ -11,7 +13,8 @@ from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import module_file
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 
@@ -32,12 +35,33 @@ class SamplerSetEpochMissing(Rule):
     Samplers built with `shuffle=False`, and code run by a framework (Lightning, Accelerate,
     MMEngine, ... call `set_epoch` for you) are not reported.
 
+    The loader is followed where it travels in the file: kept in a dict and read back with the
+    same key (`self.data_loader["train"]`), through a same-file function that returns its
+    argument unchanged (`loader = announce(loader)`), and into an endless generator rebound
+    under the same name (`loader = sample_data(loader)` whose `while True: for batch in
+    loader: yield batch` restarts the loader forever). The generator is reported too: its
+    `while True` loop is the epoch loop, and each restart repeats the first pass's order unless
+    the generator calls `set_epoch` with a pass counter (there is no epoch variable to fix
+    with, so no fix is offered). A loader handed to a library call whose result replaces it
+    (`loader = backend.distribute(loader)`) is not followed: that call may re-wrap it and set
+    the epoch itself.
+
     ## Example
     ```python
     train_sampler = DistributedSampler(train_set)
     train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
     for epoch in range(args.epochs):
         train_one_epoch(model, train_loader, optimizer)
+    ```
+
+    ```python
+    loaders = {
+        "train": DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set)),
+        "val": DataLoader(val_set, batch_size=64),
+    }
+    for epoch in range(args.epochs):
+        for x, y in loaders["train"]:
+            train_step(model, x, y)
     ```
 
     ## Use instead
@@ -49,10 +73,28 @@ class SamplerSetEpochMissing(Rule):
         train_one_epoch(model, train_loader, optimizer)
     ```
 
+    ```python
+    loaders = {
+        "train": DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set)),
+        "val": DataLoader(val_set, batch_size=64),
+    }
+    for epoch in range(args.epochs):
+        loaders["train"].sampler.set_epoch(epoch)
+        for x, y in loaders["train"]:
+            train_step(model, x, y)
+    ```
+
+    Across files, the project phase joins the two halves: a function of one file that returns
+    a DataLoader built with a shuffling DistributedSampler (`get_train_loader()` in
+    `data_load.py`, alone or in a returned tuple) and the file that imports it and re-iterates
+    the loader in an epoch loop without `loader.sampler.set_epoch(epoch)`; the finding is on
+    the call in the importing file.
+
     ## Fix safety
     The fix inserts `sampler.set_epoch(epoch)` as the first statement of the epoch loop, using the
     sampler's name (guarded by `if sampler is not None:` when the name is None on the
-    non-distributed path) or `loader.sampler` when the sampler was built inline. It is safe:
+    non-distributed path) or `loader.sampler` when the sampler was built inline (or in the
+    function of another file that built the loader). It is safe:
     `set_epoch` only changes the shuffling seed of the following epochs. It is offered only when
     the epoch loop has a loop variable and the sampler or its loader has a name there.
     """
@@ -61,19 +103,23 @@ class SamplerSetEpochMissing(Rule):
     name = "sampler-set-epoch-missing"
     severity = Severity.WARNING
     fix = "safe"
-    markers = ("DistributedSampler",)
+    markers = ("DistributedSampler", "loader", "Loader")
+    project = True
 
     def finish(self) -> None:
         ctx = self.ctx
         names = ctx.names
         self.flow: LoaderFlow = ctx.analysis(LoaderFlow)
         frameworks: Frameworks = ctx.analysis(Frameworks)
+        self._builders: Dict[str, Dict[str, Any]] = {}
+        self._pending: Dict[str, Dict[str, Any]] = {}
         for call in ctx.nodes(cst.Call):
             if not names.is_(call.func, DISTRIBUTED_SAMPLER):
                 continue
             if frameworks.managed(call) or is_false(argument(call, 3, "shuffle")):
                 continue
             self._check(call, frameworks)
+        self._check_imported_builders(frameworks)
 
     def _check(self, sampler: cst.Call, frameworks: Frameworks) -> None:
         flow = self.flow
@@ -83,6 +129,7 @@ class SamplerSetEpochMissing(Rule):
         loaders = self._loaders_of(sampler_refs)
         if not loaders:
             return
+        self._record_builders(loaders)
         epoch_loops: List[Tuple[cst.CSTNode, LoaderUse, cst.Call, str]] = []
         for loader, how in loaders:
             loader_refs = flow.references(loader)
@@ -115,6 +162,177 @@ class SamplerSetEpochMissing(Rule):
             fix=self._fix(sampler, loop, loader, how),
             related=[(loop, row_note)],
         )
+
+    # -- loaders built in another file --------------------------------------------------------
+
+    def _record_builders(self, loaders: List[Tuple[cst.Call, str]]) -> None:
+        """Module-level functions of this file that return the sampler's DataLoader (alone or
+        at a position of a returned tuple), for the files that import and iterate it."""
+        for loader, how in loaders:
+            if self._set_epoch_anywhere(self.flow.references(loader), through_loader=True):
+                continue
+            for ref in self.flow.references(loader):
+                node, parent = self.flow._climb(ref)
+                position: Optional[int] = None
+                if type(parent) is cst.Element and type(self.ctx.parent(parent)) is cst.Tuple:
+                    tuple_node = self.ctx.parent(parent)
+                    position = list(tuple_node.elements).index(parent)  # type: ignore[union-attr]
+                    parent = self.ctx.parent(tuple_node) if tuple_node is not None else None
+                if type(parent) is not cst.Return:
+                    continue
+                function = self.ctx.scopes.enclosing_function(parent)
+                if function is None or self.ctx.parent(function) is not self.ctx.module:
+                    continue
+                entry = self._builders.setdefault(function.name.value, {})
+                entry[str(position)] = how
+
+    def _check_imported_builders(self, frameworks: Frameworks) -> None:
+        """`loader = build_train_loader(...)` imported from a file of the project: if that file
+        builds the loader with a DistributedSampler (the project phase checks), the epoch loop
+        here must tell it the epoch."""
+        for call in self.ctx.nodes(cst.Call):
+            qualname = self._imported(call.func)
+            if qualname is None or frameworks.managed(call):
+                continue
+            parent = self.ctx.parent(call)
+            starts: List[Tuple[Optional[int], List[cst.CSTNode]]] = []
+            if type(parent) is cst.Assign and parent.value is call:
+                targets = [t.target for t in parent.targets]
+                if all(type(t) is cst.Name for t in targets):
+                    starts.append((None, [call]))
+                elif len(targets) == 1 and type(targets[0]) in (cst.Tuple, cst.List):
+                    elements = targets[0].elements  # type: ignore[attr-defined]
+                    for index, element in enumerate(elements):
+                        if type(element.value) is cst.Name:
+                            starts.append((index, self.flow._target_references(element.value)))
+            elif type(parent) is cst.Arg or type(parent) is cst.For:
+                starts.append((None, [call]))
+            for position, refs in starts:
+                found = self._unset_epoch_loop(refs, frameworks)
+                if found is None:
+                    continue
+                loop, _use = found
+                key = f"built:{self.ctx.tree.index[call]}:{position}"
+                name = qualname.rsplit(".", 1)[-1]
+                self.candidate(
+                    key,
+                    call,
+                    f"the DistributedSampler of `{name}()`'s loader is never told the epoch in "
+                    "the loop re-iterating it",
+                    help=(
+                        "Every epoch then shuffles into the same order on every rank (no error, "
+                        "just a fixed batch sequence). Call `loader.sampler.set_epoch(epoch)` at "
+                        "the start of each epoch."
+                    ),
+                    fix=self._loader_fix(call, loop, position),
+                    related=[(loop, "the loader is iterated again on every pass of this loop")],
+                )
+                self._pending[key] = {"callee": qualname, "position": position}
+
+    def _unset_epoch_loop(self, refs: List[cst.CSTNode], frameworks: Frameworks):
+        """The first loop that re-iterates the loader the references evaluate to without
+        telling its sampler the epoch, or None (no such loop, a framework, a set_epoch)."""
+        loader_refs: List[cst.CSTNode] = []
+        for ref in refs:
+            for found in self.flow.references(ref):
+                if found not in loader_refs:
+                    loader_refs.append(found)
+        if self._set_epoch_anywhere(loader_refs, through_loader=True):
+            return None
+        epoch_loops = []
+        for ref in refs:
+            for use in self.flow.uses(ref):
+                if frameworks.managed(use.site):
+                    return None
+                for loop in self.flow.loops_around(use.site):
+                    if self._loop_sets_epoch(loop, [], loader_refs):
+                        return None
+                    epoch_loops.append((loop, use, None, "sampler"))
+        if not epoch_loops:
+            return None
+        loop, use, _loader, _how = self._epoch_loop(epoch_loops)
+        return loop, use
+
+    def _loader_fix(self, call: cst.Call, loop, position: Optional[int]) -> Optional[PendingFix]:
+        """`loader.sampler.set_epoch(epoch)` first in the epoch loop, when the loader has one
+        name bound before it (the project phase drops it unless the sampler is the loader's
+        `sampler=`)."""
+        epoch = _loop_variable(loop)
+        parent = self.ctx.parent(call)
+        if epoch is None or type(loop) is not cst.For or type(parent) is not cst.Assign:
+            return None
+        if any(a is loop for a in self.ctx.ancestors(call)):
+            return None
+        target = parent.targets[0].target if len(parent.targets) == 1 else None
+        if position is not None and type(target) in (cst.Tuple, cst.List):
+            elements = target.elements  # type: ignore[union-attr]
+            target = elements[position].value if position < len(elements) else None
+        if type(target) is not cst.Name:
+            return None
+        body = loop.body
+        if type(body) is not cst.IndentedBlock or not body.body:
+            return None
+        bindings = self.ctx.scopes.lookup(target.value, body.body[0])
+        if len(bindings) != 1 or bindings[0].node is not target:
+            return None
+        edit = self.ctx.body_start(loop, f"{target.value}.sampler.set_epoch({epoch})")
+        if edit is None:
+            return None
+        return self.safe_fix(
+            f"Call `{target.value}.sampler.set_epoch({epoch})` first in the epoch loop", edit
+        )
+
+    def _imported(self, func) -> Optional[str]:
+        """A function imported by name (`from data_load import build_loader`) or through its
+        module (`data_load.build_loader`): its qualified name; None otherwise."""
+        root = func
+        rest: List[str] = []
+        while type(root) is cst.Attribute:
+            rest.insert(0, root.attr.value)
+            root = root.value
+        if type(root) is not cst.Name or len(rest) > 1:
+            return None
+        bindings = self.ctx.scopes.lookup(root.value, root)
+        if len(bindings) != 1 or bindings[0].kind != "import" or not bindings[0].qualname:
+            return None
+        qualname = ".".join([bindings[0].qualname, *rest])
+        if qualname.split(".")[0] in ("torch", "accelerate", "lightning", "pytorch_lightning"):
+            return None
+        return qualname
+
+    # -- the project phase --------------------------------------------------------------------
+
+    def facts(self) -> Optional[Dict[str, Any]]:
+        builders = getattr(self, "_builders", None)
+        pending = getattr(self, "_pending", None)
+        if not builders and not pending:
+            return None
+        return {"builders": builders or {}, "pending": pending or {}}
+
+    @classmethod
+    def check_project(cls, project) -> Iterable[Diagnostic]:
+        root = Path(os.path.abspath(project.root))
+        for display, data in project.facts(cls.code).items():
+            pending = data.get("pending") if isinstance(data, dict) else None
+            if not pending:
+                continue
+            importer = Path(os.path.abspath(project.paths.get(display, Path(display))))
+            for key, entry in pending.items():
+                qualname = str(entry.get("callee") or "")
+                if "." not in qualname.lstrip("."):
+                    continue
+                module, name = qualname.rsplit(".", 1)
+                path = module_file(module, importer, root, project.is_file)
+                facts = project.facts_of(path, cls.code) if path is not None else None
+                if not isinstance(facts, dict):
+                    continue
+                built = (facts.get("builders") or {}).get(name) or {}
+                how = built.get(str(entry.get("position")))
+                if how is None:
+                    continue
+                found = project.candidate(display, cls.code, key, drop_fix=how != "sampler")
+                if found is not None:
+                    yield found
 
     # -- where the sampler goes ---------------------------------------------------------------
 
