@@ -65,7 +65,8 @@ def test_mode_dependent_layer(layer, dependent):
     [
         ("self.lstm = nn.LSTM(28, 64, 2)\n                self.fc = nn.Linear(64, 10)", True),
         (
-            "self.lstm = nn.LSTM(28, 64, 2, dropout=0.2)\n                self.fc = nn.Linear(64, 10)",
+            "self.lstm = nn.LSTM(28, 64, 2, dropout=0.2)\n"
+            "                self.fc = nn.Linear(64, 10)",
             False,
         ),
         ("self.lstm = rnn_factory(28, 64)\n                self.fc = nn.Linear(64, 10)", False),
