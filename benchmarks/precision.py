@@ -153,13 +153,24 @@ def selected(code: str, select: Optional[str]) -> bool:
     return any(part == "ALL" or code.startswith(part) for part in wanted)
 
 
+def preview_codes(select: Optional[str]) -> List[str]:
+    """Preview rules a run without `--preview` leaves off: all of them, except those whose exact
+    code `--select` names (as in trainlint itself)."""
+    from trainlint.rules import all_rules  # the trainlint under test, in this interpreter
+
+    named = {part.strip() for part in (select or "").split(",")}
+    return [code for code, rule in all_rules().items() if rule.preview and code not in named]
+
+
 def precision(tp: int, fp: int) -> Optional[float]:
     return tp / (tp + fp) if tp + fp else None
 
 
 def join(findings: List[Finding], labels: Dict[str, dict], repos_run: Sequence[str],
-         select: Optional[str] = None) -> dict:
-    """The report: per-rule and overall counts, unlabelled findings, labels no longer found."""
+         select: Optional[str] = None, not_run: Sequence[str] = ()) -> dict:
+    """The report: per-rule and overall counts, unlabelled findings, labels no longer found
+    (`not_run`: codes the run could not report, such as preview rules without `--preview`,
+    whose labels are not "gone")."""
     per_rule: Dict[str, Counter] = defaultdict(Counter)
     unlabelled = []
     for finding in findings:
@@ -172,7 +183,7 @@ def join(findings: List[Finding], labels: Dict[str, dict], repos_run: Sequence[s
     gone = []
     for key, entry in sorted(labels.items()):
         repo, code = key_parts(key)
-        if repo in ran and key not in found and selected(code, select):
+        if repo in ran and key not in found and selected(code, select) and code not in not_run:
             gone.append({"key": key, "label": entry.get("label"),
                          "message": entry.get("message", ""), "reason": entry.get("reason", "")})
     total: Counter = Counter()
@@ -299,7 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for repo in repos:
         folder = checkout_dir(args.sources, repo["name"])
         findings += findings_of(repo["name"], folder, run_trainlint(command, folder, extra))
-    report = join(findings, labels, [repo["name"] for repo in repos], args.select)
+    not_run = [] if args.preview else preview_codes(args.select)
+    report = join(findings, labels, [repo["name"] for repo in repos], args.select, not_run)
     if args.unlabelled_out:
         write_json(args.unlabelled_out, skeleton(report["unlabelled"]))
     if args.unlabelled_dir:

@@ -162,6 +162,15 @@ def test_a_narrower_select_does_not_report_other_rules_labels_as_gone(corpus, ca
     assert report["gone_other_labels"] == []  # TRL203 was not selected
 
 
+def test_labels_of_preview_rules_are_not_gone_from_a_run_without_preview():
+    labels = {"r/x::a.py::L3::TRL104": {"label": "TP"}, "r/x::a.py::L4::TRL101": {"label": "TP"}}
+    report = precision_tool.join([], labels, ["r/x"], None, ["TRL104"])
+    assert [entry["key"] for entry in report["lost_true_positives"]] == ["r/x::a.py::L4::TRL101"]
+    assert "TRL104" in precision_tool.preview_codes(None)
+    assert "TRL104" not in precision_tool.preview_codes("TRL104")  # its exact code selects it
+    assert "TRL101" not in precision_tool.preview_codes(None)
+
+
 def test_skeleton_then_merge_refuses_bad_entries(corpus, capsys):
     tmp_path, args = corpus
     todo = tmp_path / "todo.json"
