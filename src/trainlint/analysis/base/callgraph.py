@@ -159,6 +159,8 @@ class CallGraph(Analysis):
                 and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
             ):
                 value = value.func.value  # Net().to(device)
+            if type(value) is cst.Name and value.value == receiver.value:
+                continue  # `net = net.to(device)`: the same object, built by another binding
             if type(value) is not cst.Call or type(value.func) is not cst.Name:
                 return []
             cls = self._class_named(value.func.value, value.func)

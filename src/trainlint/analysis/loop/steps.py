@@ -707,9 +707,12 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 return None
         for node in own_nodes(loop.body):
             if type(node) is cst.Call and self.is_model(node.func):
-                if self.loops.callgraph.member_kind(node.func) in ("method", "unknown"):
+                if type(node.func) is cst.Attribute and (
+                    self.loops.callgraph.member_kind(node.func) != "attribute"
+                ):
                     # `proto.run_model(net, x)`: a bound method has no eval(); a member the
-                    # class inherits from outside the file may be either, so it is not used.
+                    # class inherits from outside the file, or of an object whose class is not
+                    # known, may be either: only a `self.name = ...` member is a submodule.
                     continue
                 return node
         return None
