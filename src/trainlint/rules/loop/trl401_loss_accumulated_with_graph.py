@@ -60,6 +60,12 @@ class LossAccumulatedWithGraph(Rule):
     hold no graph (`.item()`, floats, a dict computed under `no_grad()`) is not reported; one
     whose summary is unknown (a library, a mixed return) is not either.
 
+    **Preview rule.** Measured on public repositories it was never tuned on, it has found no
+    true positive yet (one debatable finding on the dev split), and all six of its findings on
+    the held-back repositories were false: whether a value records a graph is decided for the
+    whole file, so a JAX notebook's list of losses and a from-scratch model's hand-written
+    weight updates looked like graph-carrying totals. Run it with `--preview` or select TRL401.
+
     ## Why is this bad
     A loss tensor references the whole graph that produced it (activations of every layer).
     Adding it to a total that lives across iterations chains every iteration's graph to the
@@ -167,6 +173,12 @@ class LossAccumulatedWithGraph(Rule):
     fix = "sometimes"
     markers = ("loss", "criterion")
     project = True
+    # Measured on real code it was never tuned on (benchmarks/precision/), it has found no true
+    # positive yet and its findings on held-back repositories were false: whether a value
+    # records a graph is decided per file, not per value (a JAX notebook's loss list, a
+    # from-scratch model's hand-written updates). It earns the default set with per-value
+    # evidence of a graph source.
+    preview = True
 
     def finish(self) -> None:
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
