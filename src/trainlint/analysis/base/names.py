@@ -16,6 +16,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from .memo import Summaries
 from .scopes import Scope, Scopes
 from .. import Analysis
 
@@ -105,13 +106,18 @@ class Names(Analysis):
         # id(node) -> (node, its names): a node's hash is a Python-level call, id() is not; the
         # node is kept with its entry, so its id cannot be reused while the entry lives.
         self._cache: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = {}
+        # An alias resolves through the name it was assigned from, however long the chain
+        # (`d2 = d1; d1 = d0`); a name that comes back around (`a = b; b = a`) denotes nothing.
+        self._resolved: Summaries[cst.CSTNode, FrozenSet[str]] = Summaries(
+            self._resolve, frozenset()
+        )
 
     def qualified(self, node: cst.CSTNode) -> FrozenSet[str]:
         """Every canonical qualified name `node` may denote (empty when unknown)."""
         entry = self._cache.get(id(node))
         if entry is not None and entry[0] is node:
             return entry[1]
-        found = frozenset(self._resolve(node, set()))
+        found = self._resolved.get(node)
         self._cache[id(node)] = (node, found)
         return found
 
@@ -149,19 +155,16 @@ class Names(Analysis):
 
     # -- resolution ---------------------------------------------------------------------------
 
-    def _resolve(self, node: cst.CSTNode, seen: Set[cst.CSTNode]) -> Set[str]:
-        if node in seen:
-            return set()
-        seen.add(node)
+    def _resolve(self, node: cst.CSTNode) -> FrozenSet[str]:
         if type(node) is cst.Name:
-            return self._resolve_name(node, seen)
+            return frozenset(self._resolve_name(node))
         if type(node) is cst.Attribute:
-            return {
-                canonical(f"{base}.{node.attr.value}") for base in self._resolve(node.value, seen)
-            }
-        return set()
+            return frozenset(
+                canonical(f"{base}.{node.attr.value}") for base in self._resolved.get(node.value)
+            )
+        return frozenset()
 
-    def _resolve_name(self, node: cst.Name, seen: Set[cst.CSTNode]) -> Set[str]:
+    def _resolve_name(self, node: cst.Name) -> Set[str]:
         bindings = self.scopes.lookup(node.value, node)
         out: Set[str] = set()
         if not bindings:
@@ -177,7 +180,7 @@ class Names(Analysis):
                 and type(binding.value) in (cst.Name, cst.Attribute)
             ):
                 # `DP = nn.DataParallel`: an alias, not a new object.
-                resolved = self._resolve(binding.value, seen)
+                resolved = self._resolved.get(binding.value)
                 out.update(resolved or {LOCAL_PREFIX + node.value})
             else:
                 out.add(LOCAL_PREFIX + node.value)

@@ -586,8 +586,8 @@ class DeviceChoices(Analysis):
         return self._option_defaults.get(attribute)
 
     def _trace(self, expr, as_index: bool, seen: Set[cst.CSTNode]) -> Optional[DeviceChoice]:
-        if expr in seen:
-            return None
+        if expr in seen or len(seen) >= _TRACE_BUDGET:
+            return None  # a cycle, or a chain longer than any real device choice: unknown
         seen.add(expr)
         if type(expr) is cst.Integer:
             return DeviceChoice(Device("cuda", int(expr.value, 0), "literal"), expr, is_index=True)
@@ -818,6 +818,10 @@ class DeviceChoices(Analysis):
                 found.append(text)
         return found
 
+
+# Expressions one trace may visit: a device choice is a few assignments deep in real code;
+# `d1 = d0; d2 = d1; ...` thousands of links long would otherwise recurse past Python's limit.
+_TRACE_BUDGET = 200
 
 # torch's builders of compiled extensions (setup.py): the module names they make.
 _EXTENSION_BUILDERS = (

@@ -10,6 +10,7 @@ import libcst as cst
 
 from ...walk import children
 from ..base.callgraph import CallGraph
+from ..base.memo import Summaries
 from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
@@ -88,8 +89,11 @@ class Moves(Analysis):
         self.mover_names: FrozenSet[str] = WELL_KNOWN_MOVERS | frozenset(
             str(name) for name in extra
         )
-        self._summaries: Dict[cst.FunctionDef, FrozenSet[int]] = {}
-        self._in_progress: Set[cst.FunctionDef] = set()
+        # A function calling itself (or its caller) is summarised as moving nothing there: the
+        # base case decides.
+        self._summaries: Summaries[cst.FunctionDef, FrozenSet[int]] = Summaries(
+            self._summarise, frozenset()
+        )
         self._placements: Dict[Tuple[cst.CSTNode, int], FrozenSet[str]] = {}
         self.callgraph: CallGraph = ctx.analysis(CallGraph)
         # id(call) -> (call, its move or None): every analysis asks for the moves of the same
@@ -339,18 +343,7 @@ class Moves(Analysis):
     def moved_params(self, function: cst.FunctionDef) -> FrozenSet[int]:
         """Indices of the positional parameters whose values `function` moves to a device
         (directly, through names derived from them, or by handing them to a mover)."""
-        cached = self._summaries.get(function)
-        if cached is not None:
-            return cached
-        if function in self._in_progress:
-            return frozenset()  # recursion: the base case decides
-        self._in_progress.add(function)
-        try:
-            result = self._summarise(function)
-        finally:
-            self._in_progress.discard(function)
-        self._summaries[function] = result
-        return result
+        return self._summaries.get(function)
 
     def _summarise(self, function: cst.FunctionDef) -> FrozenSet[int]:
         params = [p.name.value for p in _positional_params(function)]
