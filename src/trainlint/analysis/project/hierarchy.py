@@ -283,6 +283,8 @@ class Hierarchy:
         self._display_by_path: Optional[Dict[Path, str]] = None
         self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
+        self._children: Dict[ClassRef, List[ClassRef]] = {}  # base -> its direct subclasses
+        self._indexed: Set[Path] = set()
         self._evidence_files: Dict[Path, Set[Path]] = {}
         self._configs: Optional[MMConfigs] = None
         self._resolving = 0  # resolutions under way (installed.py resolves through `resolve`)
@@ -476,20 +478,36 @@ class Hierarchy:
 
     def subclasses(self, ref: ClassRef) -> List[ClassRef]:
         """Known classes (in files read so far) deriving from `ref`, directly or not."""
+        self._index_subclasses()
         out: List[ClassRef] = []
-        frontier = {ref}
-        changed = True
-        while changed:
-            changed = False
-            for path, _facts in self.known_files():
-                for candidate, bases in self._classes_in(path):
-                    if candidate in frontier:
-                        continue
-                    if any(b in frontier for b in bases):
-                        frontier.add(candidate)
+        seen = {ref}
+        frontier = [ref]
+        while frontier:  # breadth first over the index: direct subclasses, then theirs
+            following = []
+            for base in frontier:
+                for candidate in self._children.get(base, ()):
+                    if candidate not in seen:
+                        seen.add(candidate)
                         out.append(candidate)
-                        changed = True
+                        following.append(candidate)
+            frontier = following
         return out
+
+    def _index_subclasses(self) -> None:
+        """Add the classes of every known file not indexed yet to base -> direct subclasses.
+        Each file is indexed once per run (every family asks for its subclasses: rescanning
+        every class of the project per question made the project phase quadratic); resolving a
+        base may read another file, so this repeats until no new file is known."""
+        while True:
+            new = [path for path, _facts in self.known_files() if path not in self._indexed]
+            if not new:
+                return
+            for path in new:
+                self._indexed.add(path)
+                for candidate, bases in self._classes_in(path):
+                    for base in bases:
+                        if isinstance(base, ClassRef):
+                            self._children.setdefault(base, []).append(candidate)
 
     def _classes_in(self, path: Path) -> List[Tuple[ClassRef, List[object]]]:
         """The classes of a known file with what their bases resolve to, made once per file:
