@@ -795,3 +795,25 @@ def _inside(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def pending_callees(project, code: str) -> Iterator[Tuple[str, str, dict, dict, str]]:
+    """(display, key, entry, callee facts, callee name) for each call a file of the run left
+    pending in rule `code`'s facts (`{"pending": {key: {"callee": "pkg.mod.fn", ...}}}`): the
+    facts the same rule recorded for the module the callee's qualified name names (one level,
+    no re-exports)."""
+    root = Path(os.path.abspath(project.root))
+    for display, data in project.facts(code).items():
+        pending = data.get("pending") if isinstance(data, dict) else None
+        if not pending:
+            continue
+        importer = Path(os.path.abspath(project.paths.get(display, Path(display))))
+        for key, entry in pending.items():
+            qualname = str(entry.get("callee") or "")
+            if "." not in qualname.lstrip("."):
+                continue
+            module, name = qualname.rsplit(".", 1)
+            path = module_file(module, importer, root, project.is_file)
+            facts = project.facts_of(path, code) if path is not None else None
+            if isinstance(facts, dict):
+                yield display, key, entry, facts, name

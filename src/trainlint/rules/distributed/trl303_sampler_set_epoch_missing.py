@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
@@ -13,7 +11,7 @@ from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
-from ...analysis.project.hierarchy import module_file
+from ...analysis.project.hierarchy import pending_callees
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -311,28 +309,14 @@ class SamplerSetEpochMissing(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
-        root = Path(os.path.abspath(project.root))
-        for display, data in project.facts(cls.code).items():
-            pending = data.get("pending") if isinstance(data, dict) else None
-            if not pending:
+        for display, key, entry, facts, name in pending_callees(project, cls.code):
+            built = (facts.get("builders") or {}).get(name) or {}
+            how = built.get(str(entry.get("position")))
+            if how is None:
                 continue
-            importer = Path(os.path.abspath(project.paths.get(display, Path(display))))
-            for key, entry in pending.items():
-                qualname = str(entry.get("callee") or "")
-                if "." not in qualname.lstrip("."):
-                    continue
-                module, name = qualname.rsplit(".", 1)
-                path = module_file(module, importer, root, project.is_file)
-                facts = project.facts_of(path, cls.code) if path is not None else None
-                if not isinstance(facts, dict):
-                    continue
-                built = (facts.get("builders") or {}).get(name) or {}
-                how = built.get(str(entry.get("position")))
-                if how is None:
-                    continue
-                found = project.candidate(display, cls.code, key, drop_fix=how != "sampler")
-                if found is not None:
-                    yield found
+            found = project.candidate(display, cls.code, key, drop_fix=how != "sampler")
+            if found is not None:
+                yield found
 
     # -- where the sampler goes ---------------------------------------------------------------
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import os
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -15,7 +13,7 @@ from ...analysis.loop.graphtensors import GraphTensors
 from ...analysis.loop.stepexprs import name_leaves
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.loop.summaries import FunctionSummaries, LoopGraphs, element_loop
-from ...analysis.project.hierarchy import module_file
+from ...analysis.project.hierarchy import pending_callees
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -468,19 +466,14 @@ class LossAccumulatedWithGraph(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
-        root = Path(os.path.abspath(project.root))
-        for display, data in project.facts(cls.code).items():
-            pending = data.get("pending") if isinstance(data, dict) else None
-            if not pending:
+        for display, key, entry, facts, name in pending_callees(project, cls.code):
+            method = entry.get("method")
+            summary = (facts.get("summaries") or {}).get(f"{name}.{method}" if method else name)
+            if not isinstance(summary, dict):
                 continue
-            importer = Path(os.path.abspath(project.paths.get(display, Path(display))))
-            for key, entry in pending.items():
-                summary = _summary_of(project, root, importer, entry, cls.code)
-                if summary is None:
-                    continue
-                found = _confirm(project, display, cls.code, key, entry, summary)
-                if found is not None:
-                    yield found
+            found = _confirm(project, display, cls.code, key, entry, summary)
+            if found is not None:
+                yield found
 
     # -- one accumulation ---------------------------------------------------------------------
 
@@ -797,25 +790,6 @@ def _kept_texts(called: str, shown: str, store: str, freed: bool):
         "Pass `.item()`/`.detach()` values, or convert inside the helper.",
         None,
     )
-
-
-def _summary_of(project, root: Path, importer: Path, entry, code: str) -> Optional[dict]:
-    """The summary of the project function or method an entry's call runs (one level: the
-    module its qualified name names, no re-exports)."""
-    qualname = str(entry.get("callee") or "")
-    method = entry.get("method")
-    if "." not in qualname.lstrip("."):
-        return None
-    module, name = qualname.rsplit(".", 1)
-    path = module_file(module, importer, root, project.is_file)
-    if path is None:
-        return None
-    facts = project.facts_of(path, code)
-    if not isinstance(facts, dict):
-        return None
-    summaries = facts.get("summaries") or {}
-    found = summaries.get(f"{name}.{method}" if method else name)
-    return found if isinstance(found, dict) else None
 
 
 def _confirm(project, display: str, code: str, key: str, entry, summary) -> Optional[Diagnostic]:
