@@ -10,9 +10,10 @@ random draw over the sorted names takes HOLDOUT_PER_STRATUM of them (a third, ro
 held-back repositories are as mixed as the whole set. The seed and the counts are fixed here; the
 split is recorded in repos.toml and this script only re-derives it.
 
-Repositories added later with `split = "holdout2"` are a second held-back set, pinned and
-never opened while the rules they measure were changed (the recall work after the first holdout
-was labelled). They are outside this draw: all of them are held back.
+Repositories added later with `split = "holdout2"` or `split = "holdout3"` are further held-back
+sets, each pinned and never opened while the rules it measures were changed (holdout2: the recall
+work after the first holdout was labelled; holdout3: the fixes after holdout2 was opened). They
+are outside this draw: all of them are held back.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with repos.toml's splits")
     args = parser.parse_args(argv)
-    repos = [r for r in tomllib.loads(REPOS_TOML.read_text())["repo"] if r["split"] != "holdout2"]
+    repos = [r for r in tomllib.loads(REPOS_TOML.read_text())["repo"] if r["split"] not in ("holdout2", "holdout3")]
     split = draw(repos)
     if args.check:
         wrong = [r["name"] for r in repos if r["split"] != split[r["name"]]]
