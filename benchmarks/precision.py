@@ -270,7 +270,9 @@ def print_report(report: dict) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
-    parser.add_argument("--split", choices=("dev", "holdout", "holdout2", "holdout3", "all"), default="dev")
+    parser.add_argument(
+        "--split", choices=("dev", "holdout", "holdout2", "holdout3", "all"), default="dev"
+    )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
     parser.add_argument("--preview", action="store_true", help="passed on to trainlint")
     parser.add_argument("--trainlint", default=f"{shlex.quote(sys.executable)} -m trainlint",

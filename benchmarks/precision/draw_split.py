@@ -58,7 +58,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with repos.toml's splits")
     args = parser.parse_args(argv)
-    repos = [r for r in tomllib.loads(REPOS_TOML.read_text())["repo"] if r["split"] not in ("holdout2", "holdout3")]
+    later_sets = ("holdout2", "holdout3")
+    repos = tomllib.loads(REPOS_TOML.read_text())["repo"]
+    repos = [r for r in repos if r["split"] not in later_sets]
     split = draw(repos)
     if args.check:
         wrong = [r["name"] for r in repos if r["split"] != split[r["name"]]]
