@@ -139,3 +139,44 @@ def test_fixes_reach_a_fixpoint_in_rounds(tmp_path, monkeypatch, capsys, registe
     assert code == 0, capsys.readouterr()
     assert target.read_text() == "import torch\nx = 3\n"
     assert "Fixed 3 findings, 0 remaining." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "call, fixed",
+    [
+        ("torch.ones((n, 4))", "torch.ones((n, 4), device=d)"),
+        ("torch.ones([n, 4])", "torch.ones([n, 4], device=d)"),
+        ("torch.ones((n))", "torch.ones((n), device=d)"),
+        ("torch.ones(n, 4,)", "torch.ones(n, 4, device=d,)"),
+        ("torch.ones(*shape)", "torch.ones(*shape, device=d)"),
+        ("torch.ones(n, dtype=torch.half)", "torch.ones(n, dtype=torch.half, device=d)"),
+        (
+            "torch.ones(\n    (n, 4)  # rows, cols\n)",
+            "torch.ones(\n    (n, 4), device=d  # rows, cols\n)",
+        ),
+    ],
+)
+def test_an_appended_argument_goes_after_the_last_argument_as_written(
+    call, fixed, tmp_path, monkeypatch, capsys, register_rule
+):
+    """Edits that add a keyword are placed on the call, never inside a literal tuple or list
+    argument (whose own span stops inside its parentheses)."""
+
+    class AddDevice(Rule):
+        code = "TRL998"
+        name = "add-device"
+        fix = "safe"
+
+        def visit_Call(self, node: cst.Call) -> None:
+            done = any(a.keyword is not None and a.keyword.value == "device" for a in node.args)
+            if self.ctx.code(node.func) == "torch.ones" and not done:
+                edit = self.ctx.append_argument(node, "device=d")
+                self.report(node, "add device", fix=self.safe_fix("add device", edit))
+
+    register_rule(AddDevice)
+    target = tmp_path / "t.py"
+    target.write_text(f"import torch\nx = {call}\n")
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--fix", "--select", "TRL998", "--no-cache", "t.py"]) == 0, capsys.readouterr()
+    assert target.read_text() == f"import torch\nx = {fixed}\n"

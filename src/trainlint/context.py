@@ -133,6 +133,14 @@ class FileContext:
     def insert_after(self, node: cst.CSTNode, content: str) -> EditSpec:
         return EditSpec("insert_after", node, content)
 
+    def append_argument(self, call: cst.Call, code: str) -> EditSpec:
+        """`code` (`name=value`) as a new last argument of a call that has arguments. It goes
+        after the last argument as written, its parentheses included: a value's own span stops
+        inside them, and `torch.ones((n, 4))` must become `torch.ones((n, 4), device=d)`, not
+        the tuple `(n, 4, device=d)`, which does not parse."""
+        assert call.args, "append_argument needs a call with arguments"
+        return EditSpec("insert_after", call.args[-1], f", {code}")
+
     def line_after(self, statement: cst.CSTNode, code: str) -> EditSpec:
         return EditSpec("line_after", statement, code)
 

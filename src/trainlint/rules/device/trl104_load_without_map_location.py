@@ -212,14 +212,12 @@ class LoadWithoutMapLocation(Rule):
         return False
 
     def _fix(self, call: cst.Call, safe: bool) -> Optional[PendingFix]:
-        last = call.args[-1]
         quote = '"'
         for arg in call.args:
             if type(arg.value) is cst.SimpleString and arg.value.quote in ("'", '"'):
                 quote = arg.value.quote
                 break
-        text = f", map_location={quote}cpu{quote}"
-        edit = self.ctx.insert_after(last.value, text)
+        edit = self.ctx.append_argument(call, f"map_location={quote}cpu{quote}")
         message = f"Add map_location={quote}cpu{quote}"
         return self.safe_fix(message, edit) if safe else self.unsafe_fix(message, edit)
 

@@ -435,10 +435,9 @@ class NewTensorOffDevice(Rule):
     def _fix(self, call: cst.Call, partner: Optional[str]) -> Optional[PendingFix]:
         if partner is None or not call.args or self._cast_to_legacy_type(call):
             return None
-        last = call.args[-1]
         return self.unsafe_fix(
             f"Create it on the device: `device={partner}.device`",
-            self.ctx.insert_after(last.value, f", device={partner}.device"),
+            self.ctx.append_argument(call, f"device={partner}.device"),
         )
 
     def _cast_to_legacy_type(self, call: cst.Call) -> bool:

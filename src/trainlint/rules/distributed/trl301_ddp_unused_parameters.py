@@ -160,10 +160,9 @@ class DdpUnusedParameters(Rule):
         sites = self.ctx.analysis(Wraps).ddp_sites()
         if len(sites) != 1 or sites[0].options or not sites[0].call.args:
             return None
-        last = sites[0].call.args[-1]
         return self.unsafe_fix(
             "Let DDP tolerate unused parameters: `find_unused_parameters=True`",
-            self.ctx.insert_after(last.value, ", find_unused_parameters=True"),
+            self.ctx.append_argument(sites[0].call, "find_unused_parameters=True"),
         )
 
     @classmethod

@@ -340,7 +340,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         if existing is not None:
             edit = self.ctx.replace(existing, "False")
         elif call.args:
-            edit = self.ctx.insert_after(call.args[-1].value, ", use_reentrant=False")
+            edit = self.ctx.append_argument(call, "use_reentrant=False")
         else:
             return None
         return self.unsafe_fix("Use non-reentrant checkpointing: `use_reentrant=False`", edit)
@@ -350,7 +350,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         if keyword(call, "gradient_checkpointing_kwargs") is not None or has_star_args(call):
             return None
         if call.args:
-            edit = self.ctx.insert_after(call.args[-1].value, f", {text}")
+            edit = self.ctx.append_argument(call, text)
         elif kind == "enable":
             edit = self.ctx.replace(call, f"{self.ctx.code(call.func)}({text})")
         else:

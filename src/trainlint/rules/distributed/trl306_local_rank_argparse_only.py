@@ -198,8 +198,7 @@ class LocalRankArgparseOnly(Rule):
         if default is not None:
             edits.append(self.ctx.replace(default, f"{env}, {self.ctx.code(default)})"))
         else:
-            last = call.args[-1]
-            edits.append(self.ctx.insert_after(last.value, f", default={env})"))
+            edits.append(self.ctx.append_argument(call, f"default={env})"))
         return self.safe_fix(
             f'Accept `{missing}` too and default from `{os_name}.environ["LOCAL_RANK"]`', *edits
         )
