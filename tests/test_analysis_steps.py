@@ -27,8 +27,13 @@ def first_loop(ctx, steps):
     return steps.all_loops()[0]
 
 
+def state_events(flow):
+    """The events that change training state (forward events are tested on their own)."""
+    return [e for e in events_of(flow) if e.kind != "forward"]
+
+
 def kinds(steps, loop):
-    return [(e.kind, e.receiver) for e in events_of(steps.flow(loop))]
+    return [(e.kind, e.receiver) for e in state_events(steps.flow(loop))]
 
 
 @pytest.mark.parametrize(
@@ -74,7 +79,7 @@ def test_step_bound_to_an_optimizer_constructor_whatever_its_name():
 
 def test_closure_steps_are_marked():
     ctx, steps = steps_for("for _ in range(20):\n    optimizer.step(closure)\n")
-    (event,) = events_of(steps.flow(first_loop(ctx, steps)))
+    (event,) = state_events(steps.flow(first_loop(ctx, steps)))
     assert event.closure
 
 
@@ -83,7 +88,7 @@ def test_zeroing_inside_a_parameters_loop_is_a_full_reset():
         "for x in loader:\n    for p in model.parameters():\n        p.grad = None\n"
         "    model.head.weight.grad = None\n"
     )
-    found = [(e.receiver, e.full) for e in events_of(steps.flow(first_loop(ctx, steps)))]
+    found = [(e.receiver, e.full) for e in state_events(steps.flow(first_loop(ctx, steps)))]
     assert found == [("model", True), ("model.head.weight", False)]
 
 
@@ -101,7 +106,7 @@ def test_helpers_are_followed_and_parameters_mapped():
         """)
     loop = first_loop(ctx, steps)
     assert kinds(steps, loop) == [("eval", "my_model"), ("train", "my_model")]
-    events = list(events_of(steps.flow(loop)))
+    events = state_events(steps.flow(loop))
     assert all(
         isinstance(e.site, cst.Call) and ctx.code(e.site).startswith("evaluate") for e in events
     )
@@ -147,7 +152,44 @@ def test_own_events_skip_nested_loops():
     outer, inner = steps.all_loops()
     assert steps.has_backward(outer) and not steps.is_step_loop(outer)
     assert steps.is_step_loop(inner)
-    assert not list(own_events(steps.flow(outer)))
+    assert not [e for e in own_events(steps.flow(outer)) if e.kind != "forward"]
+
+
+def test_forward_events_name_what_may_run_in_evaluation_order():
+    ctx, steps = steps_for("""
+        import torch
+        import torch.nn.functional as F
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            out = data_parallel_helper(net.module, x)
+            head.forward(x)
+            with torch.no_grad():
+                ema(x)
+        """)
+    found = [(e.kind, e.runs) for e in events_of(steps.flow(first_loop(ctx, steps)))]
+    assert found == [
+        ("forward", ("model", "x")),  # the module call runs first, then the loss, then backward
+        ("forward", ("y",)),  # an imported function runs nothing of its own; its arguments may
+        ("backward", ()),
+        ("forward", ("data_parallel_helper", "net.module", "x")),
+        ("forward", ("head", "x")),
+    ]  # under no_grad() nothing is recorded for a backward: no forward event
+
+
+def test_a_followed_helper_forwards_through_its_own_body_not_its_arguments():
+    ctx, steps = steps_for("""
+        def run_step(net, batch):
+            return net(batch).sum()
+
+        for batch in loader:
+            run_step(model, batch).backward()
+        """)
+    found = [(e.kind, e.runs) for e in events_of(steps.flow(first_loop(ctx, steps)))]
+    assert found == [
+        ("forward", ("run_step",)),
+        ("forward", ("model", "batch")),
+        ("backward", ()),
+    ]
 
 
 @pytest.mark.parametrize(

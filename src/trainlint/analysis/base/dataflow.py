@@ -1,7 +1,8 @@
 """The dataflow kernel the loop rules share: a block of code as a small tree of events, and a
 fixpoint run of abstract states through it.
 
-A flow is `Ev` (one `Event`: a backward, an optimizer step, a gradient reset, a mode switch),
+A flow is `Ev` (one `Event`: a backward, an optimizer step, a gradient reset, a mode switch, a
+call that may run a module forward),
 `Seq`, `Alt` (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
 (continue/break/return/raise) or `Helper` (the body of a same-file function it calls, where
 `return` only leaves the helper). `run()` pushes a set of abstract states through a flow with a
@@ -22,13 +23,16 @@ import libcst as cst
 class Event:
     """Something a call or assignment does to the training state."""
 
-    kind: str  # backward, step, zero, eval, train
+    kind: str  # backward, step, zero, eval, train, forward
     node: cst.CSTNode  # the call or assignment
     receiver: Optional[str]  # optimizer / module text in the analysed block's terms
     site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)
     via: Tuple[cst.FunctionDef, ...] = ()
     full: bool = True  # zero: the whole model or optimizer, not one parameter
     closure: bool = False  # step(closure): the closure runs its own forward and backward
+    # forward: the modules the call may run with autograd on (`model(x)`, `model.forward(x)`,
+    # a module handed to a call that is not followed, like `data_parallel(model, x)`).
+    runs: Tuple[str, ...] = ()
 
 
 # -- flows ----------------------------------------------------------------------------------------

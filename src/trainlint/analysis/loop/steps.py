@@ -39,11 +39,11 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from ...walk import own_nodes
+from ...walk import SCOPE_NODE_TYPES, children, own_nodes
 from ..base.calls import keyword, positional
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
-from ..base.names import Names, dotted_name
+from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..base.scopes import Scopes
 from ..base.vocabulary import (
     EVAL_FUNCTION,
@@ -428,21 +428,50 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     def _expr(self, node, mapping, site, via, follow):
         items = []
-        for child in own_nodes(node):
-            if type(child) is not cst.Call:
-                continue
+        for child in _calls_in_evaluation_order(node):
             event = self.event(child, mapping, site or child, via)
+            target = self.loops.callgraph.callee(child) if follow > 0 else None
+            followed = target is not None and target not in via
+            if event is None:
+                event = self._forward_event(child, mapping, site or child, via, followed)
             if event is not None:
                 items.append(Ev(event))
-            if follow > 0:
-                target = self.loops.callgraph.callee(child)
-                if target is not None and target not in via:
-                    inner_map = self._parameter_map(child, target, mapping)
-                    body = self._block(
-                        target.body, inner_map, site or child, via + (target,), follow - 1
-                    )
-                    items.append(Helper(body, child))
+            if followed:
+                assert target is not None
+                inner_map = self._parameter_map(child, target, mapping)
+                body = self._block(
+                    target.body, inner_map, site or child, via + (target,), follow - 1
+                )
+                items.append(Helper(body, child))
         return Seq(tuple(items))
+
+    def _forward_event(self, call: cst.Call, mapping, site, via, followed: bool) -> Optional[Event]:
+        """A call that may run a module's forward with autograd on: `model(x)`,
+        `model.forward(x)`, and the modules handed to a call whose body is not followed here
+        (`data_parallel(model, x)`, `engine.run(model, batch)`: it may run them). What it runs
+        is named in the analysed block's terms. Under `no_grad()` nothing is recorded for a
+        backward, so such a call is no forward of a training step."""
+        func = call.func
+        runs: List[str] = []
+        if type(func) is cst.Attribute and func.attr.value == "forward":
+            text = self._map(func.value, mapping)
+            if text is not None:
+                runs.append(text)
+        elif type(func) in (cst.Name, cst.Attribute) and all(
+            q.startswith(LOCAL_PREFIX) for q in self.names.qualified(func)
+        ):  # not an imported function: a name of this file, or one nothing is known of
+            text = self._map(func, mapping)
+            if text is not None:
+                runs.append(text)
+        if not followed:
+            for arg in call.args:
+                if type(arg.value) in (cst.Name, cst.Attribute):
+                    text = self._map(arg.value, mapping)
+                    if text is not None:
+                        runs.append(text)
+        if not runs or self.loops.under_no_grad(call) or self._spelled_no_grad(call):
+            return None
+        return Event("forward", call, None, site, via, runs=tuple(runs))
 
     def _parameter_map(self, call: cst.Call, target: cst.FunctionDef, mapping) -> Dict[str, str]:
         """Parameter name -> the caller's argument text (in the caller's own terms)."""
@@ -722,3 +751,22 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
+
+
+def _calls_in_evaluation_order(node: cst.CSTNode) -> List[cst.Call]:
+    """The calls of an expression or small statement in the order they run: a call's callee
+    and arguments before the call (`F.cross_entropy(model(x), y).backward()`: the forward
+    first, the backward last), not entering nested def/class/lambda bodies."""
+    out: List[cst.Call] = []
+    stack: List[Tuple[cst.CSTNode, bool]] = [(node, False)]
+    while stack:
+        current, finished = stack.pop()
+        if finished:
+            out.append(current)  # type: ignore[arg-type]
+            continue
+        if type(current) is cst.Call:
+            stack.append((current, True))
+        if current is not node and type(current) in SCOPE_NODE_TYPES:
+            continue
+        stack.extend((kid, False) for kid in reversed(children(current)))
+    return out

@@ -77,6 +77,17 @@ class EvalModeMissing(Rule):
     model.train() else: model.eval()`) is a deliberate choice, and a module only called under
     `no_grad()` in the loop (an EMA copy used for samples) is not trained there.
 
+    The mode matters when the forward records the graph, so a model left in eval mode is
+    reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
+    is handed the model and is not followed, like `data_parallel(model, x)`) before a backward:
+    an evaluation between a step's forward and its backward (a vocoder that synthesises a sample
+    mid-step) is not reported when the next step sets the mode again before its forward.
+
+    ## Known problems
+    A forward the analysis cannot see (the model run through an object that holds it, such as
+    `engine.step(batch)`) does not count, so a model left in eval mode and trained only that way
+    is not reported.
+
     ## Fix safety
     The fix inserts `model.eval()` before the evaluation loop, decorates the evaluation function
     with `@torch.no_grad()` when nothing in it backpropagates, and inserts `model.train()` right
@@ -352,22 +363,37 @@ class EvalModeMissing(Rule):
             found: List[Tuple[str, Event]] = []
             chosen = self._eval_chosen_for_training(flow) | self._eval_chosen_by_branch(flow)
 
+            # A state is the set of (module, its eval event, ran since): the modules left in
+            # eval mode, and whether a forward has run one of them since. The mode matters when
+            # the graph is recorded, so a backward is trained in eval mode only after such a
+            # forward: an evaluation between a step's forward and its backward (a helper that
+            # samples audio mid-step) changes nothing if the next step resets the mode first.
             def transfer(event: Event, state):
                 if event.kind == "eval" and event.receiver is not None and event in chosen:
                     # The training helper picks eval mode itself before its steps (frozen
                     # BatchNorm in linear probing): whatever mode came before does not matter.
                     receiver = _strip(event.receiver)
-                    return (frozenset((r, e) for r, e in state if not _same_module(r, receiver)),)
+                    return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
                 if event.kind == "eval" and event.receiver is not None:
                     receiver = _strip(event.receiver)
                     if receiver in trained or _strip(_unparam(receiver)) in trained:
-                        return (state | {(receiver, event)},)
+                        return (state | {(receiver, event, False)},)
                     return (state,)
                 if event.kind == "train" and event.receiver is not None:
                     receiver = _strip(event.receiver)
-                    return (frozenset((r, e) for r, e in state if not _same_module(r, receiver)),)
+                    return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
+                if event.kind == "forward":
+                    ran = frozenset(
+                        (r, e, True)
+                        for r, e, before in state
+                        if not before and any(_runs_module(run, r) for run in event.runs)
+                    )
+                    if ran:
+                        kept = frozenset(s for s in state if (s[0], s[1], True) not in ran)
+                        return (kept | ran,)
+                    return (state,)
                 if event.kind == "backward":
-                    found.extend(state)
+                    found.extend((r, e) for r, e, ran in state if ran)
                 return (state,)
 
             run(Repeat(flow, loop), {frozenset()}, transfer)
@@ -481,6 +507,14 @@ def _unparam(text: str) -> str:
     if text.startswith("<param:") and text.endswith(">"):
         return text[len("<param:") : -1]
     return text
+
+
+def _runs_module(run: str, module: str) -> bool:
+    """Does a forward of `run` run `module`: the module itself, a wrapper's `.module`, or a
+    module that holds it (`self.model(x)` runs `self.model.backbone`)? Not one of its
+    submodules (`model.head(x)` leaves the rest of `model` unrun)."""
+    run, module = _strip(run), _strip(_unparam(module))
+    return run == module or module.startswith(run + ".") or _strip(_unparam(run)) == module
 
 
 def _same_module(a: Optional[str], b: Optional[str]) -> bool:
