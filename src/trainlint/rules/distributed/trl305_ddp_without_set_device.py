@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set
@@ -47,6 +48,10 @@ class DdpWithoutSetDevice(Rule):
     calls a function of another project file that sets the device (`make_data_parallel()` of
     model.py calling `torch.cuda.set_device(device)`, directly or through the helper file's own
     functions); the project phase follows the call (under flake8, only this file is seen).
+    An `init_process_group` inside a function this file never runs or names (`setup()` of a
+    utils package) is judged by the project files that import it: reported when they exist and
+    none of them sets the device, not reported when one does (the FSDP example's script calls
+    `setup()` and then `torch.cuda.set_device(local_rank)`) or when no importer is found.
     This rule owns a missing `set_device` in a file that initialises a process group
     (`Parallel.process_group_inits`): TRL103 leaves that cause to it.
 
@@ -87,6 +92,9 @@ class DdpWithoutSetDevice(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         self.sets_device_in = self._functions_setting_device()
+        # Keys of candidates whose init_process_group sits in a function nothing in this file
+        # runs (`setup()` of a utils module): the files that import it decide.
+        self.inits_for_importers: List[str] = []
         if not _CUDA.search(ctx.source.text):
             return  # CPU-only code: gloo is the default there
         parallel: Parallel = ctx.analysis(Parallel)
@@ -104,8 +112,11 @@ class DdpWithoutSetDevice(Rule):
             which = self._backend(backend)
             if which is None:
                 continue
+            key = f"init:{len(self.candidates)}"
+            if self._run_only_by_importers(call):
+                self.inits_for_importers.append(key)
             self.candidate(
-                f"init:{len(self.candidates)}",
+                key,
                 call,
                 f"`init_process_group` with {which}, but the current CUDA device is never set",
                 help=(
@@ -117,6 +128,23 @@ class DdpWithoutSetDevice(Rule):
                 # No fix where the script also runs with gloo (no GPU per process there).
                 fix=None if self._may_be_gloo(backend) else self._fix(call, parallel),
             )
+
+    def _run_only_by_importers(self, call: cst.Call) -> bool:
+        """Is `call` inside a module-level function this file never calls or names (a helper
+        for other files: `def setup(): dist.init_process_group("nccl")` in utils)?"""
+        function = None
+        for ancestor in self.ctx.ancestors(call):
+            if type(ancestor) is cst.FunctionDef:
+                function = ancestor
+        if function is None or self.ctx.parent(function) is not self.ctx.module:
+            return False
+        name = function.name.value
+        for node in self.ctx.nodes(cst.Name):
+            if node.value == name and node is not function.name:
+                return False  # called, passed to mp.spawn, or otherwise used here
+        return not any(
+            node.attr.value == name for node in self.ctx.nodes(cst.Attribute)
+        )
 
     # -- the project phase: set_device in a helper of another file --------------------------
 
@@ -164,6 +192,8 @@ class DdpWithoutSetDevice(Rule):
             "imports": import_qualnames(self.ctx),
             "called": self._called_names() if self.candidates else [],
             "sets_device_in": self.sets_device_in,
+            "sets_device": self.ctx.analysis(Parallel).sets_device(),
+            "inits_for_importers": self.inits_for_importers,
         }
 
     @classmethod
@@ -175,9 +205,12 @@ class DdpWithoutSetDevice(Rule):
         for display, keys in sorted(candidates.items()):
             path = hierarchy.absolute(display)
             helper = _device_setting_helper(hierarchy, path)
+            for_importers = (hierarchy.facts_at(path) or {}).get("inits_for_importers", ())
             for key in sorted(keys):
                 if helper is not None:
                     continue  # `make_data_parallel()` of model.py calls set_device
+                if key in for_importers and not _importers_leave_device_unset(hierarchy, path):
+                    continue  # the scripts that run this helper set the device, or none is seen
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic
@@ -272,6 +305,16 @@ def _literal(node: Optional[cst.CSTNode]) -> Optional[str]:
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def _importers_leave_device_unset(hierarchy: Hierarchy, path: Path) -> bool:
+    """Do project files import the helper file at `path`, and does none of them set the
+    current device? With no importer in sight (a library module, or flake8's one file) the
+    path the script takes is unknown: no."""
+    importers = hierarchy.importers(path) - {Path(os.path.abspath(path))}
+    if not importers:
+        return False
+    return not any((hierarchy.facts_at(i) or {}).get("sets_device") for i in importers)
 
 
 def _device_setting_helper(hierarchy: Hierarchy, path: Path) -> Optional[str]:
