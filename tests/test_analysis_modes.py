@@ -9,7 +9,12 @@ import libcst as cst
 import pytest
 
 from trainlint.analysis.base.callgraph import CallGraph
-from trainlint.analysis.loop.modes import mode_dependent_layer, mode_free_model
+from trainlint.analysis.loop.modes import (
+    imported_model_class,
+    mode_dependent_layer,
+    mode_free_classes,
+    mode_free_model,
+)
 from trainlint.analysis.loop.steps import TrainingSteps
 from trainlint.config import Settings
 from trainlint.context import FileContext
@@ -244,3 +249,65 @@ def test_functional_calls_still_read_what_they_are_given():
     )
     steps = ctx.analysis(TrainingSteps)
     assert not mode_free_model(steps, "model", ctx.module.body[-1])
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("from model import Net\nmodel = Net(3)\n", "model.Net"),
+        ("from model import Net\nmodel = Net(3).to(device).cuda()\n", "model.Net"),
+        ("import model as M\nmodel = M.Net()\nmodel = nn.DataParallel(model)\n", "model.Net"),
+        ("from .nets import Net\nmodel = torch.nn.DataParallel(Net())\n", ".nets.Net"),
+        ("import torch\nmodel = torch.nn.Linear(2, 2)\n", None),  # torch's own: known here
+        ("class Net:\n    pass\nmodel = Net()\n", None),  # same file: mode_free_model knows
+        ("from a import A\nfrom b import B\nmodel = A()\nif x:\n    model = B()\n", None),
+        ("from model import build\nmodel = build(cfg)['net']\n", None),
+    ],
+)
+def test_imported_model_class(code, expected):
+    ctx = context(code + "model\n")
+    steps = ctx.analysis(TrainingSteps)
+    use = ctx.module.body[-1].body[0].value
+    assert imported_model_class(steps, "model", use) == expected
+
+
+def test_mode_free_classes_are_the_module_classes_without_mode_dependent_layers():
+    ctx = context("""
+        import torch.nn as nn
+        class Upscale(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(1, 4, 3)
+                self.shuffle = nn.PixelShuffle(2)
+            def forward(self, x):
+                return self.shuffle(self.conv(x))
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.1)
+            def forward(self, x):
+                return self.drop(x)
+        class Config:
+            pass
+        """)
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == ["Upscale"]
+
+
+def test_a_data_parallel_wrapper_is_judged_by_the_model_it_wraps():
+    template = """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                {extra}
+            def forward(self, x):
+                return self.fc(x)
+        model = Net()
+        model = nn.DataParallel(model)
+        model
+        """
+    for extra, free in (("self.drop = nn.Dropout(0.5)", False), ("self.scale = 2", True)):
+        ctx = context(template.format(extra=extra))
+        use = ctx.module.body[-1].body[0].value
+        assert mode_free_model(ctx.analysis(TrainingSteps), "model", use) is free

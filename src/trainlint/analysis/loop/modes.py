@@ -17,7 +17,7 @@ layers only, and only in train mode).
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -39,6 +39,9 @@ _MODE_DEPENDENT_LAYER = re.compile(
 # third positional argument of all three.
 _STACKED_RNNS = {"LSTM": 5, "GRU": 5, "RNN": 6}
 _CONTAINERS = ("Sequential", "ModuleList")
+_MOVES = ("to", "cuda", "cpu", "float", "double", "half")
+_WRAPPERS = ("DataParallel", "DistributedDataParallel", "DDP")
+_MAX_REBINDINGS = 8  # `model = wrap(model)` links followed back to the class that built it
 
 
 def mode_dependent_layer(steps: "TrainingSteps", call: cst.Call) -> Optional[bool]:
@@ -109,26 +112,10 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
     mode-dependent behaviour (`nn.Linear(784, 10)`), an `nn.Sequential` of such layers, or an
     instance of a same-file `nn.Module` class built only from them (no `self.training` read)?
     Then a missing `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
-    if not name or "." in name:
+    built = _constructors(steps, name, at)
+    if not built:
         return False
-    bindings = steps.scopes.lookup(name, at)
-    if not bindings:
-        return False
-    for binding in bindings:
-        value = binding.value
-        if binding.kind != "assign" or value is None:
-            return False
-        for _ in range(4):  # Net().to(device), Net().cuda()
-            if (
-                type(value) is cst.Call
-                and type(value.func) is cst.Attribute
-                and value.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")
-            ):
-                value = value.func.value
-                continue
-            break
-        if type(value) is not cst.Call:
-            return False
+    for value in built:
         layer = mode_dependent_layer(steps, value)
         if layer is not None:
             if layer:
@@ -137,6 +124,83 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
         if not (type(value.func) is cst.Name and _mode_free_class(steps, value.func.value, value)):
             return False
     return True
+
+
+def _constructors(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[List[cst.Call]]:
+    """The calls that build what `name` holds at `at`, through moves (`Net().to(device)`) and
+    DataParallel/DDP wrappers, following `model = nn.DataParallel(model)` back to the earlier
+    binding; None when some binding is not such a call (unknown)."""
+    if not name or "." in name:
+        return None
+    found: List[cst.Call] = []
+    places: List[cst.CSTNode] = [at]
+    for _ in range(_MAX_REBINDINGS):
+        if not places:
+            break
+        bindings = [b for place in places for b in steps.scopes.lookup(name, place)]
+        if not bindings:
+            return None
+        places = []
+        for binding in bindings:
+            value = _unwrapped(binding.value) if binding.kind == "assign" else None
+            if type(value) is cst.Name and value.value == name:
+                # `model = nn.DataParallel(model)`: what it held before says what it holds
+                places.append(binding.statement if binding.statement is not None else value)
+                continue
+            if type(value) is not cst.Call:
+                return None
+            found.append(value)
+    if places:
+        return None  # rebound more often than followed: unknown
+    return found
+
+
+def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[str]:
+    """The qualified name of the class `name` is an instance of, when every binding builds it
+    from one imported class that is not torch's (`from model import Net`; `model = Net(3)`,
+    `model = Net(3).to(device)`, `model = nn.DataParallel(model)`): "model.Net". The project
+    phase asks the file that defines it whether it is mode-free (`mode_free_classes`)."""
+    found: Set[str] = set()
+    for value in _constructors(steps, name, at) or ():
+        if type(value.func) not in (cst.Name, cst.Attribute):
+            return None
+        qualified = steps.names.qualified(value.func)
+        if len(qualified) != 1:
+            return None
+        (qualname,) = qualified
+        if qualname.startswith(("<", "torch.", "builtins.")):
+            return None
+        found.add(qualname)
+    return found.pop() if len(found) == 1 else None
+
+
+def _unwrapped(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """`Net().to(device)` -> `Net()`; `nn.DataParallel(net)` -> `net`."""
+    for _ in range(4):
+        if type(value) is not cst.Call:
+            return value
+        func = value.func
+        if type(func) is cst.Attribute and func.attr.value in _MOVES:
+            value = func.value
+            continue
+        leaf = func.attr.value if type(func) is cst.Attribute else getattr(func, "value", "")
+        if leaf in _WRAPPERS and value.args and not value.args[0].keyword:
+            value = value.args[0].value
+            continue
+        return value
+    return value
+
+
+def mode_free_classes(steps: "TrainingSteps") -> List[str]:
+    """The module-level `nn.Module` classes of this file that behave the same in train and eval
+    mode (`_mode_free_class`): what files importing them ask in the project phase."""
+    return sorted(
+        statement.name.value
+        for statement in steps.ctx.module.body
+        if type(statement) is cst.ClassDef
+        and statement.bases
+        and _mode_free_class(steps, statement.name.value, statement)
+    )
 
 
 def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:

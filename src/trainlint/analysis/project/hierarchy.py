@@ -119,16 +119,24 @@ def import_qualnames(ctx) -> Dict[str, str]:
     return imports
 
 
+def resolution_facts(ctx, classes: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+    """What `Hierarchy.resolve` reads of a file to find where a class name comes from: its
+    classes (`classes`, or every class it defines with no facts of its own), the classes
+    without bases, its imports, star imports and `__all__`."""
+    if classes is None:
+        classes = {node.name.value: {} for node in ctx.nodes(cst.ClassDef)}
+    return {
+        "classes": classes,
+        "plain": sorted(node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases),
+        "imports": import_qualnames(ctx),
+        "star_imports": list(ctx.scopes.module_scope.star_imports),
+        "exports": exported_names(ctx),
+    }
+
+
 def file_facts(ctx) -> Dict[str, object]:
     """The plain data the project phase needs about one file (cacheable)."""
-    modules = ctx.analysis(Modules)
-    facts: Dict[str, object] = {"classes": modules.facts()}
-    facts["plain"] = sorted(
-        node.name.value for node in ctx.nodes(cst.ClassDef) if not node.bases
-    )
-    facts["imports"] = import_qualnames(ctx)
-    facts["star_imports"] = list(ctx.scopes.module_scope.star_imports)
-    facts["exports"] = exported_names(ctx)
+    facts = resolution_facts(ctx, ctx.analysis(Modules).facts())
     facts.update(ctx.analysis(Wraps).facts())
     facts["outside_reads"] = sorted(_outside_reads(ctx))
     return facts

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import dotted_name
-from ...analysis.loop.modes import mode_free_model, plain_function
+from ...analysis.loop.modes import (
+    imported_model_class,
+    mode_free_classes,
+    mode_free_model,
+    plain_function,
+)
 from ...analysis.loop.steps import TrainingSteps
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import ClassRef, Hierarchy, resolution_facts
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 
@@ -101,9 +107,16 @@ class EvalModeMissing(Rule):
     severity = Severity.WARNING
     fix = "unsafe"
     markers = ("torch",)
+    # The model's class may be defined in another file of the project: that file says whether
+    # it has any mode-dependent layer.
+    project = True
 
     def finish(self) -> None:
         self.steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
+        # Findings about a missing mode whose model is an instance of a class imported from
+        # another file: key -> {"class": its qualified name, "message"/"help": the finding
+        # without its mode part, or None when nothing else is left}.
+        self.deferred: Dict[str, Dict[str, Optional[str]]] = {}
         for loop, model_call in self.steps.eval_loops():
             if self.steps.library_owned(loop):
                 continue
@@ -128,6 +141,7 @@ class EvalModeMissing(Rule):
         missing_no_grad = not self._grad_off(model_call, model, loop)
         if not (missing_eval or missing_no_grad):
             return
+        imported_class = imported_model_class(self.steps, model, loop) if missing_eval else None
         mode_effect = (
             "dropout and BatchNorm run in training mode: wrong metrics, and BatchNorm running "
             "statistics are updated with evaluation data"
@@ -151,12 +165,26 @@ class EvalModeMissing(Rule):
                 f"{graph_effect}. Run the loop under `torch.no_grad()` (or "
                 "`torch.inference_mode()`)."
             )
-        self.report(
-            model_call,
-            f"evaluation loop calls `{model}` {what}",
-            help=help,
-            fix=self._eval_fix(loop, model, function, missing_eval, missing_no_grad),
-        )
+        message = f"evaluation loop calls `{model}` {what}"
+        fix = self._eval_fix(loop, model, function, missing_eval, missing_no_grad)
+        if imported_class is None:
+            self.report(model_call, message, help=help, fix=fix)
+            return
+        key = f"eval:{len(self.candidates)}"
+        self.deferred[key] = {
+            "class": imported_class,
+            # If the class turns out mode-free, what is left is the missing no_grad().
+            "message": (
+                f"evaluation loop calls `{model}` without `torch.no_grad()`"
+                if missing_no_grad
+                else None
+            ),
+            "help": (
+                f"{graph_effect}. Run the loop under `torch.no_grad()` (or "
+                "`torch.inference_mode()`)."
+            ),
+        }
+        self.candidate(key, model_call, message, help=help, fix=fix)
 
     def _plain_function(self, model: str, at, function, depth: int = 3) -> bool:
         """The evaluated "model" is a `def` or lambda: here, or passed in by every same-file
@@ -403,7 +431,9 @@ class EvalModeMissing(Rule):
                 reported.add(event.site)
                 if mode_free_model(self.steps, receiver, event.site):
                     continue  # no dropout/BatchNorm/...: training in eval mode changes nothing
-                self._report_restore(receiver, event)
+                self._report_restore(
+                    receiver, event, imported_model_class(self.steps, receiver, event.site)
+                )
 
     def _eval_chosen_for_training(self, flow) -> Set[Event]:
         """`model.eval()` written in a helper before a backward in the same helper: MoCo's
@@ -465,7 +495,9 @@ class EvalModeMissing(Rule):
             child = ancestor
         return None, None
 
-    def _report_restore(self, receiver: str, event: Event) -> None:
+    def _report_restore(
+        self, receiver: str, event: Event, imported_class: Optional[str] = None
+    ) -> None:
         shown = receiver if not receiver.startswith("<param:") else "the model"
         if event.via:
             call = event.site
@@ -473,16 +505,64 @@ class EvalModeMissing(Rule):
             where = f"`{callee or 'this call'}(...)` leaves `{shown}` in eval mode"
         else:
             where = f"`{shown}.eval()` is not undone"
-        self.report(
-            event.site,
-            f"{where} and the loop trains it again without `{shown}.train()`",
-            help=(
-                "later training steps run with dropout off and BatchNorm statistics frozen; "
-                f"nothing raises, the results are silently worse. Call `{shown}.train()` after "
-                "the evaluation (or at the top of each training epoch)."
-            ),
-            fix=self._restore_fix(receiver, event),
+        message = f"{where} and the loop trains it again without `{shown}.train()`"
+        help = (
+            "later training steps run with dropout off and BatchNorm statistics frozen; "
+            f"nothing raises, the results are silently worse. Call `{shown}.train()` after "
+            "the evaluation (or at the top of each training epoch)."
         )
+        fix = self._restore_fix(receiver, event)
+        if imported_class is None:
+            self.report(event.site, message, help=help, fix=fix)
+            return
+        key = f"restore:{len(self.candidates)}"
+        self.deferred[key] = {"class": imported_class, "message": None, "help": None}
+        self.candidate(key, event.site, message, help=help, fix=fix)
+
+    # -- the project phase: a model class defined in another file -----------------------------
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        free = mode_free_classes(self.steps)
+        if not free and not self.deferred and not self._defines_or_imports_classes():
+            return None
+        facts = resolution_facts(self.ctx)
+        facts["mode_free_classes"] = free
+        facts["deferred"] = self.deferred
+        return facts
+
+    def _defines_or_imports_classes(self) -> bool:
+        """Files a class name may be resolved through: ones that define classes, and
+        packages' `__init__.py` re-exporting them."""
+        return bool(self.ctx.nodes(cst.ClassDef)) or self.ctx.source.path.endswith(
+            "__init__.py"
+        )
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        candidates = project.candidates(cls.code)
+        if not candidates:
+            return
+        hierarchy = Hierarchy(project, cls.code)
+        for display, keys in sorted(candidates.items()):
+            path = hierarchy.absolute(display)
+            deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
+            for key in sorted(keys):
+                entry = deferred.get(key)
+                diagnostic = None
+                if entry is not None and _mode_free_class_of(hierarchy, entry["class"], path):
+                    if entry["message"] is not None:  # the missing no_grad() stays
+                        diagnostic = project.candidate(
+                            display,
+                            cls.code,
+                            key,
+                            message=entry["message"],
+                            help=entry["help"],
+                            drop_fix=True,
+                        )
+                else:
+                    diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
 
     def _restore_fix(self, receiver: str, event: Event) -> Optional[PendingFix]:
         if not event.via or receiver.startswith("<param:"):
@@ -497,6 +577,16 @@ class EvalModeMissing(Rule):
             f"Return to training mode after the evaluation: `{receiver}.train()`",
             self.ctx.line_after(line, f"{receiver}.train()"),
         )
+
+
+def _mode_free_class_of(hierarchy: Hierarchy, qualname: str, importer) -> bool:
+    """Is the class `qualname` (as imported in `importer`) a class of the project that the
+    file defining it found mode-free?"""
+    ref = hierarchy.resolve(qualname, importer)
+    if not isinstance(ref, ClassRef):
+        return False
+    facts = hierarchy.facts_at(ref.path) or {}
+    return ref.name in facts.get("mode_free_classes", ())
 
 
 def _strip(text: str) -> str:
