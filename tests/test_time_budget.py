@@ -219,6 +219,45 @@ def test_a_file_that_takes_its_worker_down_is_reported_and_never_checked_here(
     assert found == expected and len(found) == files - 1
 
 
+def test_every_file_comes_back_once_when_a_worker_dies(tmp_path, monkeypatch):
+    from trainlint import engine
+    from trainlint.config import Settings
+    from trainlint.selection import Selection
+    from trainlint.source import Source
+
+    parent = os.getpid()
+    real = engine.check
+
+    def dying(source, selection, rules=None):
+        if os.getpid() != parent and source.path == "victim.py":
+            os._exit(9)
+        return real(source, selection, rules)
+
+    monkeypatch.setattr(engine, "check", dying)
+    selection = Selection.of(Settings(root=tmp_path))
+    files = workers.MIN_FILES_FOR_POOL + 4
+    data = (DP_BUG + "# padding\n" * (workers.MIN_BYTES_FOR_POOL // 40)).encode()
+    names = ["victim.py"] + [f"train{number}.py" for number in range(1, files)]
+    sources = [Source.from_bytes(name, data) for name in names]
+    here = []
+
+    def check_here(source):
+        here.append(source.path)
+        return real(source, selection)
+
+    returned = list(workers.check_all(sources, [data] * files, selection, 2, check_here))
+    assert sorted(index for index, _ in returned) == list(range(files))
+    assert here == []
+    results = {sources[index].path: result for index, result in returned}
+    victim = results.pop("victim.py")
+    assert victim.unfinished
+    assert [d.message for d in victim.diagnostics] == [budget.DIED_MESSAGE]
+    assert all(
+        [d.code for d in result.diagnostics] == ["TRL201"] and not result.unfinished
+        for result in results.values()
+    )
+
+
 # -- the timer ---------------------------------------------------------------------------------
 
 

@@ -111,10 +111,11 @@ def check_all(
                 received.add(index)
                 yield index, result
         left = [index for index in todo if index not in received]
+        # Sorted out before any is checked again (which changes their state).
         suspects = [index for index in left if progress[index] == STARTED]
+        rest = [index for index in left if progress[index] != STARTED]
         for index in suspects:
             yield index, _alone(sources, data, selection, index, progress)
-        rest = [index for index in left if progress[index] != STARTED]
         if len(rest) == len(todo):
             # The pool checked nothing (its workers could not start or died at once): check
             # here, as a serial run would.
