@@ -185,14 +185,26 @@ def assert_clean_outcome(
 
 
 def check_bytes(
-    directory: Path, name: str, data: bytes, *, fix: bool = False, seconds: float = 60
+    directory: Path,
+    name: str,
+    data: bytes,
+    *,
+    fix: bool = False,
+    seconds: float = 60,
+    max_file_size: Optional[int] = None,
 ) -> List[dict]:
     """Write `data` as `name` in `directory`, run `trainlint --select ALL` on it (and with
-    `--fix --unsafe-fixes` when `fix`), and assert a clean outcome. Returns the findings."""
+    `--fix --unsafe-fixes` when `fix`), and assert a clean outcome. Returns the findings.
+    `max_file_size`: the setting to run with (None: no configuration, the default)."""
     path = directory / name
     path.write_bytes(data)
     suffix = path.suffix
-    args = ["--isolated", "--select", "ALL", "--output-format", "json", name]
+    if max_file_size is None:
+        configuration = ["--isolated"]
+    else:
+        (directory / "limits.toml").write_text(f"max-file-size = {max_file_size}\n")
+        configuration = ["--config", str(directory / "limits.toml")]
+    args = [*configuration, "--select", "ALL", "--output-format", "json", name]
     code, out, err = run_main(args, directory, seconds)
     findings = assert_clean_outcome(code, out, err, data, suffix, f"{name} ({len(data)} bytes)")
     if fix:

@@ -88,6 +88,8 @@ VALID = [
     {"exclude": ["legacy"], "extend-exclude": ["build2"], "force-exclude": True},
     {"respect-gitignore": False, "unsafe-fixes": True, "extend-select": ["TRL002"]},
     {"device-movers": ["to_device"]},
+    {"max-file-size": 0, "per-file-timeout": 0},
+    {"per-file-timeout": 2.5},
 ]
 INVALID = [
     {"selct": ["TRL1"]},
@@ -97,6 +99,10 @@ INVALID = [
     {"per-file-ignores": {"tests/*": [1]}},
     {"exclude": [3]},
     {"device-movers": "to_device"},
+    {"max-file-size": -1},
+    {"per-file-timeout": -1},
+    {"per-file-timeout": "60"},
+    {"per-file-timeout": 1e9},
 ]
 
 

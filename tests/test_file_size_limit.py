@@ -22,7 +22,7 @@ def test_over_the_default_limit_is_one_trl001(tmp_path):
     assert code == 1
     lines = [line for line in out.splitlines() if line.startswith("generated.py")]
     assert lines == [
-        "generated.py:1:1: TRL001 error: skipped: the code is 1.0 MiB, over the 1.0 MiB "
+        "generated.py:1:1: TRL001 error: skipped: the code is 128.1 KiB, over the 128 KiB "
         "trainlint analyses in one file (the `max-file-size` setting); not analysed"
     ]
     assert "train.py:6:9: TRL201" in out
@@ -43,7 +43,7 @@ def test_the_limit_is_a_setting(tmp_path):
     code, out, err = run_main(args, tmp_path, 60)
     assert code == 1 and err == ""
     assert out.splitlines()[:2] == [
-        "plain.py:1:1: TRL001 error: skipped: the code is 2 KiB, over the 100 bytes "
+        "plain.py:1:1: TRL001 error: skipped: the code is 2.3 KiB, over the 100 bytes "
         "trainlint analyses in one file (the `max-file-size` setting); not analysed",
         f"train.py:1:1: TRL001 error: skipped: the code is {len(DP_BUG.encode())} bytes, over the "
         "100 bytes "

@@ -9,16 +9,13 @@ import pickle
 import shutil
 from pathlib import Path
 
-import libcst as cst
 import pytest
 
 from fixture_support import FIXTURES, REPO, RULE_FIXTURES
 from test_cli import Exploding
 from trainlint import cli, runner, workers
 from trainlint.config import load_settings
-from trainlint.diagnostics import Severity
 from trainlint.rules import rule_names
-from trainlint.rules.base import Rule
 
 
 @pytest.fixture
@@ -106,31 +103,7 @@ def test_a_rule_crash_in_a_worker_is_reported_as_in_a_serial_run(
     assert "TRL201" in serial[1]
 
 
-def test_a_worker_that_dies_costs_nothing_but_time(
-    many_files, register_rule, checked_here, capsys, pools
-):
-    parent = os.getpid()
-
-    class Dying(Rule):
-        """Kills the worker process that checks one file (as the OOM killer would)."""
-
-        code = "TRL999"
-        name = "dying"
-        severity = Severity.ERROR
-
-        def visit_Module(self, node: cst.Module) -> None:
-            if os.getpid() != parent and self.ctx.path.endswith("alias_forms.py"):
-                os._exit(9)
-
-    register_rule(Dying)
-    args = ["--output-format", "json", "--select", "TRL1,TRL2,TRL999", "."]
-    serial = run_main(capsys, "-j1", *args)
-    checked_here.clear()
-    parallel = run_main(capsys, "-j2", *args)
-    assert pools == [2]
-    assert parallel == serial and serial[0] == 1 and serial[2] == ""
-    # The worker died: the files it left were checked in this process, the victim among them.
-    assert any(path.endswith("alias_forms.py") for path in checked_here)
+# A worker that dies (killed, or ended by the time budget's watchdog): tests/test_time_budget.py.
 
 
 def test_ctrl_c_stops_the_workers_and_exits_2(many_files, monkeypatch, capsys):

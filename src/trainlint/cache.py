@@ -12,7 +12,8 @@ concurrent run reads a whole entry or none; an entry that cannot be read or deco
 so is one that is not a regular file (a FIFO would block the run, a link to /dev/zero would read
 forever) or is larger than `MAX_ENTRY_SIZE`; a folder that cannot be written (a read-only
 checkout) turns writing off for the run, silently.
-Results with rule crashes are never stored, so a crash is reported on every run until fixed.
+Results with rule crashes are never stored, so a crash is reported on every run until fixed; nor
+are unfinished ones (a check stopped by the time budget), which depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ class Cache:
 
     def put(self, display: str, path: Path, data: bytes, result: FileResult) -> None:
         """Store `result` for `data` shown as `display`; never raises."""
-        if not self.writable or result.crashes:
+        if not self.writable or result.crashes or result.unfinished:
             return
         settings_key = self._settings_key(display)
         entry = self._entry_path(display, path, settings_key)

@@ -7,8 +7,8 @@ that has `.trainlint.toml`, `trainlint.toml`, or a pyproject.toml with a [tool.t
 pyproject.toml); files further up are not read (no merging).
 
 Keys (kebab-case as in ruff): select, extend-select, ignore, per-file-ignores, exclude,
-extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, max-file-size, python, plus
-the options rules declare (`Rule.options`).
+extend-exclude, force-exclude, respect-gitignore, unsafe-fixes, preview, max-file-size,
+per-file-timeout, python, plus the options rules declare (`Rule.options`).
 An unknown key, a wrong type or a code that names no rule is a `ConfigError` (one line, exit 2).
 
 Configuration knows the rules only through `RuleNames` (their codes, and the option keys they
@@ -65,9 +65,18 @@ DEFAULT_EXCLUDES: Tuple[str, ...] = (
 
 
 # The default of `max-file-size`: the largest code analysed in one file, in UTF-8 bytes (for a
-# notebook, of its code cells). libcst's tree and the analyses hold about 700 bytes per byte of
-# source (1 MB of code peaked at 680 MB); the largest file of the corpus is 224 kB.
-MAX_FILE_SIZE = 1024 * 1024
+# notebook, of its code cells). The bar: one file under 3 s and 1 GB. The shipped example repeated
+# to 128 KiB took 2.7 s of CPU (0.9 s of it the process's start) and 121 MB; to 256 KiB 4.9 s, to
+# 1 MiB 23 s and 726 MB (libcst's tree and the analyses hold about 700 bytes per byte of source,
+# and some analyses grow faster than the file). Real code costs less per byte (a 462 kB test
+# module of PyTorch: 4.7 s), but the largest file of the corpus (224 kB) is now over the default.
+MAX_FILE_SIZE = 128 * 1024
+# The default of `per-file-timeout`: how long checking one file may take, in seconds (budget.py).
+# Far above what real files take, low enough that a run never seems to hang on one file.
+PER_FILE_TIMEOUT = 60.0
+# The largest value it accepts: timers take no more than their platform's time range, and a
+# budget of days is no budget (0 turns it off).
+MAX_PER_FILE_TIMEOUT = 86400.0
 # A pyproject.toml larger than this is not read (a link to /dev/zero would be read forever).
 MAX_CONFIG_SIZE = 16 * 1024 * 1024
 
@@ -100,6 +109,7 @@ class Settings:
     # Preview rules (not yet precise enough to be on by default) join the default set.
     preview: bool = False
     max_file_size: int = MAX_FILE_SIZE  # 0: no limit
+    per_file_timeout: float = PER_FILE_TIMEOUT  # seconds; 0: no limit
     # The interpreter whose installed packages are read (never imported): an absolute path,
     # or None for $VIRTUAL_ENV / the interpreter running trainlint (environment.py).
     python: Optional[str] = None
@@ -294,6 +304,7 @@ _CORE_KEYS: Dict[str, Any] = {
     "unsafe-fixes": bool,
     "preview": bool,
     "max-file-size": int,
+    "per-file-timeout": float,  # an integer is accepted too
     "python": str,
 }
 
@@ -399,11 +410,12 @@ def settings_from_table(
             near = [k for k in keys if k.replace("-", "_") == key.replace("-", "_")]
             hint = f" (did you mean {near[0]!r}?)" if near else did_you_mean(key, keys)
             raise ConfigError(f"{where}: unknown key {key!r} in [tool.trainlint]{hint}")
-        if not isinstance(value, expected):
-            raise ConfigError(
-                f"{where}: {key!r} must be a {expected.__name__}, not {type(value).__name__}"
-            )
-        if expected is list and not all(isinstance(v, str) for v in value):
+        # TOML tells 60 from 60.0; a number of seconds may be either.
+        accepted = (int, float) if expected is float else expected
+        if not isinstance(value, accepted):
+            kind = "number" if expected is float else expected.__name__
+            raise ConfigError(f"{where}: {key!r} must be a {kind}, not {type(value).__name__}")
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where}: {key!r} must be a list of strings")
     if "select" in table:
         settings.select = validate_codes(table["select"], f"{where}: select", rules.codes)
@@ -431,6 +443,14 @@ def settings_from_table(
     if isinstance(size, bool) or size < 0:
         raise ConfigError(f"{where}: 'max-file-size' must be a number of bytes (0: no limit)")
     settings.max_file_size = size
+    seconds = table.get("per-file-timeout", PER_FILE_TIMEOUT)
+    # TOML also has inf and nan.
+    if isinstance(seconds, bool) or not 0 <= seconds <= MAX_PER_FILE_TIMEOUT:
+        raise ConfigError(
+            f"{where}: 'per-file-timeout' must be a number of seconds up to "
+            f"{MAX_PER_FILE_TIMEOUT:g} (0: no limit)"
+        )
+    settings.per_file_timeout = float(seconds)
     if "python" in table:
         settings.python = python_path(table["python"], root, where, must_exist=False)
     for key in keys:

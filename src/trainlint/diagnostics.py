@@ -176,6 +176,9 @@ class FileResult:
     # row -> codes named by a `# noqa` comment on that row (None: a bare `# noqa`), so that
     # project-phase findings can be filtered without reading the file again.
     noqa: Dict[int, Optional[Tuple[str, ...]]] = field(default_factory=dict)
+    # The check was stopped (the time budget) or its process died: the result says so, but it
+    # depends on the machine's load, not only on the file, so it is never cached.
+    unfinished: bool = False
 
 
 # -- made from a file (the engine, and TRL002 in runs that need no engine) ---------------------

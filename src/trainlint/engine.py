@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import libcst as cst
 
-from . import noqa, parse_guard
+from . import budget, noqa, parse_guard
 from .context import FileContext
 from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity, make_diagnostic
 from .pending import resolve_reports
@@ -54,9 +54,30 @@ def check(
     rules: Optional[Sequence[Type[Rule]]] = None,
 ) -> FileResult:
     """The file's findings by the rules `selection` enables for it (or by `rules`, when given:
-    the selection then only lends its settings)."""
+    the selection then only lends its settings). A check that takes longer than the
+    `per-file-timeout` setting is stopped where it can be (budget.py): the file is then one
+    TRL001 saying so."""
     if rules is None:
         rules = selection.rules_for(source.path)
+    chosen = rules
+    seconds = selection.settings.per_file_timeout
+    result = budget.within(seconds, lambda: _check(source, selection, chosen))
+    if result is None:
+        return not_analysed(source, chosen, budget.overtime_message(seconds))
+    return result
+
+
+def not_analysed(source: Source, rules: Sequence[Type[Rule]], message: str) -> FileResult:
+    """The result of a file whose check did not finish: one TRL001 saying why (when TRL001 is
+    among `rules`), and nothing else of what the check had found so far."""
+    result = FileResult(path=source.path, unfinished=True)
+    result.noqa = noqa.scan(source.lines)
+    if any(rule.code == SYNTAX_ERROR for rule in rules):
+        result.diagnostics.append(_problem(source, parse_guard.Problem(message, 1, 0)))
+    return result
+
+
+def _check(source: Source, selection: "Selection", rules: Sequence[Type[Rule]]) -> FileResult:
     result = FileResult(path=source.path)
     result.noqa = noqa.scan(source.lines)
     report_syntax_errors = any(r.code == SYNTAX_ERROR for r in rules)
@@ -278,6 +299,7 @@ def _locate(source: Source, diagnostic: Diagnostic) -> Diagnostic:
 
 __all__ = [
     "check",
+    "not_analysed",
     "make_diagnostic",
     "syntax_error_diagnostic",
 ]

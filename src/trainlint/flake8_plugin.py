@@ -6,10 +6,11 @@ only when selected. `# noqa` is flake8's job here. Rules that join several files
 phase) see only the one file flake8 gives them; `trainlint check` is the complete tool.
 
 Configuration: of `[tool.trainlint]` (or trainlint.toml) found for the file, flake8 mode reads
-the rules' own options (`device-movers`) and nothing else: select, extend-select, ignore,
-per-file-ignores, exclude, extend-exclude, force-exclude, respect-gitignore and preview are
-flake8's to decide here (its --select/--extend-select/--ignore/--per-file-ignores/--exclude), and
-fixes do not exist under flake8. A configuration error is printed once per folder and the rules
+the rules' own options (`device-movers`) and the limits of one file's work (`max-file-size`,
+`per-file-timeout`), nothing else: select, extend-select, ignore, per-file-ignores, exclude,
+extend-exclude, force-exclude, respect-gitignore and preview are flake8's to decide here (its
+--select/--extend-select/--ignore/--per-file-ignores/--exclude), and fixes do not exist under
+flake8. A configuration error is printed once per folder and the rules
 then run with their defaults.
 
 A file libcst cannot parse yields TRL001. trainlint's own failure (a rule that raises, or the
@@ -23,9 +24,12 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Generator, List, Optional, Sequence, Tuple
 
 from . import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
 
 Result = Tuple[int, int, str, type]
 
@@ -83,7 +87,12 @@ class TrainlintChecker:
 
         # flake8 decides what is selected; run every rule and let it filter.
         settings = Settings(root=find_project_root(Path(self.filename).parent))
-        settings.options = dict(_rule_options(Path(self.filename).resolve().parent))
+        configured = _configured(Path(self.filename).resolve().parent)
+        if configured is not None:
+            settings.options = dict(configured.options)
+            # How much work one file may cost is the project's to say, under flake8 too.
+            settings.max_file_size = configured.max_file_size
+            settings.per_file_timeout = configured.per_file_timeout
         source = Source(path=self.filename, text="".join(self.lines))
         selection = Selection.of(settings)
         rules = list(all_rules().values())
@@ -112,13 +121,13 @@ class TrainlintChecker:
 
 
 @lru_cache(maxsize=64)
-def _rule_options(folder: Path) -> Dict[str, Any]:
-    """The rules' options in the configuration found for files in `folder` (once per folder)."""
+def _configured(folder: Path) -> Optional["Settings"]:
+    """The configuration found for files in `folder` (once per folder); None when it is broken."""
     from .config import ConfigError, load_settings
     from .rules import rule_names
 
     try:
-        return load_settings([folder], rule_names()).options
+        return load_settings([folder], rule_names())
     except ConfigError as exc:
         print(f"trainlint: {exc} (flake8 mode: the rules use their defaults)", file=sys.stderr)
-        return {}
+        return None

@@ -199,8 +199,10 @@ class Library:
             return None
         rules = [self.selection.rule(code) for code in codes]
         result = engine.check(source, self.selection, rules=rules)
-        if result.crashes:
-            return None  # a rule's bug on library code: unknown, and not kept
+        if result.crashes or result.unfinished:
+            # A rule's bug on library code, or a check the time budget stopped: unknown, and
+            # not kept.
+            return None
         self.parsed += 1
         text = source.text
         return {"facts": dict(result.facts), "stars": _STAR_IMPORT.findall(text)}

@@ -15,20 +15,25 @@ import json
 import sys
 from typing import Any, Dict
 
-from .config import known_keys
+from .config import MAX_PER_FILE_TIMEOUT, known_keys
 
 # A rule selector: ALL, or a prefix of a code (TRL, TRL2, TRL201), in either case.
 SELECTOR_PATTERN = "^([Aa][Ll][Ll]|[Tt]([Rr]([Ll][0-9]{0,3})?)?)$"
 _CODE_LISTS = ("select", "extend-select", "ignore")
+# The ranges configuration accepts for its numbers (0: no limit).
+_BOUNDS: Dict[str, Dict[str, Any]] = {
+    "max-file-size": {"minimum": 0},
+    "per-file-timeout": {"minimum": 0, "maximum": MAX_PER_FILE_TIMEOUT},
+}
 
 
 def _schema_of(key: str, kind: type) -> Dict[str, Any]:
     if kind is bool:
         return {"type": "boolean"}
     if kind is int:
-        return {"type": "integer"}
+        return {"type": "integer", **_BOUNDS.get(key, {})}
     if kind is float:
-        return {"type": "number"}
+        return {"type": "number", **_BOUNDS.get(key, {})}
     if kind is str:
         return {"type": "string"}
     selectors = {"type": "array", "items": {"type": "string", "pattern": SELECTOR_PATTERN}}

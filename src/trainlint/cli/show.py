@@ -23,6 +23,8 @@ _FIELDS = (
     ("respect-gitignore", "respect_gitignore"),
     ("unsafe-fixes", "unsafe_fixes"),
     ("preview", "preview"),
+    ("max-file-size", "max_file_size"),
+    ("per-file-timeout", "per_file_timeout"),
     ("python", "python"),
 )
 
