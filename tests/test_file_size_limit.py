@@ -22,7 +22,7 @@ def test_over_the_default_limit_is_one_trl001(tmp_path):
     assert code == 1
     lines = [line for line in out.splitlines() if line.startswith("generated.py")]
     assert lines == [
-        "generated.py:1:1: TRL001 error: skipped: the code is 128.1 KiB, over the 128 KiB "
+        "generated.py:1:1: TRL001 error: skipped: the code is 256.1 KiB, over the 256 KiB "
         "trainlint analyses in one file (the `max-file-size` setting); not analysed"
     ]
     assert "train.py:6:9: TRL201" in out

@@ -21,7 +21,7 @@ of class pattern or list and roughly quadruples with each mapping, tuple or pare
 cannot be interrupted, so `precheck` weighs every case pattern first (`pattern_weight`) and a
 file with one heavier than `MAX_PATTERN_WEIGHT` is a TRL001 too; real patterns weigh a few units.
 
-A file larger than `MAX_FILE_SIZE` (128 KiB by default) is not parsed at all: libcst's tree and
+A file larger than `MAX_FILE_SIZE` (256 KiB by default) is not parsed at all: libcst's tree and
 the analyses hold about 700 bytes per byte of source (a 1 MB file peaks at 700 MB and takes over
 20 s), so a 10 MB generated file would need 7 GB, and under a memory limit the native parser
 aborts the whole process.
