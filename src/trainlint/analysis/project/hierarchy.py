@@ -805,6 +805,18 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
+def candidate_files(project, code: str) -> Iterator[Tuple["Hierarchy", str, Path, List[str]]]:
+    """The project phase's walk over the files where rule `code` recorded candidates:
+    (one Hierarchy shared by all, display path, absolute path, the keys in order). Nothing is
+    built when no file recorded any."""
+    candidates = project.candidates(code)
+    if not candidates:
+        return
+    hierarchy = Hierarchy(project, code)
+    for display, keys in sorted(candidates.items()):
+        yield hierarchy, display, hierarchy.absolute(display), sorted(keys)
+
+
 def pending_callees(project, code: str) -> Iterator[Tuple[str, str, dict, dict, str]]:
     """(display, key, entry, callee facts, callee name) for each call a file of the run left
     pending in rule `code`'s facts (`{"pending": {key: {"callee": "pkg.mod.fn", ...}}}`): the

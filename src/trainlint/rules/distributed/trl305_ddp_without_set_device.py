@@ -13,7 +13,7 @@ from ...analysis.base.calls import argument, keyword
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.parallel.parallel import INIT_PROCESS_GROUP, Parallel
-from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -198,15 +198,10 @@ class DdpWithoutSetDevice(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        candidates = project.candidates(cls.code)
-        if not candidates:
-            return
-        hierarchy = Hierarchy(project, cls.code)
-        for display, keys in sorted(candidates.items()):
-            path = hierarchy.absolute(display)
+        for hierarchy, display, path, keys in candidate_files(project, cls.code):
             helper = _device_setting_helper(hierarchy, path)
             for_importers = (hierarchy.facts_at(path) or {}).get("inits_for_importers", ())
-            for key in sorted(keys):
+            for key in keys:
                 if helper is not None:
                     continue  # `make_data_parallel()` of model.py calls set_device
                 if key in for_importers and not _importers_leave_device_unset(hierarchy, path):

@@ -10,7 +10,7 @@ from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.parallel.parallel import Parallel
 from ...analysis.parallel.wraps import Wraps
-from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -122,14 +122,10 @@ class LocalRankArgparseOnly(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        candidates = project.candidates(cls.code)
-        if not candidates:
-            return
-        hierarchy = Hierarchy(project, cls.code)
-        for display, keys in sorted(candidates.items()):
-            if _imports_a_local_rank_reader(hierarchy, hierarchy.absolute(display)):
+        for hierarchy, display, path, keys in candidate_files(project, cls.code):
+            if _imports_a_local_rank_reader(hierarchy, path):
                 continue  # `init_distributed()` of dist_utils.py reads LOCAL_RANK for it
-            for key in sorted(keys):
+            for key in keys:
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic

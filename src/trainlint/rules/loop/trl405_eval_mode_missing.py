@@ -15,7 +15,12 @@ from ...analysis.loop.modes import (
     plain_function,
 )
 from ...analysis.loop.steps import TrainingSteps
-from ...analysis.project.hierarchy import ClassRef, Hierarchy, resolution_facts
+from ...analysis.project.hierarchy import (
+    ClassRef,
+    Hierarchy,
+    candidate_files,
+    resolution_facts,
+)
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -539,14 +544,9 @@ class EvalModeMissing(Rule):
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        candidates = project.candidates(cls.code)
-        if not candidates:
-            return
-        hierarchy = Hierarchy(project, cls.code)
-        for display, keys in sorted(candidates.items()):
-            path = hierarchy.absolute(display)
+        for hierarchy, display, path, keys in candidate_files(project, cls.code):
             deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
-            for key in sorted(keys):
+            for key in keys:
                 entry = deferred.get(key)
                 diagnostic = None
                 if entry is not None and _mode_free_class_of(hierarchy, entry["class"], path):
