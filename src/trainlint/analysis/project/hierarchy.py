@@ -293,6 +293,7 @@ class Hierarchy:
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
         self._children: Dict[ClassRef, List[ClassRef]] = {}  # base -> its direct subclasses
         self._indexed: Set[Path] = set()
+        self._facts_indexed = -1  # how many files were known when the index was last extended
         self._evidence_files: Dict[Path, Set[Path]] = {}
         self._configs: Optional[MMConfigs] = None
         self._resolving = 0  # resolutions under way (installed.py resolves through `resolve`)
@@ -507,6 +508,11 @@ class Hierarchy:
         every class of the project per question made the project phase quadratic); resolving a
         base may read another file, so this repeats until no new file is known."""
         while True:
+            # Files only ever become known (`facts_at` adds them): with no new one since the
+            # last pass there is nothing to index, and each question costs nothing.
+            if len(self._facts) == self._facts_indexed:
+                return
+            self._facts_indexed = len(self._facts)
             new = [path for path, _facts in self.known_files() if path not in self._indexed]
             if not new:
                 return
