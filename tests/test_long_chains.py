@@ -130,6 +130,20 @@ def class_chain(n: int) -> str:
     )
 
 
+def loader_wrap_chain(n: int) -> str:
+    # Each wrapper of the loader is assigned to the next (`w2 = iter(w1)`): where the loader is
+    # iterated is found through the whole chain (TRL303 follows it to the epoch loop).
+    links = "".join(f"w{i + 1} = iter(w{i})\n" for i in range(n))
+    return (
+        "import torch\nimport torch.distributed as dist\n"
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "dist.init_process_group('nccl')\nsampler = DistributedSampler(ds)\n"
+        f"w0 = DataLoader(ds, sampler=sampler)\n{links}"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda())\n"
+        f"for epoch in range(3):\n    for x in w{n}:\n        model(x.cuda()).sum().backward()\n"
+    )
+
+
 # Shapes followed through memoised summaries or name resolution: the long chain's findings are
 # exactly the short one's. The others may cross an explicit depth bound and go quiet.
 EXACT: Dict[str, Callable[[int], str]] = {
@@ -139,6 +153,7 @@ EXACT: Dict[str, Callable[[int], str]] = {
     "call_chain_to_wrapper": call_chain_to_wrapper,
     "factory_chain": factory_chain,
     "rank_alias": rank_alias,
+    "loader_wrap_chain": loader_wrap_chain,
 }
 BOUNDED: Dict[str, Callable[[int], str]] = {
     "call_chain": call_chain,
@@ -170,7 +185,14 @@ def _check(directory: Path, files: Dict[str, str]) -> Dict[str, Counter]:
 
 # Every shape at 10,000 links takes minutes on two cores: the default run keeps one shape per
 # kind of walk (name resolution, a call-graph walk, the class hierarchy); `-m fuzz` runs all.
-IN_DEFAULT_RUN = {"alias_device", "data_parallel_alias", "call_chain", "class_chain"}
+# loader_wrap_chain (the wrappers a loader is assigned to) takes about 7 s.
+IN_DEFAULT_RUN = {
+    "alias_device",
+    "data_parallel_alias",
+    "call_chain",
+    "class_chain",
+    "loader_wrap_chain",
+}
 
 
 @pytest.mark.parametrize(

@@ -297,6 +297,29 @@ class LoaderFlow(Analysis):
         return out
 
     def _use_at(self, reference: cst.CSTNode) -> Optional[LoaderUse]:
+        """The first use of the loader found from `reference`, through the wrappers it is
+        assigned to (`w1 = tqdm(loader)`, `w2 = iter(w1)`, ...), depth first in source order.
+        The chain of wrappers is as long as the file makes it: walked with a stack, not
+        recursion, and each reference is looked at once (a wrapper rebound in a loop,
+        `it = iter(it)`, reads its own assignment)."""
+        pending = [reference]
+        seen: Set[cst.CSTNode] = set()
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            use, aliases = self._use_here(current)
+            if use is not None:
+                return LoaderUse(use.site, use.kind, reference)
+            pending.extend(reversed(aliases))
+        return None
+
+    def _use_here(
+        self, reference: cst.CSTNode
+    ) -> Tuple[Optional[LoaderUse], List[cst.CSTNode]]:
+        """The use of the loader at `reference`, or the references of the wrapper it is
+        assigned to (to look at next, in order)."""
         node = reference
         # Step out of wrappers that yield what they wrap: enumerate(tqdm(loader)), iter(loader).
         for _ in range(4):
@@ -314,25 +337,25 @@ class LoaderFlow(Analysis):
             break
         parent = self.ctx.parent(node)
         if (type(parent) is cst.For or type(parent) is cst.CompFor) and parent.iter is node:
-            return LoaderUse(parent, "loop", reference)
+            return LoaderUse(parent, "loop", reference), []
         if type(parent) is cst.Arg:
             call = self.ctx.parent(parent)
             if type(call) is not cst.Call or parent.value is not node:
-                return None
+                return None, []
             leaf = (dotted_name(call.func) or "").split(".")[-1]
             if leaf == "next":
-                return LoaderUse(call, "loop", reference)
+                return LoaderUse(call, "loop", reference), []
             if leaf in _NOT_ITERATING or self._called_function(call)[0] is not None:
-                return None
-            return LoaderUse(call, "call", reference)
+                return None, []
+            return LoaderUse(call, "call", reference), []
         if type(parent) is cst.Assign and node is not reference:
             # `pbar = tqdm(loader)` / `it = iter(loader)`: the wrapper's own references iterate.
-            for target in parent.targets:
-                for alias in self._target_references(target.target):
-                    use = self._use_at(alias)
-                    if use is not None:
-                        return LoaderUse(use.site, use.kind, reference)
-        return None
+            return None, [
+                alias
+                for target in parent.targets
+                for alias in self._target_references(target.target)
+            ]
+        return None, []
 
     def is_training_use(self, use: LoaderUse) -> bool:
         """Is the loader iterated where a `.backward()` is reachable (or handed to a function
