@@ -259,7 +259,10 @@ def test_config_in_pyproject(project):
         ("select = 'TRL2'", "'select' must be a list"),
         ("ignore = ['XYZ1']", "unknown rule selector 'XYZ1'"),
         ("select = [", "invalid TOML"),
+        # Legal TOML the reader cannot follow: it recurses once per level (issue 21).
+        ("select = " + "[" * 5000 + "]" * 5000, "nested too deeply to read"),
     ],
+    ids=["unknown-key", "not-a-list", "unknown-rule", "broken", "nested-5000-deep"],
 )
 def test_bad_config_is_one_line_and_exit_2(project, table, fragment):
     (project / "pyproject.toml").write_text(f"[tool.trainlint]\n{table}\n")

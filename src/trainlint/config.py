@@ -341,7 +341,7 @@ def find_config(start: Path) -> Optional[Path]:
                 continue  # not a file we can read: not the configuration (load_table would say)
             try:
                 data = tomllib.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
                 # A broken pyproject.toml that does not belong to us is not our error unless it
                 # is the one we would read: report it when it mentions trainlint.
                 if b"[tool.trainlint" in raw:
@@ -361,6 +361,9 @@ def load_table(path: Path) -> Dict[str, Any]:
         raise ConfigError(f"{path}: not valid UTF-8")
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}")
+    except RecursionError:
+        # The TOML reader recurses once per nested array or inline table.
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply to read")
     if path.name == "pyproject.toml" or "tool" in data:
         table = data.get("tool", {}).get("trainlint", {})
     else:
