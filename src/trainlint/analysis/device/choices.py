@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -840,6 +841,37 @@ _CUSTOM_OP_PACKAGES = (
     "detectron2.layers",
     "detectron2._C",
 )
+
+
+def unread_option(ctx, site: "HardcodedIndex") -> Optional[str]:
+    """For an option default (`add_argument("--gpu_index", default=1)`): the option's name when
+    nothing else in this file mentions it (no `args.gpu_index`, no `"gpu_index"` key, no
+    parameter of that name), else None. An option nobody reads chooses no device; whether
+    another file of the project reads it is the project phase's question."""
+    if site.form != "option_default":
+        return None
+    call = site.call
+    if call is None:
+        for ancestor in ctx.ancestors(site.node):
+            if type(ancestor) is cst.Call:
+                call = ancestor
+                break
+    if call is None:
+        return None
+    dest = _option_dest(call)
+    if not dest or not dest.isidentifier():
+        return None
+    word = re.compile(rf"\b{re.escape(dest)}\b")
+    text = ctx.source.text
+    start, end = _offsets(ctx, call)
+    if any(not (start <= m.start() < end) for m in word.finditer(text)):
+        return None
+    return dest
+
+
+def _offsets(ctx, node: cst.CSTNode) -> Tuple[int, int]:
+    row, col, end_row, end_col = ctx.span(node)
+    return ctx.source.offset(row, col), ctx.source.offset(end_row, end_col)
 
 
 def _option_dest(call: cst.Call) -> Optional[str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
-from ...analysis.device.choices import DeviceChoices, HardcodedIndex
-from ...diagnostics import Severity
+from ...analysis.device.choices import DeviceChoices, HardcodedIndex, unread_option
+from ...analysis.project.hierarchy import candidate_files
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 _HELP = (
@@ -58,7 +60,9 @@ class HardcodedDeviceIndex(Rule):
     model parallelism; one module moved to `"cuda:0"` and again to `"cuda:1"` is not that);
     code under `if torch.cuda.device_count() > 1:`; tests; and strings that
     are only compared, printed, offered as `choices=` or used as mapping keys
-    (`map_location={"cuda:1": "cuda:0"}`).
+    (`map_location={"cuda:1": "cuda:0"}`), and an option default when nothing reads the option:
+    its name appears nowhere else in the file nor in another file of the project (under flake8,
+    which sees one file, an option read only by other files is not reported).
 
     ## Example
     ```python
@@ -88,8 +92,12 @@ class HardcodedDeviceIndex(Rule):
     severity = Severity.WARNING
     fix = "unsafe"
     markers = ("cuda", "device", "gpu", "dev_id")
+    # An option default nothing in its file reads may be read by another file of the project.
+    project = True
 
     def finish(self) -> None:
+        # key -> the option name, for option defaults this file never reads
+        self.unread_options: Dict[str, str] = {}
         choices = self.ctx.analysis(DeviceChoices)
         sites = choices.hardcoded_indices()
         # `DataParallel(m.to("cuda:1"), device_ids=[1, 2])`: the literals of one statement go
@@ -106,7 +114,37 @@ class HardcodedDeviceIndex(Rule):
             help = {"device_ids": _HELP_DEVICE_IDS, "trainer_devices": _HELP_TRAINER_DEVICES}.get(
                 site.form, _HELP
             )
-            self.report(site.node, self._message(site), help=help, fix=fix)
+            unread = unread_option(self.ctx, site)
+            if unread is None:
+                self.report(site.node, self._message(site), help=help, fix=fix)
+                continue
+            key = f"option:{len(self.candidates)}"
+            self.unread_options[key] = unread
+            self.candidate(key, site.node, self._message(site), help=help, fix=fix)
+
+    # -- the project phase: an option read in another file ------------------------------------
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        return {"unread_options": self.unread_options} if self.unread_options else None
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        """An option default is a device choice only where something reads the option: keep
+        the finding when another file of the project mentions its name (`opt.gpu_id` in
+        train.py for the options of options.py); nothing does (or, under flake8, nothing is
+        seen): the option chooses nothing."""
+        for hierarchy, display, path, keys in candidate_files(project, cls.code):
+            unread = (hierarchy.facts_at(path) or {}).get("unread_options", {})
+            for key in keys:
+                name = unread.get(key)
+                if name is not None:
+                    word = re.compile(rf"\b{re.escape(name)}\b")
+                    readers = [p for p in project.files_matching(word) if p != path]
+                    if not readers:
+                        continue
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
 
     # -- messages -----------------------------------------------------------------------------
 
