@@ -272,7 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
-        "--split", choices=("dev", "holdout", "holdout2", "holdout3", "holdout4", "all"), default="dev"
+        "--split",
+        choices=("dev", "holdout", "holdout2", "holdout3", "holdout4", "all"),
+        default="dev",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
     parser.add_argument("--preview", action="store_true", help="passed on to trainlint")
