@@ -10,10 +10,11 @@ random draw over the sorted names takes HOLDOUT_PER_STRATUM of them (a third, ro
 held-back repositories are as mixed as the whole set. The seed and the counts are fixed here; the
 split is recorded in repos.toml and this script only re-derives it.
 
-Repositories added later with `split = "holdout2"` or `split = "holdout3"` are further held-back
-sets, each pinned and never opened while the rules it measures were changed (holdout2: the recall
-work after the first holdout was labelled; holdout3: the fixes after holdout2 was opened). They
-are outside this draw: all of them are held back.
+Repositories added later with `split = "holdout2"`, `"holdout3"` or `"holdout4"` are further
+held-back sets, each pinned and never opened while the rules it measures were changed (holdout2:
+the recall work after the first holdout was labelled; holdout3: the fixes after holdout2 was
+opened; holdout4: pinned once those fixes were done). They are outside this draw: all of them
+are held back.
 """
 
 from __future__ import annotations
