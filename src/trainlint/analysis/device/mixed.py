@@ -32,6 +32,10 @@ _NOT_PLACEMENT = frozenset(
 )
 # How many levels of same-file calls a path is followed through.
 _FOLLOW = 3
+# How many expressions one device question may visit through names bound to names (`d2 = d1`):
+# the traces recurse once per link, and a longer chain is unknown (quiet), never a
+# RecursionError.
+_MAX_TRACE = 200
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class MixedPlacements(Analysis):
 
     def _bare_form(self, expr: cst.BaseExpression, seen: Set[cst.CSTNode]) -> Optional[str]:
         """`"cuda"`, `"cuda:0"`, `torch.device("cuda")`, or a name only ever bound to one."""
-        if expr in seen:
+        if expr in seen or len(seen) >= _MAX_TRACE:
             return None
         seen.add(expr)
         text = string_literal(expr)
@@ -157,7 +161,7 @@ class MixedPlacements(Analysis):
         return self._choice(expr, set())
 
     def _choice(self, expr: cst.CSTNode, seen: Set[cst.CSTNode]) -> Optional[tuple]:
-        if expr in seen:
+        if expr in seen or len(seen) >= _MAX_TRACE:
             return None
         seen.add(expr)
         if string_literal(expr) is not None:
@@ -223,7 +227,7 @@ class MixedPlacements(Analysis):
     def _literal_gpu(self, expr: cst.BaseExpression, seen: Set[cst.CSTNode]) -> bool:
         """`"cuda:1"`, `torch.device("cuda", 1)`, or a name bound to one: handed to a function
         that also uses `.cuda()`, the two halves are on different GPUs whatever the intent."""
-        if expr in seen:
+        if expr in seen or len(seen) >= _MAX_TRACE:
             return False
         seen.add(expr)
         text = string_literal(expr)
