@@ -305,3 +305,55 @@ def _chain(kinds: List[str], called: bool) -> str:
 )
 def test_generated_long_chains(tmp_path, kinds, called):
     _check(tmp_path, {"chain.py": _chain(kinds, called)})
+
+
+# -- chains across the files of a project ------------------------------------------------------
+
+PROJECT_LINKS = 300  # files: each link is a module (about 10 s for both shapes)
+
+
+def _project_chain(tmp_path: Path, files: Dict[str, str]) -> None:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "pyproject.toml").write_text("[tool.trainlint]\n")
+    code, out, err = run_main(["--no-cache", "--select", "ALL", "--preview", "."], tmp_path, 600)
+    assert "RecursionError" not in err + out and "internal error" not in err, err[-3000:]
+    assert code in (0, 1), err[-3000:]
+
+
+def test_a_class_chain_across_modules(tmp_path):
+    """Class C{k} in module m{k} derives from C{k-1} of m{k-1}: the hierarchy resolves bases
+    through imports within a fixed number of steps."""
+    files = {
+        "m0.py": "import torch.nn as nn\nclass C0(nn.Module):\n    pass\n",
+        "train.py": (
+            f"import torch\nfrom m{PROJECT_LINKS} import C{PROJECT_LINKS}\n"
+            f"model = torch.nn.parallel.DistributedDataParallel(C{PROJECT_LINKS}())\n"
+        ),
+    }
+    for k in range(1, PROJECT_LINKS + 1):
+        files[f"m{k}.py"] = f"from m{k - 1} import C{k - 1}\nclass C{k}(C{k - 1}):\n    pass\n"
+    _project_chain(tmp_path, files)
+
+
+def test_a_star_reexport_chain_across_packages(tmp_path):
+    """`from .p{k+1} import *` in package p{k}'s __init__.py, 300 packages deep."""
+    files = {}
+    path = ""
+    for k in range(PROJECT_LINKS):
+        path += f"p{k}/"
+        files[f"{path}__init__.py"] = f"from .p{k + 1} import *\n"
+    path += f"p{PROJECT_LINKS}/"
+    files[f"{path}__init__.py"] = (
+        "import torch\nimport torch.nn as nn\nclass Head(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.unused = nn.Parameter(torch.zeros(1))\n"
+        "    def forward(self, x):\n        return x\n"
+    )
+    files["train.py"] = (
+        "import torch\nfrom p0 import Head\n"
+        "model = torch.nn.parallel.DistributedDataParallel(Head())\n"
+    )
+    _project_chain(tmp_path, files)
