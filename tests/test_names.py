@@ -154,3 +154,46 @@ def test_loop_carried_binding_reaches_the_next_iteration():
     use = [n for n in ctx.nodes(cst.Name) if n.value == "hidden"][-1]
     kinds = sorted(b.kind for b in ctx.scopes.lookup("hidden", use))
     assert kinds == ["assign", "unpack"]
+
+
+@pytest.mark.parametrize(
+    "code, unbound",
+    [
+        ("out = model(noisy_data)\n", True),  # an exercise's blank
+        ("noisy_data = x + 1\nout = model(noisy_data)\n", False),
+        ("def f():\n    return model(noisy_data)\nnoisy_data = 1\n", False),  # a later cell
+        ("out = len(noisy_data)\n", True),
+        ("out = len(xs)\n", True),
+        ("out = print(len)\n", False),  # builtins
+        ("display(get_ipython)\n", False),  # IPython's namespace
+        ("from helpers import *\nout = model(noisy_data)\n", False),  # may come from there
+    ],
+)
+def test_unbound_names(code, unbound):
+    ctx = context(code)
+    name = [
+        n for n in ctx.nodes(cst.Name) if n.value in ("noisy_data", "xs", "len", "get_ipython")
+    ][-1]
+    assert ctx.scopes.unbound(name) is unbound
+
+
+def test_method_call_on_an_instance_of_a_class_of_the_file():
+    from trainlint.analysis.base.callgraph import CallGraph
+
+    code = (
+        "class Base:\n    def fit(self, loader):\n        pass\n"
+        "class Trainer(Base):\n    def step(self):\n        pass\n"
+        "t = Trainer()\nt.fit(loader)\nt.step()\nt.missing()\n"
+        "u = Trainer() if c else Other()\nu.fit(loader)\n"
+    )
+    ctx = context(code)
+    graph = ctx.analysis(CallGraph)
+    callees = {
+        ctx.code(call.func): graph.callee(call)
+        for call in ctx.nodes(cst.Call)
+        if type(call.func) is cst.Attribute
+    }
+    assert callees["t.fit"].name.value == "fit"  # inherited from a same-file base
+    assert callees["t.step"].name.value == "step"
+    assert callees["t.missing"] is None
+    assert callees["u.fit"] is None  # not one known class

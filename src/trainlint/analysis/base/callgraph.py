@@ -5,7 +5,9 @@ A plain call (`helper(...)`) is resolved through the scopes: the function its na
 where it is called (an imported or reassigned name is not this file's function). A method call
 on `self` or `cls` (`self.helper(...)`) runs the method of that name of the class it is written
 in, or else the only function of the file with that name (a mixin's method); with several and
-none in the class, it is not resolved. Functions passed around as values are not followed.
+none in the class, it is not resolved. A method call on an instance (`model.fit(loader)`, where
+every binding of `model` builds the same class of this file) runs that class's method, or its
+same-file base's. Functions passed around as values are not followed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,34 @@ class CallGraph(Analysis):
             candidates = self.functions_named(name)
             if len(candidates) == 1:
                 return candidates[0]
+            return None
+        if type(func) is cst.Attribute and type(func.value) is cst.Name:
+            # `model.fit(loader)` where every binding of `model` builds one class of this file
+            classes = self._instance_classes(func.value)
+            if len(classes) == 1:
+                return self._method_in(classes[0], func.attr.value, set())
+        return None
+
+    def _method_in(
+        self, cls: cst.ClassDef, name: str, seen: Set[cst.ClassDef]
+    ) -> Optional[cst.FunctionDef]:
+        """The `def name` of the class or of its same-file bases (first found, in base order);
+        None when it is not there or is a property."""
+        seen.add(cls)
+        body = cls.body
+        for statement in body.body if type(body) is cst.IndentedBlock else ():
+            if type(statement) is cst.FunctionDef and statement.name.value == name:
+                decorators = {_decorator_name(d.decorator) for d in statement.decorators}
+                if decorators & {"property", "cached_property", "staticmethod", "classmethod"}:
+                    return None
+                return statement
+        for base in cls.bases:
+            if type(base.value) is cst.Name:
+                parent = self._class_named(base.value.value, cls)
+                if parent is not None and parent not in seen:
+                    found = self._method_in(parent, name, seen)
+                    if found is not None:
+                        return found
         return None
 
     def callee(self, call: cst.Call) -> Optional[cst.FunctionDef]:
