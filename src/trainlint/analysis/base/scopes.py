@@ -8,6 +8,8 @@ they are only ever looked up inside the comprehension).
 
 from __future__ import annotations
 
+import builtins
+
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -16,6 +18,26 @@ import libcst as cst
 from ...walk import SCOPE_NODE_TYPES
 from .. import Analysis
 
+
+# Names that exist without a binding in the file: builtins, module attributes, and what IPython
+# puts in a notebook's namespace.
+_ALWAYS_BOUND = frozenset(dir(builtins)) | {
+    "__file__",
+    "__name__",
+    "__doc__",
+    "__spec__",
+    "__loader__",
+    "__package__",
+    "__builtins__",
+    "__path__",
+    "__annotations__",
+    "display",
+    "get_ipython",
+    "In",
+    "Out",
+    "exit",
+    "quit",
+}
 
 ScopeNode = Union[cst.Module, cst.FunctionDef, cst.ClassDef, cst.Lambda]
 
@@ -190,6 +212,14 @@ class Scopes(Analysis):
 
     def iter_scopes(self) -> Iterator[Scope]:
         return iter(self.by_node.values())
+
+    def unbound(self, name: cst.Name) -> bool:
+        """Does nothing in the file bind the name read at `name` (no assignment, import, def or
+        parameter in any scope it can see, not a builtin, no star import that might supply it)?
+        Reading it raises NameError: unfinished code, like an exercise's blank."""
+        if name.value in _ALWAYS_BOUND or self.lookup(name.value, name):
+            return False
+        return not any(scope.star_imports for scope in self.by_node.values())
 
     # -- building -----------------------------------------------------------------------------
 

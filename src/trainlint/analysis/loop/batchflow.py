@@ -14,6 +14,7 @@ import libcst as cst
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..base.nodes import target_names
+from ...walk import own_nodes
 from ..base.scopes import Scopes
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
@@ -75,7 +76,37 @@ class BatchFlow(Analysis):
         walker.block(body)
         flow.bound_names = _bound_names(walker.body_nodes())
         self._exclusive_moves(source, flow, body, walker)
+        self._drop_unreachable(flow, body)
         return flow
+
+    def _drop_unreachable(self, flow: Flow, body: List[cst.BaseStatement]) -> None:
+        """Unfinished code: a statement the body always runs hands a call a name nothing binds
+        (`output = model(noisy_data)` under "# your code here"). Every iteration stops there
+        with NameError, so nothing after it meets the device; findings before it stand."""
+        index = self.ctx.tree.index
+        for statement in body:
+            if type(statement) is not cst.SimpleStatementLine:
+                continue
+            name = self._unbound_argument(statement)
+            if name is None:
+                continue
+            stop = index.get(statement, -1)
+            kept = [f for f in flow.findings if index.get(f.use, -1) < stop]
+            if len(kept) < len(flow.findings) and not kept:
+                flow.quiet = (
+                    f"the loop reads `{name}`, which nothing binds: it stops there with NameError"
+                )
+            flow.findings = kept
+            return
+
+    def _unbound_argument(self, statement: cst.SimpleStatementLine) -> Optional[str]:
+        for node in own_nodes(statement):
+            if type(node) is not cst.Call:
+                continue
+            for expr in [node.func, *(arg.value for arg in node.args)]:
+                if type(expr) is cst.Name and self.scopes.unbound(expr):
+                    return expr.value
+        return None
 
     # -- moves on branches that exclude each other --------------------------------------------
 
@@ -188,6 +219,13 @@ class BatchFlow(Analysis):
             local = self._local_definition(call.func)
             if type(local) is cst.ClassDef and self.moves.moves_in(local):
                 return f"`{leaf}` moves the batches"
+            # The data is on the device before it is batched: `TensorDataset(x.to(device), ...)`,
+            # or built from what a helper of the file returns moved (`df_to_tensors(df, device)`);
+            # the default collate stacks device tensors into a device batch.
+            if self.moves.move(call) is not None:
+                return f"the data is moved before it is batched (`{self.ctx.code(call)[:60]}`)"
+            if type(local) is cst.FunctionDef and self._returns_moved(local):
+                return f"`{leaf}` returns tensors already on the device"
             if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
                 reason = self._dataloader_moves(call, flow)
                 if reason is not None:
@@ -273,6 +311,13 @@ class BatchFlow(Analysis):
                     if type(local) is cst.ClassDef and self.moves.moves_in(local):
                         return "its dataset returns tensors on the device"
         return None
+
+    def _returns_moved(self, function: cst.FunctionDef) -> bool:
+        """Does one of the function's own `return`s give a value on the device?"""
+        return any(
+            type(node) is cst.Return and self.moves.is_moved(node.value)
+            for node in own_nodes(function.body)
+        )
 
     def _local_definition(self, func: cst.BaseExpression) -> Optional[cst.CSTNode]:
         """The def/class of this file that `func` names, if any."""

@@ -76,13 +76,17 @@ class BatchNotOnDevice(Rule):
     `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
     by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
     a prefetcher, a loader given `device=` such as legacy torchtext's `BucketIterator.splits(...,
-    device=device)`, also when a same-file caller passes it to the function that loops); values
+    device=device)`, also when a same-file caller passes it to the function that loops, or data
+    moved before it is batched: `TensorDataset(x.to(device), y.to(device))`, or a dataset built
+    from what a same-file helper returns moved); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
     CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; scripts that
     never move anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
-    code).
+    code); what follows, in the loop, a statement that hands a call a name nothing in the file
+    binds (an exercise's blank: `output = model(noisy_data)` under "# your code here" stops every
+    iteration with NameError; what comes before it is still reported).
 
     When the batch is handed to a function imported from the project that may move it in place
     (`utils.to_cuda(batch)`), only the project phase of `trainlint check` can tell: it reads that
