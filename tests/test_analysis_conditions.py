@@ -58,3 +58,60 @@ def test_exclusive(code):
 )
 def test_not_exclusive(code):
     assert not exclusive(code)
+
+
+def settled(code: str):
+    """What the first `if` whose body calls `a()` evaluates to, where it runs."""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    for node in ctx.nodes(cst.If):
+        if "a()" in ctx.code(node.body):
+            return ctx.analysis(Conditions).settled(node.test, node)
+    raise AssertionError("no `if` around a()")
+
+
+@pytest.mark.parametrize(
+    "code, value",
+    [
+        # a flag set before the loop and left alone in it
+        ("def f(xs):\n    testing = False\n    for x in xs:\n        if testing:\n"
+         "            a()\n", False),
+        ("def f(xs):\n    testing = False\n    for x in xs:\n        if not testing:\n"
+         "            a()\n", True),
+        ("class T:\n    def train(self, xs):\n        self.is_test = False\n"
+         "        for x in xs:\n            if self.is_test:\n                a()\n", False),
+        ("mode = 'train'\nfor x in xs:\n    if mode == 'eval':\n        a()\n", False),
+        ("mode = 'train'\nfor x in xs:\n    if mode != 'eval':\n        a()\n", True),
+        ("k = 0\nfor x in xs:\n    if k:\n        a()\n", False),
+    ],
+)
+def test_settled(code, value):
+    assert settled(code) is value
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # changed inside the loop
+        "testing = False\nfor i in xs:\n    testing = i % 5 == 0\n    if testing:\n        a()\n",
+        # changed by a same-file helper the loop calls
+        "flag = False\ndef g():\n    global flag\n    flag = True\nfor x in xs:\n    g()\n"
+        "    if flag:\n        a()\n",
+        # assigned in a branch before: not sure
+        "if c:\n    testing = True\nelse:\n    testing = False\nfor x in xs:\n"
+        "    if testing:\n        a()\n",
+        # an attribute of an object handed to an unknown call
+        "class T:\n    def train(self, xs):\n        self.is_test = False\n"
+        "        for x in xs:\n            hooks.run(self)\n            if self.is_test:\n"
+        "                a()\n",
+        # a method the file does not define may set it
+        "class T(Base):\n    def train(self, xs):\n        self.is_test = False\n"
+        "        for x in xs:\n            self.maybe_test()\n            if self.is_test:\n"
+        "                a()\n",
+        # not a constant
+        "testing = args.test\nfor x in xs:\n    if testing:\n        a()\n",
+    ],
+)
+def test_not_settled(code):
+    assert settled(code) is None

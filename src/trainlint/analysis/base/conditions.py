@@ -12,15 +12,24 @@ sit on branches no run takes together. Two sites are exclusive when
 A guard only counts when the variable is not reassigned between the two sites in their
 function: `rank = -1` between them would make both tests about different values. Calls are
 never compared (`f() == 1` may change between two calls).
+
+`settled(test, at)` decides a branch from what the code establishes before it runs: a constant
+assigned at the top level of the function (or module) that holds `at`, before the statement
+that holds it (`self.is_test = False` at the start of `train()`), and assigned nowhere in that
+statement or in the same-file functions it calls (`self.is_test = True` only in `test()`, which
+the loop never calls). An attribute fact also needs every call in that statement that could
+reach the object (a method of it, a call handed it) to be one the call graph resolves.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ...walk import own_nodes
+from .callgraph import CallGraph
 from .nodes import descendants
 from .. import Analysis
 
@@ -33,6 +42,158 @@ class Conditions(Analysis):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._guards: Dict[cst.CSTNode, List[Tuple[cst.CSTNode, Set[Atom]]]] = {}
+        self._facts: Dict[cst.CSTNode, Dict[str, str]] = {}
+
+    # -- what the code before a statement establishes -------------------------------------------
+
+    def settled(
+        self,
+        test: cst.BaseExpression,
+        at: cst.CSTNode,
+        rename: Optional[Callable[[str], Optional[str]]] = None,
+    ) -> Optional[bool]:
+        """The value `test` must have when it is evaluated on behalf of `at` (a statement, or
+        the call in the analysed code that leads to a helper holding `test`; `rename` turns the
+        helper's names into the caller's), or None when the code before does not settle it."""
+        facts = self.facts_at(at)
+        if not facts:
+            return None
+        for holds in (True, False):
+            for subject, relation, constant in self.atoms(test, holds):
+                name = rename(subject) if rename is not None else subject
+                if name is not None and name in facts:
+                    if _refuted((name, relation, constant), facts[name]):
+                        return not holds  # `test` == holds would contradict a fact
+        return None
+
+    def facts_at(self, at: cst.CSTNode) -> Dict[str, str]:
+        """Subject -> constant, for the constants assigned before the top-level statement that
+        holds `at` and left alone inside it (see the module docstring)."""
+        top, scope_body = self._top_statement(at)
+        if top is None:
+            return {}
+        found = self._facts.get(top)
+        if found is not None:
+            return found
+        facts: Dict[str, str] = {}
+        for statement in scope_body:
+            if statement is top:
+                break
+            for subject in self._assigned(statement):
+                facts.pop(subject, None)
+            fact = self._constant_assignment(statement)
+            if fact is not None:
+                facts[fact[0]] = fact[1]
+        if facts:
+            changed, opaque_roots = self._changed_within(top)
+            if "*" in opaque_roots:
+                facts = {}
+            facts = {
+                subject: value
+                for subject, value in facts.items()
+                if subject not in changed and subject.split(".")[0] not in opaque_roots
+            }
+        self._facts[top] = facts
+        return facts
+
+    def _top_statement(self, at: cst.CSTNode):
+        """The statement of the function's (or module's) own body that holds `at`, and that
+        body."""
+        child = at
+        for ancestor in self.ctx.ancestors(at):
+            if type(ancestor) is cst.Module:
+                return child, ancestor.body
+            if type(ancestor) is cst.IndentedBlock and type(self.ctx.parent(ancestor)) is (
+                cst.FunctionDef
+            ):
+                return child, ancestor.body
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return None, ()  # a one-line def, or a class body: nothing settled
+            child = ancestor
+        return None, ()
+
+    def _constant_assignment(self, statement: cst.CSTNode) -> Optional[Tuple[str, str]]:
+        if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
+            return None
+        small = statement.body[0]
+        if type(small) is cst.Assign and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+        elif type(small) is cst.AnnAssign and small.value is not None:
+            target, value = small.target, small.value
+        else:
+            return None
+        subject = self._subject(target)
+        constant = _constant(self.ctx, value)
+        if subject is None or constant is None:
+            return None
+        return subject, constant
+
+    def _assigned(self, node: cst.CSTNode) -> Set[str]:
+        """The names and attribute chains `node` may assign (any form of binding)."""
+        out: Set[str] = set()
+        for child in own_nodes(node):
+            targets: List[cst.CSTNode] = []
+            if type(child) is cst.Assign:
+                targets = [t.target for t in child.targets]
+            elif type(child) in (cst.AnnAssign, cst.AugAssign):
+                targets = [child.target]  # type: ignore[attr-defined]
+            elif type(child) in (cst.For, cst.CompFor):
+                targets = [child.target]  # type: ignore[attr-defined]
+            elif type(child) is cst.NamedExpr:
+                targets = [child.target]
+            elif type(child) is cst.AsName:
+                targets = [child.name]
+            elif type(child) in (cst.Global, cst.Nonlocal, cst.Del):
+                out.add("*")  # rebinding through declarations: give up on names
+            while targets:
+                target = targets.pop()
+                if type(target) in (cst.Tuple, cst.List):
+                    targets.extend(e.value for e in target.elements)  # type: ignore[attr-defined]
+                elif type(target) is cst.StarredElement:
+                    targets.append(target.value)
+                elif type(target) in (cst.Name, cst.Attribute):
+                    text = self._subject(target)
+                    if text is not None:
+                        out.add(text)
+        return out
+
+    def _changed_within(self, top: cst.CSTNode) -> Tuple[Set[str], Set[str]]:
+        """What `top` and the same-file functions it calls (at any depth) may assign, and the
+        roots of objects it hands to, or calls methods of, without the call graph knowing
+        the callee (anything of theirs may change)."""
+        callgraph: CallGraph = self.ctx.analysis(CallGraph)
+        changed: Set[str] = set()
+        opaque: Set[str] = set()
+        todo: List[cst.CSTNode] = [top]
+        seen: Set[cst.CSTNode] = set()
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            changed |= self._assigned(node)
+            for child in own_nodes(node):
+                if type(child) is not cst.Call:
+                    continue
+                target = callgraph.callee(child)
+                if target is not None:
+                    todo.append(target.body)
+                    continue
+                func = child.func
+                if type(func) is cst.Name and func.value in ("setattr", "delattr", "vars"):
+                    opaque.add("*")
+                if type(func) is cst.Attribute and type(func.value) is cst.Name:
+                    # `self.dqn(x)` runs a submodule held in an attribute, not a method of
+                    # `self`: it cannot reassign `self`'s flags
+                    if callgraph.member_kind(func) != "attribute":
+                        opaque.add(func.value.value)
+                for arg in child.args:
+                    if type(arg.value) is cst.Name:
+                        opaque.add(arg.value.value)
+        if "*" in changed or "*" in opaque:
+            opaque.add("*")
+            changed |= {"*"}
+        return changed, opaque
 
     def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """Can `a` and `b` never both run in one execution?"""
@@ -169,6 +330,26 @@ def _constant(ctx, node: cst.CSTNode) -> Optional[str]:
     if type(value) in (int, float):
         value = float(value)  # `n == 1` and `n == 1.0` test the same value
     return repr(value)
+
+
+def _refuted(atom: Atom, fact: str) -> bool:
+    """Is `atom` false when its subject holds the constant `fact`?"""
+    try:
+        value = ast.literal_eval(fact)
+    except (ValueError, SyntaxError):
+        return False
+    _, relation, constant = atom
+    if relation == "true":
+        return not value
+    if relation == "false":
+        return bool(value)
+    try:
+        other = ast.literal_eval(constant)
+    except (ValueError, SyntaxError):
+        return False
+    if relation == "==":
+        return other != value
+    return other == value
 
 
 def _negate(atom: Atom) -> Atom:

@@ -18,11 +18,14 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 
 2. Flows. `flow(node)` turns a loop body (or any block) into a tree of the dataflow kernel
    (`base/dataflow.py`), with the bodies of same-file functions it calls two levels deep, so
-   that a rule's transfer function decides on the loop as a whole.
+   that a rule's transfer function decides on the loop as a whole. An `if` whose test the code
+   before the loop settles (`base/conditions.py`: `self.is_test = False` at the start of
+   `train()`, read in a helper the loop calls) keeps only the branch that runs.
 
 3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
    decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
-   the function, or because every same-file caller of the enclosing function is).
+   the function, or because every same-file caller of the enclosing function is), or a call
+   given a legacy `Variable(x, volatile=True)` input (PyTorch < 0.4's way to the same end).
 
 4. Loops. `step_loops()` (loops that run `backward()` and an optimizer `step()`),
    `is_step_loop(loop)` (a `backward()` runs in the loop's own iteration, not only in a nested
@@ -41,6 +44,7 @@ import libcst as cst
 
 from ...walk import SCOPE_NODE_TYPES, children, own_nodes
 from ..base.calls import keyword, positional
+from ..base.conditions import Conditions
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
@@ -81,6 +85,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self.names: Names = ctx.analysis(Names)
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.loops: Loops = ctx.analysis(Loops)
+        self.conditions: Conditions = ctx.analysis(Conditions)
         self._flows: Dict[cst.CSTNode, object] = {}
         self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
         self._module_like: Optional[Set[str]] = None
@@ -313,6 +318,19 @@ class TrainingSteps(AutogradGraphs, Analysis):
             return self._map(parent.targets[0].target, mapping)
         return self._map(module_root(owner), mapping)
 
+    def _rename(self, text: str, mapping: Optional[Dict[str, str]]) -> Optional[str]:
+        """A helper's name or attribute chain in the analysed block's terms (None: a parameter
+        nothing was passed for)."""
+        if not mapping:
+            return text
+        root, _, rest = text.partition(".")
+        if root not in mapping:
+            return text
+        mapped = mapping[root]
+        if mapped.startswith("<param:"):
+            return None
+        return f"{mapped}.{rest}" if rest else mapped
+
     def _map(self, expr, mapping: Optional[Dict[str, str]]) -> Optional[str]:
         if expr is None:
             return None
@@ -360,12 +378,24 @@ class TrainingSteps(AutogradGraphs, Analysis):
         if type(stmt) in (cst.SimpleStatementLine, cst.SimpleStatementSuite):
             return Seq(tuple(self._small(s, *args) for s in stmt.body))
         if type(stmt) is cst.If:
+            test = self._expr(stmt.test, *args)
+            settled = self.conditions.settled(
+                stmt.test,
+                site if site is not None else stmt,
+                lambda text: self._rename(text, mapping),
+            )
             orelse = _EMPTY
-            if type(stmt.orelse) is cst.If:
-                orelse = self._statement(stmt.orelse, *args)
-            elif type(stmt.orelse) is cst.Else:
-                orelse = self._block(stmt.orelse.body, *args)
-            return Seq((self._expr(stmt.test, *args), Alt((self._block(stmt.body, *args), orelse))))
+            if settled is not True:
+                if type(stmt.orelse) is cst.If:
+                    orelse = self._statement(stmt.orelse, *args)
+                elif type(stmt.orelse) is cst.Else:
+                    orelse = self._block(stmt.orelse.body, *args)
+            if settled is False:
+                return Seq((test, orelse))  # `if self.is_test:` inside `train()`'s loop
+            body = self._block(stmt.body, *args)
+            if settled is True:
+                return Seq((test, body))
+            return Seq((test, Alt((body, orelse))))
         if type(stmt) is cst.For:
             if args == _TOP:
                 body = self.flow(stmt)  # a nested loop's own flow: built once, shared
@@ -476,13 +506,17 @@ class TrainingSteps(AutogradGraphs, Analysis):
     def _parameter_map(self, call: cst.Call, target: cst.FunctionDef, mapping) -> Dict[str, str]:
         """Parameter name -> the caller's argument text (in the caller's own terms)."""
         params = list(target.params.posonly_params) + list(target.params.params)
+        out: Dict[str, str] = {}
         if (
             params
             and params[0].name.value in ("self", "cls")
             and type(call.func) is cst.Attribute
         ):
+            # `agent.act(x)`: the method's `self` is `agent` (for `self.act(x)`, `self`)
+            receiver = self._map(call.func.value, mapping)
+            if receiver is not None:
+                out[params[0].name.value] = receiver
             params = params[1:]
-        out: Dict[str, str] = {}
         index = 0
         for arg in call.args:
             if arg.star:
@@ -508,6 +542,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
         """Does `node` run with autograd off (no graph is recorded)?"""
         if self.loops.under_no_grad(node) or self._spelled_no_grad(node):
             return True
+        if type(node) is cst.Call and self._volatile_input(node):
+            return True
         function = self.scopes.enclosing_function(node)
         if self._disabled_before(node, function):
             return True
@@ -519,6 +555,29 @@ class TrainingSteps(AutogradGraphs, Analysis):
             cached = bool(callers) and all(self.grad_disabled(c, _depth - 1) for c in callers)
             self._no_grad_functions[function] = cached
         return cached
+
+    def _volatile_input(self, call: cst.Call) -> bool:
+        """Legacy code (PyTorch before 0.4) turned the graph off per input:
+        `net(Variable(x, volatile=True))`, or an input name bound to such a Variable. The
+        script was written for that meaning (newer PyTorch ignores the flag with a warning)."""
+        for arg in call.args:
+            values: List[Optional[cst.BaseExpression]] = [arg.value]
+            if type(arg.value) is cst.Name:
+                values = [b.value for b in self.scopes.lookup(arg.value.value, arg.value)]
+            for value in values:
+                if (
+                    type(value) is cst.Call
+                    and (dotted_name(value.func) or "").split(".")[-1] == "Variable"
+                    and any(
+                        a.keyword is not None
+                        and a.keyword.value == "volatile"
+                        and type(a.value) is cst.Name
+                        and a.value.value == "True"
+                        for a in value.args
+                    )
+                ):
+                    return True
+        return False
 
     def _spelled_no_grad(self, node: cst.CSTNode) -> bool:
         """`with torch.no_grad():` where `torch` comes from a star import (names do not

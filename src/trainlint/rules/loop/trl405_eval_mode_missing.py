@@ -86,7 +86,13 @@ class EvalModeMissing(Rule):
     has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
     model.train() else: model.eval()`) is a deliberate choice, and a module only called under
-    `no_grad()` in the loop (an EMA copy used for samples) is not trained there.
+    `no_grad()` in the loop (an EMA copy used for samples) is not trained there. An `eval()`
+    under a branch the code before the loop settles is judged on the branch that runs: an agent
+    whose `select_action` calls `self.dqn.eval()` only `if self.is_test:`, in a `train()` that
+    sets `self.is_test = False` before its loop and never sets it in the loop (nor in what the
+    loop calls), never leaves eval mode on while training. PyTorch 0.3-era evaluation that wraps
+    its inputs in `Variable(x, volatile=True)` turned the graph off the way that version asked
+    and is not reported for a missing `no_grad()`.
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
