@@ -213,6 +213,24 @@ def test_noqa_forms(project):
         assert (proc.returncode == 0) is suppressed, (comment, proc.stdout)
 
 
+def test_a_bare_noqa_does_not_hide_a_file_that_was_not_analysed(project):
+    # A file that does not parse is one TRL001 on the row where parsing stopped; a bare
+    # `# noqa` there (written for findings the file can no longer get) must not make the run
+    # say all is well. Naming the code does silence it.
+    target = project / "train.py"
+    for comment, suppressed in [
+        ("  # noqa", False),
+        ("  # noqa: TRL2", False),
+        ("  # noqa: TRL001", True),
+        ("  # noqa: TRL0", True),
+    ]:
+        target.write_text(" from .vit import *" + comment + "\n")
+        proc = trainlint("--output-format", "json", target, cwd=project)
+        codes = [f["code"] for f in json.loads(proc.stdout)]
+        assert (codes == []) is suppressed, (comment, codes)
+        assert suppressed or codes == ["TRL001"], (comment, codes)
+
+
 def test_noqa_suppresses_fix_too(project):
     target = project / "train.py"
     text = DP_BUG.replace("to(device)\n", "to(device)  # noqa: TRL201\n")

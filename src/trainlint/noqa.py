@@ -3,6 +3,8 @@
 `# noqa` on the row of a finding suppresses every code; `# noqa: TRL201,TRL3` suppresses the
 listed codes and every code that starts with a listed prefix (flake8 matches with `startswith`).
 Like flake8 the comment is read from the physical line, so it works after any statement.
+TRL001 (a file or cell that was not analysed) is the exception: only `# noqa: TRL001` names it
+away; a bare `# noqa` on the row where parsing stopped does not.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ NOQA_RE = re.compile(
 _CODE_RE = re.compile(r"[A-Z]+[0-9]*", re.IGNORECASE)
 
 NoqaMap = Dict[int, Optional[Tuple[str, ...]]]
+
+# The code that says a file or cell was not analysed (syntax error, size or time limit).
+NOT_ANALYSED = "TRL001"
 
 
 def parse_line(line: str) -> Tuple[bool, Optional[Tuple[str, ...]]]:

@@ -365,7 +365,12 @@ def _suppressed(diagnostic: Diagnostic, noqa_map: NoqaMap) -> bool:
     row = diagnostic.text_row or diagnostic.row
     if row not in noqa_map:
         return False
-    return noqa.suppresses(noqa_map[row], diagnostic.code)
+    codes = noqa_map[row]
+    if codes is None and diagnostic.code == noqa.NOT_ANALYSED:
+        # A bare `# noqa` was written for the line's findings; it must not hide that the whole
+        # file (or cell) went unchecked. `# noqa: TRL001` still does.
+        return False
+    return noqa.suppresses(codes, diagnostic.code)
 
 
 def _group(
