@@ -6,6 +6,7 @@
     python benchmarks/precision.py --sources DIR --split holdout3   # the third held-back set
     python benchmarks/precision.py --sources DIR --split holdout4   # the fourth held-back set
     python benchmarks/precision.py --sources DIR --split holdout5   # the fifth held-back set
+    python benchmarks/precision.py --sources DIR --split holdout6   # the sixth held-back set
     python benchmarks/precision.py --sources DIR --json             # the same report as JSON
     python benchmarks/precision.py --sources DIR --unlabelled-out todo.json
     python benchmarks/precision.py --sources DIR --unlabelled-dir todo/   # one file per repo
@@ -274,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
         "--split",
-        choices=("dev", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "all"),
+        choices=("dev", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "all"),
         default="dev",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
