@@ -275,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
         "--split",
-        choices=("dev", "holdout", "holdout2", "holdout3", "holdout4", "holdout5", "holdout6", "all"),
+        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 7)), "all"),
         default="dev",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
