@@ -197,3 +197,19 @@ def test_method_call_on_an_instance_of_a_class_of_the_file():
     assert callees["t.step"].name.value == "step"
     assert callees["t.missing"] is None
     assert callees["u.fit"] is None  # not one known class
+
+
+def test_bound_value_of_unpacked_names():
+    from trainlint.analysis.base.scopes import bound_value
+
+    code = "data, (target, w) = Variable(x, volatile=True), (y, 1)\nuse(data, target, w)\n"
+    ctx = context(code)
+    use = [n for n in ctx.nodes(cst.Call) if ctx.code(n.func) == "use"][0]
+    values = {
+        arg.value.value: [ctx.code(bound_value(b)) for b in ctx.scopes.lookup(arg.value.value, use)]
+        for arg in use.args
+    }
+    assert values == {"data": ["Variable(x, volatile=True)"], "target": ["y"], "w": ["1"]}
+    star = context("a, *b = xs\nuse(a)\n")
+    (binding,) = star.scopes.lookup("a", star.nodes(cst.Call)[0])
+    assert bound_value(binding) is None

@@ -69,6 +69,31 @@ class Scope:
         self.bindings.setdefault(binding.name, []).append(binding)
 
 
+def bound_value(binding: Binding) -> Optional[cst.BaseExpression]:
+    """The expression a binding gives its name: the value of `name = value`, or the matching
+    element of `a, b = x, y` (nested tuples too); None when it cannot be told."""
+    if binding.value is not None:
+        return binding.value
+    statement = binding.statement
+    if binding.kind != "unpack" or type(statement) is not cst.Assign:
+        return None
+    pairs = [(t.target, statement.value) for t in statement.targets]
+    while pairs:
+        target, value = pairs.pop()
+        if target is binding.node:
+            return value
+        if type(target) not in (cst.Tuple, cst.List) or type(value) not in (cst.Tuple, cst.List):
+            continue
+        targets = target.elements  # type: ignore[attr-defined]
+        values = value.elements  # type: ignore[attr-defined]
+        if len(targets) != len(values) or any(
+            type(e) is cst.StarredElement for e in (*targets, *values)
+        ):
+            continue
+        pairs.extend((t.value, v.value) for t, v in zip(targets, values))
+    return None
+
+
 class Scopes(Analysis):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -48,7 +48,7 @@ from ..base.conditions import Conditions
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..base.scopes import Scopes
+from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import (
     EVAL_FUNCTION,
     EVAL_LOADER,
@@ -71,6 +71,9 @@ from .. import Analysis
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
 _TRAIN_WORD = re.compile(r"train", re.I)
+# What PyTorch 0.4 added (and code written for it uses): a file using any of these runs where
+# `Variable(x, volatile=True)` no longer turns the graph off.
+_POST_04_API = frozenset({"item", "no_grad", "inference_mode", "device", "to"})
 
 
 _EMPTY = Seq(())
@@ -93,6 +96,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
         self._backpropagates: Optional[bool] = None
         self._disablers: Optional[Dict[Optional[cst.FunctionDef], List[int]]] = None
+        self._post_04: Optional[bool] = None
 
     # -- recognising calls --------------------------------------------------------------------
 
@@ -558,12 +562,17 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     def _volatile_input(self, call: cst.Call) -> bool:
         """Legacy code (PyTorch before 0.4) turned the graph off per input:
-        `net(Variable(x, volatile=True))`, or an input name bound to such a Variable. The
-        script was written for that meaning (newer PyTorch ignores the flag with a warning)."""
+        `net(Variable(x, volatile=True))`, or an input name bound to such a Variable. It counts
+        only in a file written for that PyTorch: one that uses none of 0.4's API (`.item()`,
+        `torch.no_grad`, `torch.device(...)`, `.to(...)`). From 0.4 on the flag is ignored (with
+        a warning) and a graph is recorded; a file on the old API (`loss.data[0]`) fails on a
+        newer PyTorch before it gets there."""
+        if self._uses_post_04_api():
+            return False
         for arg in call.args:
             values: List[Optional[cst.BaseExpression]] = [arg.value]
             if type(arg.value) is cst.Name:
-                values = [b.value for b in self.scopes.lookup(arg.value.value, arg.value)]
+                values = [bound_value(b) for b in self.scopes.lookup(arg.value.value, arg.value)]
             for value in values:
                 if (
                     type(value) is cst.Call
@@ -578,6 +587,14 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 ):
                     return True
         return False
+
+    def _uses_post_04_api(self) -> bool:
+        if self._post_04 is None:
+            self._post_04 = any(
+                (dotted_name(call.func) or "").split(".")[-1] in _POST_04_API
+                for call in self.ctx.nodes(cst.Call)
+            )
+        return self._post_04
 
     def _spelled_no_grad(self, node: cst.CSTNode) -> bool:
         """`with torch.no_grad():` where `torch` comes from a star import (names do not
