@@ -10,6 +10,7 @@ import pytest
 
 from trainlint.analysis.base.callgraph import CallGraph
 from trainlint.analysis.loop.modes import (
+    eval_mode_returners,
     imported_model_class,
     mode_dependent_layer,
     mode_free_classes,
@@ -311,3 +312,32 @@ def test_a_data_parallel_wrapper_is_judged_by_the_model_it_wraps():
         ctx = context(template.format(extra=extra))
         use = ctx.module.body[-1].body[0].value
         assert mode_free_model(ctx.analysis(TrainingSteps), "model", use) is free
+
+
+def test_functions_that_return_a_model_in_eval_mode():
+    code = textwrap.dedent(
+        """
+        def get_model(path, train=False):
+            model = Net()
+            if train:
+                model.train()
+                return model, opt
+            model.eval()
+            return model
+
+        def build(path):
+            model = Net()
+            model.eval()
+            model.train()
+            return model
+
+        def frozen_teacher():
+            teacher = Net().eval()
+            return teacher
+
+        def untouched():
+            return Net()
+        """
+    )
+    steps = context(code).analysis(TrainingSteps)
+    assert eval_mode_returners(steps) == ["get_model", "frozen_teacher"]

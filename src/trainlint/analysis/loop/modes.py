@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from ...walk import own_nodes
 from ..base.calls import has_star_args, keyword, positional
 from .steps import TrainingSteps
 
@@ -201,6 +202,30 @@ def mode_free_classes(steps: "TrainingSteps") -> List[str]:
         and statement.bases
         and _mode_free_class(steps, statement.name.value, statement)
     )
+
+
+def eval_mode_returners(steps: "TrainingSteps") -> List[str]:
+    """The module-level functions of this file that hand back a model in eval mode: a `return
+    name` after `name.eval()` (or `name.train(False)`) in the function, with no `name.train()`
+    between (`get_model(..., train=False)` loading a checkpoint for evaluation). A file whose
+    evaluation uses such a model has set its mode, through that function."""
+    found: List[str] = []
+    for statement in steps.ctx.module.body:
+        if type(statement) is not cst.FunctionDef:
+            continue
+        last_mode: Dict[str, str] = {}
+        returns_eval = False
+        for node in own_nodes(statement.body):
+            if type(node) is cst.Call:
+                event = steps.event(node)
+                if event is not None and event.kind in ("eval", "train") and event.receiver:
+                    last_mode[event.receiver] = event.kind
+            elif type(node) is cst.Return and type(node.value) is cst.Name:
+                if last_mode.get(node.value.value) == "eval":
+                    returns_eval = True
+        if returns_eval:
+            found.append(statement.name.value)
+    return found
 
 
 def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -9,6 +10,7 @@ import libcst as cst
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.modes import (
+    eval_mode_returners,
     imported_model_class,
     mode_free_classes,
     mode_free_model,
@@ -92,7 +94,14 @@ class EvalModeMissing(Rule):
     sets `self.is_test = False` before its loop and never sets it in the loop (nor in what the
     loop calls), never leaves eval mode on while training. PyTorch 0.3-era evaluation that wraps
     its inputs in `Variable(x, volatile=True)` turned the graph off the way that version asked
-    and is not reported for a missing `no_grad()`.
+    and is not reported for a missing `no_grad()`, when the file uses none of 0.4's API (`.item()`,
+    `.to(...)`, `torch.device`, `no_grad`): from 0.4 on the flag is ignored and the finding
+    stands, while a file on the old API (`loss.data[0]`) fails on a newer PyTorch before its
+    evaluation runs. A model that comes from a function of
+    another project file which hands it back in eval mode (`model = get_model(ckpt,
+    train=False)`, whose body ends `model.eval(); return model`) has its mode set: the project
+    phase asks that file (also when the evaluation function receives the model from such a
+    call site of its own file).
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
@@ -152,7 +161,7 @@ class EvalModeMissing(Rule):
         missing_no_grad = not self._grad_off(model_call, model, loop)
         if not (missing_eval or missing_no_grad):
             return
-        imported_class = imported_model_class(self.steps, model, loop) if missing_eval else None
+        imported_class = self._imported_origin(model, loop, function) if missing_eval else None
         mode_effect = (
             "dropout and BatchNorm run in training mode: wrong metrics, and BatchNorm running "
             "statistics are updated with evaluation data"
@@ -184,6 +193,8 @@ class EvalModeMissing(Rule):
         key = f"eval:{len(self.candidates)}"
         self.deferred[key] = {
             "class": imported_class,
+            # the model may also come from a project function that returns it in eval mode
+            "mode": "eval",
             # If the class turns out mode-free, what is left is the missing no_grad().
             "message": (
                 f"evaluation loop calls `{model}` without `torch.no_grad()`"
@@ -196,6 +207,23 @@ class EvalModeMissing(Rule):
             ),
         }
         self.candidate(key, model_call, message, help=help, fix=fix)
+
+    def _imported_origin(self, model: str, at, function) -> Optional[str]:
+        """The one imported class or function that builds the model, here or, for a parameter,
+        at every same-file call site (`model = get_model(args, train=False)` in the `__main__`
+        block that calls `evaluate(model)`): the project phase asks its file about it."""
+        found = imported_model_class(self.steps, model, at)
+        if found is not None or function is None or "." in model:
+            return found
+        if not self._from_outside(model, function):
+            return None
+        origins = {
+            imported_model_class(self.steps, self._passed_as(call, function, model), call)
+            for call in self.steps.callers(function)
+        }
+        if len(origins) == 1:
+            return origins.pop()
+        return None
 
     def _plain_function(self, model: str, at, function, depth: int = 3) -> bool:
         """The evaluated "model" is a `def` or lambda: here, or passed in by every same-file
@@ -534,10 +562,17 @@ class EvalModeMissing(Rule):
 
     def facts(self) -> Optional[Dict[str, object]]:
         free = mode_free_classes(self.steps)
-        if not free and not self.deferred and not self._defines_or_imports_classes():
+        returners = eval_mode_returners(self.steps)
+        if (
+            not free
+            and not returners
+            and not self.deferred
+            and not self._defines_or_imports_classes()
+        ):
             return None
         facts = resolution_facts(self.ctx)
         facts["mode_free_classes"] = free
+        facts["eval_mode_returners"] = returners
         facts["deferred"] = self.deferred
         return facts
 
@@ -555,7 +590,13 @@ class EvalModeMissing(Rule):
             for key in keys:
                 entry = deferred.get(key)
                 diagnostic = None
-                if entry is not None and _mode_free_class_of(hierarchy, entry["class"], path):
+                if entry is not None and (
+                    _mode_free_class_of(hierarchy, entry["class"], path)
+                    or (
+                        entry.get("mode") == "eval"
+                        and _returns_eval_mode(hierarchy, entry["class"], path)
+                    )
+                ):
                     if entry["message"] is not None:  # the missing no_grad() stays
                         diagnostic = project.candidate(
                             display,
@@ -593,6 +634,19 @@ def _mode_free_class_of(hierarchy: Hierarchy, qualname: str, importer) -> bool:
         return False
     facts = hierarchy.facts_at(ref.path) or {}
     return ref.name in facts.get("mode_free_classes", ())
+
+
+def _returns_eval_mode(hierarchy: Hierarchy, qualname: str, importer) -> bool:
+    """Is `qualname` (as imported in `importer`) a function of the project whose file found
+    that it returns its model in eval mode (`eval_mode_returners`)?"""
+    module, _, name = qualname.rpartition(".")
+    if not module:
+        return False
+    found = hierarchy.module_file(module, Path(importer))
+    if found is None:
+        return False
+    facts = hierarchy.facts_at(found) or {}
+    return name in facts.get("eval_mode_returners", ())
 
 
 def _strip(text: str) -> str:
