@@ -52,6 +52,9 @@ class DdpWithoutSetDevice(Rule):
     utils package) is judged by the project files that import it: reported when they exist and
     none of them sets the device, not reported when one does (the FSDP example's script calls
     `setup()` and then `torch.cuda.set_device(local_rank)`) or when no importer is found.
+    A group of one process (`world_size=1`, written as a literal: a single-GPU run that only
+    needs a group for SyncBatchNorm) is not reported: that process's GPU is cuda:0, the
+    current device already.
     This rule owns a missing `set_device` in a file that initialises a process group
     (`Parallel.process_group_inits`): TRL103 leaves that cause to it.
 
@@ -108,6 +111,8 @@ class DdpWithoutSetDevice(Rule):
                 continue
             if frameworks.managed(call) or keyword(call, "device_id") is not None:
                 continue
+            if _literal_int(keyword(call, "world_size")) == 1:
+                continue  # one process: its GPU is cuda:0, the current device already
             backend = argument(call, 0, "backend")
             which = self._backend(backend)
             if which is None:
@@ -293,6 +298,12 @@ class DdpWithoutSetDevice(Rule):
             if isinstance(ancestor, (cst.BaseCompoundStatement, cst.Lambda)):
                 return None
         return None
+
+
+def _literal_int(node: Optional[cst.CSTNode]) -> Optional[int]:
+    if type(node) is cst.Integer:
+        return int(node.value)
+    return None
 
 
 def _literal(node: Optional[cst.CSTNode]) -> Optional[str]:
