@@ -11,6 +11,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ..base.calls import keyword
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..base.nodes import target_names
@@ -224,6 +225,10 @@ class BatchFlow(Analysis):
             # the default collate stacks device tensors into a device batch.
             if self.moves.move(call) is not None:
                 return f"the data is moved before it is batched (`{self.ctx.code(call)[:60]}`)"
+            collate = keyword(call, "collate_fn")
+            if collate is not None and self._collate_moves(collate):
+                # also where a helper hands `collate_fn=` on to the DataLoader it builds
+                return "its collate_fn moves the batch"
             if type(local) is cst.FunctionDef and self._returns_moved(local):
                 return f"`{leaf}` returns tensors already on the device"
             if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
@@ -292,11 +297,9 @@ class BatchFlow(Analysis):
             if arg.keyword is not None and arg.keyword.value == "dataset":
                 dataset = arg.value
         if collate is not None:
-            if type(collate) is cst.Lambda and self.moves.moves_in(collate.body):
+            if self._collate_moves(collate):
                 return "its collate_fn moves the batch"
             local = self._local_definition(collate)
-            if local is not None and self.moves.moves_in(local):
-                return "its collate_fn moves the batch"
             if local is None and not _in_worker_processes(call):
                 # An imported collate_fn of the project may move the batch; with worker
                 # processes it cannot (CUDA cannot be used in forked workers).
@@ -311,6 +314,22 @@ class BatchFlow(Analysis):
                     if type(local) is cst.ClassDef and self.moves.moves_in(local):
                         return "its dataset returns tensors on the device"
         return None
+
+    def _collate_moves(self, collate: cst.BaseExpression) -> bool:
+        """A collate_fn that puts the batch on the device: a lambda or function of the file
+        that moves (`.to(device)` in it, or a mover helper: `to_device(default_collate(b))`)."""
+        if type(collate) is cst.Lambda and self.moves.moves_in(collate.body):
+            return True
+        if self.moves.is_mover_function(collate):
+            return True
+        local = self._local_definition(collate)
+        if local is None:
+            return False
+        if self.moves.moves_in(local):
+            return True
+        return any(
+            type(node) is cst.Call and self.moves.mover_call(node) for node in own_nodes(local)
+        )
 
     def _returns_moved(self, function: cst.FunctionDef) -> bool:
         """Does one of the function's own `return`s give a value on the device?"""
