@@ -23,7 +23,7 @@ Decided per call:
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -86,7 +86,37 @@ def same_module(expr: cst.CSTNode, names: Names) -> cst.CSTNode:
     return expr
 
 
+def aliases(name: str, at: cst.CSTNode, scopes, names: Names, depth: int = 4) -> Set[str]:
+    """The names that hold the same module as `name` where it is read at `at`: `name` itself
+    and, when every binding of it is a plain alias (`model = srgan_generator`, also through a
+    call of the table: `model = net.to(device)`), the aliased names, a few levels deep."""
+    found = {name}
+    todo = [(name, at, depth)]
+    while todo:
+        current, where, left = todo.pop()
+        if left <= 0:
+            continue
+        bindings = scopes.lookup(current, where)
+        sources: List[Tuple[str, cst.CSTNode]] = []
+        for binding in bindings:
+            value = binding.value
+            if binding.kind != "assign" or value is None:
+                sources = []
+                break
+            value = same_module(value, names)
+            if type(value) is not cst.Name:
+                sources = []
+                break
+            sources.append((value.value, value))
+        for source, node in sources:
+            if source not in found:
+                found.add(source)
+                todo.append((source, node, left - 1))
+    return found
+
+
 __all__ = [
+    "aliases",
     "KEEPS_PLACEMENT",
     "RETURNS_ARGUMENT",
     "RETURNS_RECEIVER",

@@ -8,6 +8,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
+from ...analysis.base.identity import aliases
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.modes import (
     eval_mode_returners,
@@ -92,7 +93,10 @@ class EvalModeMissing(Rule):
     under a branch the code before the loop settles is judged on the branch that runs: an agent
     whose `select_action` calls `self.dqn.eval()` only `if self.is_test:`, in a `train()` that
     sets `self.is_test = False` before its loop and never sets it in the loop (nor in what the
-    loop calls), never leaves eval mode on while training. PyTorch 0.3-era evaluation that wraps
+    loop calls), never leaves eval mode on while training; nor does an epoch helper whose update
+    sits under `if not cross_valid:` when it is called with `cross_valid=True` after `eval()`.
+    `eval()` on the name a model is evaluated under counts through plain aliases
+    (`generator.eval()`, then `model = generator`). PyTorch 0.3-era evaluation that wraps
     its inputs in `Variable(x, volatile=True)` turned the graph off the way that version asked
     and is not reported for a missing `no_grad()`, when the file uses none of 0.4's API (`.item()`,
     `.to(...)`, `torch.device`, `no_grad`): from 0.4 on the flag is ignored and the finding
@@ -254,8 +258,13 @@ class EvalModeMissing(Rule):
         every = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
         return any(p.name.value == root for p in every)
 
-    def _eval_before(self, loop, model: str, function) -> bool:
-        """`model.eval()` in the function before the loop, or inside the loop."""
+    def _eval_before(self, loop, model: str, function, follow_aliases: bool = True) -> bool:
+        """`model.eval()` in the function before the loop, or inside the loop; also on a name
+        the model is an alias of (`srgan_generator.eval()`, then `model = srgan_generator`)."""
+        if follow_aliases and "." not in model:
+            for alias in aliases(model, loop, self.steps.scopes, self.steps.names) - {model}:
+                if self._eval_before(loop, alias, function, follow_aliases=False):
+                    return True
         index = self.ctx.tree.index
         start = index[function] if function is not None else 0
         end = _last_index(self.ctx, loop)
