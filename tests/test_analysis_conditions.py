@@ -115,3 +115,16 @@ def test_settled(code, value):
 )
 def test_not_settled(code):
     assert settled(code) is None
+
+
+def test_a_flag_passed_as_a_literal_settles_the_helpers_branch():
+    code = "def run(cross_valid=False):\n    if not cross_valid:\n        a()\n"
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    test = ctx.nodes(cst.If)[0].test
+    conditions = ctx.analysis(Conditions)
+    at = ctx.nodes(cst.If)[0]
+    assert conditions.settled(test, at, lambda text: "True") is False
+    assert conditions.settled(test, at, lambda text: "False") is True
+    assert conditions.settled(test, at, lambda text: "None") is True
+    assert conditions.settled(test, at, lambda text: "args.cv") is None

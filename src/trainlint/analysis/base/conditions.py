@@ -13,7 +13,9 @@ A guard only counts when the variable is not reassigned between the two sites in
 function: `rank = -1` between them would make both tests about different values. Calls are
 never compared (`f() == 1` may change between two calls).
 
-`settled(test, at)` decides a branch from what the code establishes before it runs: a constant
+`settled(test, at)` decides a branch from what the code establishes before it runs: a flag a
+helper receives as a literal (`self.run_epoch(cross_valid=True)`, or a `False`/`True`/`None`
+default nothing overrides), or a constant
 assigned at the top level of the function (or module) that holds `at`, before the statement
 that holds it (`self.is_test = False` at the start of `train()`), and assigned nowhere in that
 statement or in the same-file functions it calls (`self.is_test = True` only in `test()`, which
@@ -36,6 +38,7 @@ from .. import Analysis
 # (expression text, relation, constant text); relation "==", "!=", "true", "false"
 Atom = Tuple[str, str, str]
 _CONSTANTS = (cst.Integer, cst.Float, cst.SimpleString)
+_LITERAL_NAMES = frozenset({"True", "False", "None"})
 
 
 class Conditions(Analysis):
@@ -56,14 +59,15 @@ class Conditions(Analysis):
         the call in the analysed code that leads to a helper holding `test`; `rename` turns the
         helper's names into the caller's), or None when the code before does not settle it."""
         facts = self.facts_at(at)
-        if not facts:
-            return None
         for holds in (True, False):
             for subject, relation, constant in self.atoms(test, holds):
                 name = rename(subject) if rename is not None else subject
-                if name is not None and name in facts:
-                    if _refuted((name, relation, constant), facts[name]):
-                        return not holds  # `test` == holds would contradict a fact
+                if name is None:
+                    continue
+                # a helper's flag the call passes as a literal: `run_epoch(cross_valid=True)`
+                value = name if name in _LITERAL_NAMES else facts.get(name)
+                if value is not None and _refuted((name, relation, constant), value):
+                    return not holds  # `test` == holds would contradict what is known
         return None
 
     def facts_at(self, at: cst.CSTNode) -> Dict[str, str]:

@@ -522,6 +522,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 out[params[0].name.value] = receiver
             params = params[1:]
         index = 0
+        passed = set()
         for arg in call.args:
             if arg.star:
                 break
@@ -532,10 +533,21 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 index += 1
             else:
                 continue
+            passed.add(name)
             text = self._map(arg.value, mapping)
             if text is not None:
                 out[name] = text
         for param in params + list(target.params.kwonly_params):
+            default = param.default
+            if (
+                param.name.value not in passed
+                and type(default) is cst.Name
+                and default.value in ("True", "False", "None")
+                and not any(a.star for a in call.args)
+            ):
+                # `def run_epoch(self, epoch, cross_valid=False)` called without it: a branch
+                # on the flag is settled (base/conditions.py)
+                out.setdefault(param.name.value, default.value)
             # Unbound parameters keep their own name only if it cannot be confused.
             out.setdefault(param.name.value, "<param:" + param.name.value + ">")
         return out
