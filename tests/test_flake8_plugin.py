@@ -117,8 +117,8 @@ def test_info_rules_are_default_ignored(register_rule):
     TrainlintChecker.add_options(manager)
     # Every rule that is off by default (info level, preview, and TRL002 unused-noqa).
     assert manager.ignored == [
-        "TRL002", "TRL104", "TRL105", "TRL107", "TRL204", "TRL401", "TRL501", "TRL502",
-        "TRL599",
+        "TRL002", "TRL104", "TRL105", "TRL107", "TRL204", "TRL305", "TRL401", "TRL405",
+        "TRL501", "TRL502", "TRL599",
     ]
 
 

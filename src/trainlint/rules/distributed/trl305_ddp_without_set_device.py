@@ -88,6 +88,10 @@ class DdpWithoutSetDevice(Rule):
     name = "ddp-without-set-device"
     severity = Severity.WARNING
     fix = "safe"
+    # Measured on held-back real code at first look: 1 true and 2 false findings (a helper of
+    # another file setting the device, a one-process group), both shapes since fixed. Too few
+    # to earn the default set; it stays a preview rule until they show 90 %.
+    preview = True
     # "set_device": a helper file that sets the device for the file that initialises the group.
     markers = ("init_process_group", "set_device")
     project = True

@@ -130,6 +130,11 @@ class EvalModeMissing(Rule):
     name = "eval-mode-missing"
     severity = Severity.WARNING
     fix = "unsafe"
+    # Measured on seven held-back sets of real code, each at its first look: 17 true and 15
+    # false findings (53 %). Each false shape found was fixed in the shared analysis, but new
+    # code keeps showing new ones (mode flags, aliases, helpers that set the mode elsewhere).
+    # It earns the default set back with a first look at 90 %.
+    preview = True
     markers = ("torch",)
     # The model's class may be defined in another file of the project: that file says whether
     # it has any mode-dependent layer.
