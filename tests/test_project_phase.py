@@ -154,6 +154,20 @@ def test_trl301_on_the_changed_head_alone_equals_the_whole_tree(tmp_path):
     ]
 
 
+def test_the_incident_shape_is_an_error_on_the_head_alone_and_on_the_whole_tree(tmp_path):
+    # The shape TRL301 exists for: a head whose family has an `(object)` mixin and a base
+    # re-exported with `from .heads import *`, trained under DDP whose find_unused_parameters
+    # comes from the MM-style config (`cfg.get(...)`, not set there).
+    root = _project(tmp_path, RULE_FIXTURES / "TRL301" / "incident_star_reexport_project")
+    head = root / "opendet" / "models" / "heads" / "detr_head.py"
+    whole = _relative(lint([root], ["TRL301"], root=root), root)
+    alone = _relative(lint([head], ["TRL301"], root=root), root)
+    assert whole == alone
+    assert [(path, row, severity) for path, row, severity, _ in whole] == [
+        ("opendet/models/heads/detr_head.py", 21, "error")
+    ]
+
+
 def test_trl301_find_unused_in_a_script_outside_the_run_is_seen(tmp_path):
     root = _project(tmp_path)
     train = root / "train.py"
