@@ -217,6 +217,11 @@ class BatchFlow(Analysis):
                 # torchtext's (legacy) Iterator/BucketIterator build every batch field with
                 # `torch.tensor(..., device=device)`, like any loader given a device
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
+            if "Iterator" in dotted and keyword(call, "device") is None:
+                if any(q.startswith("torchtext.") for q in self.names.qualified(call.func)):
+                    # Without `device=`, where legacy torchtext builds the batch depends on its
+                    # version: before 0.3 `device=None` meant the current GPU, later the CPU.
+                    return f"legacy torchtext's `{leaf}` places batches by its version"
             local = self._local_definition(call.func)
             if type(local) is cst.ClassDef and self.moves.moves_in(local):
                 return f"`{leaf}` moves the batches"

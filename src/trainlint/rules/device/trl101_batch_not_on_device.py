@@ -76,7 +76,9 @@ class BatchNotOnDevice(Rule):
     `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
     by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
     a prefetcher, a loader given `device=` such as legacy torchtext's `BucketIterator.splits(...,
-    device=device)`, also when a same-file caller passes it to the function that loops, or data
+    device=device)`, and a legacy torchtext iterator given no `device` at all, whose batches
+    were built on the current GPU before torchtext 0.3 and on the CPU after: the code does not
+    say which, also when a same-file caller passes it to the function that loops, or data
     moved before it is batched: `TensorDataset(x.to(device), y.to(device))`, or a dataset built
     from what a same-file helper returns moved); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
