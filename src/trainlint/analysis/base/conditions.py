@@ -90,12 +90,12 @@ class Conditions(Analysis):
                 facts[fact[0]] = fact[1]
         if facts:
             changed, opaque_roots = self._changed_within(top)
-            if "*" in opaque_roots:
-                facts = {}
             facts = {
                 subject: value
                 for subject, value in facts.items()
-                if subject not in changed and subject.split(".")[0] not in opaque_roots
+                if "*" not in opaque_roots
+                and subject not in changed
+                and subject.split(".")[0] not in opaque_roots
             }
         self._facts[top] = facts
         return facts
@@ -164,7 +164,7 @@ class Conditions(Analysis):
     def _changed_within(self, top: cst.CSTNode) -> Tuple[Set[str], Set[str]]:
         """What `top` and the same-file functions it calls (at any depth) may assign, and the
         roots of objects it hands to, or calls methods of, without the call graph knowing
-        the callee (anything of theirs may change)."""
+        the callee (anything of theirs may change); "*" among the roots: anything may."""
         callgraph: CallGraph = self.ctx.analysis(CallGraph)
         changed: Set[str] = set()
         opaque: Set[str] = set()
@@ -194,9 +194,8 @@ class Conditions(Analysis):
                 for arg in child.args:
                     if type(arg.value) is cst.Name:
                         opaque.add(arg.value.value)
-        if "*" in changed or "*" in opaque:
-            opaque.add("*")
-            changed |= {"*"}
+        if "*" in changed:
+            opaque.add("*")  # a declaration may rebind any name: nothing is settled
         return changed, opaque
 
     def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:

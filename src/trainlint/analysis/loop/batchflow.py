@@ -302,8 +302,8 @@ class BatchFlow(Analysis):
             if arg.keyword is not None and arg.keyword.value == "dataset":
                 dataset = arg.value
         if collate is not None:
-            if self._collate_moves(collate):
-                return "its collate_fn moves the batch"
+            # (a collate_fn that moves was already found by `_loader_moves`, for every call of
+            # the chain; what is left is one imported from the project)
             local = self._local_definition(collate)
             if local is None and not _in_worker_processes(call):
                 # An imported collate_fn of the project may move the batch; with worker

@@ -210,6 +210,11 @@ def eval_mode_returners(steps: "TrainingSteps") -> List[str]:
     between (`get_model(..., train=False)` loading a checkpoint for evaluation). A file whose
     evaluation uses such a model has set its mode, through that function."""
     found: List[str] = []
+    if not any(
+        type(call.func) is cst.Attribute and call.func.attr.value in ("eval", "train")
+        for call in steps.ctx.nodes(cst.Call)
+    ):
+        return found  # no mode is set anywhere in the file
     for statement in steps.ctx.module.body:
         if type(statement) is not cst.FunctionDef:
             continue

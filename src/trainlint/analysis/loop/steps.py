@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from ...walk import SCOPE_NODE_TYPES, children, own_nodes
-from ..base.calls import keyword, positional
+from ..base.calls import is_true, keyword, positional
 from ..base.conditions import Conditions
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
@@ -325,15 +325,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
     def _rename(self, text: str, mapping: Optional[Dict[str, str]]) -> Optional[str]:
         """A helper's name or attribute chain in the analysed block's terms (None: a parameter
         nothing was passed for)."""
-        if not mapping:
-            return text
-        root, _, rest = text.partition(".")
-        if root not in mapping:
-            return text
-        mapped = mapping[root]
-        if mapped.startswith("<param:"):
-            return None
-        return f"{mapped}.{rest}" if rest else mapped
+        mapped = _mapped(text, mapping)
+        return None if mapped.startswith("<param:") else mapped
 
     def _map(self, expr, mapping: Optional[Dict[str, str]]) -> Optional[str]:
         if expr is None:
@@ -341,12 +334,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         text = dotted_name(expr)
         if text is None:
             return None
-        if mapping:
-            root, _, rest = text.partition(".")
-            if root in mapping:
-                mapped = mapping[root]
-                return f"{mapped}.{rest}" if rest else mapped
-        return text
+        return _mapped(text, mapping)
 
     # -- flows --------------------------------------------------------------------------------
 
@@ -579,8 +567,6 @@ class TrainingSteps(AutogradGraphs, Analysis):
         `torch.no_grad`, `torch.device(...)`, `.to(...)`). From 0.4 on the flag is ignored (with
         a warning) and a graph is recorded; a file on the old API (`loss.data[0]`) fails on a
         newer PyTorch before it gets there."""
-        if self._uses_post_04_api():
-            return False
         for arg in call.args:
             values: List[Optional[cst.BaseExpression]] = [arg.value]
             if type(arg.value) is cst.Name:
@@ -589,15 +575,10 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 if (
                     type(value) is cst.Call
                     and (dotted_name(value.func) or "").split(".")[-1] == "Variable"
-                    and any(
-                        a.keyword is not None
-                        and a.keyword.value == "volatile"
-                        and type(a.value) is cst.Name
-                        and a.value.value == "True"
-                        for a in value.args
-                    )
+                    and is_true(keyword(value, "volatile"))
                 ):
-                    return True
+                    # the file-wide question last: most calls have no such input
+                    return not self._uses_post_04_api()
         return False
 
     def _uses_post_04_api(self) -> bool:
@@ -839,6 +820,17 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
+
+
+def _mapped(text: str, mapping: Optional[Dict[str, str]]) -> str:
+    """`text` with its root name replaced by what `mapping` gives for it (a parameter -> the
+    caller's argument text)."""
+    if mapping:
+        root, _, rest = text.partition(".")
+        if root in mapping:
+            mapped = mapping[root]
+            return f"{mapped}.{rest}" if rest else mapped
+    return text
 
 
 def _calls_in_evaluation_order(node: cst.CSTNode) -> List[cst.Call]:
