@@ -49,6 +49,7 @@ class BatchFlow(Analysis):
         self._callees: Dict[int, Tuple[cst.CSTNode, bool, FrozenSet[str], bool]] = {}
 
         self._prepared = loaders_prepared_by_framework(ctx)
+        self._submodules: Optional[FrozenSet[str]] = None
 
     def flows(self) -> List[Flow]:
         return [self.flow(source) for source in self.loops.batch_sources()]
@@ -423,6 +424,12 @@ class BatchFlow(Analysis):
             if type(target) is cst.Attribute and functions_named(target.attr.value):
                 return False  # a method of the class, not a submodule
             return True
+        if type(target) is cst.Attribute and target.attr.value not in self._submodule_names():
+            # `trainer.faster_rcnn.predict(img)`, `agent.act(state)`: from outside its class a
+            # call through an attribute is a method as often as a submodule, and a method may
+            # convert or move what it gets (a detector's `predict` runs each image through
+            # `.cuda()`). It runs a model only when the file makes that attribute one.
+            return False
         head = target
         while type(head) is cst.Attribute:
             head = head.value
@@ -430,6 +437,27 @@ class BatchFlow(Analysis):
             if binding.kind in ("import", "def", "class"):
                 return False
         return bool(self.scopes.lookup(root, head)) or not self.names.qualified(target)
+
+    def _submodule_names(self) -> FrozenSet[str]:
+        """Attributes a class of this file assigns a call to (`self.encoder = Encoder()`) and
+        defines no method of that name: called through an instance, they run a submodule."""
+        if self._submodules is None:
+            assigned: Set[str] = set()
+            for node in self.ctx.tree.nodes(cst.Assign):
+                assert isinstance(node, cst.Assign)
+                if type(node.value) is not cst.Call:
+                    continue
+                for target in node.targets:
+                    attribute = target.target
+                    if (
+                        type(attribute) is cst.Attribute
+                        and type(attribute.value) is cst.Name
+                        and attribute.value.value == "self"
+                    ):
+                        assigned.add(attribute.attr.value)
+            functions_named = self.loops.callgraph.functions_named
+            self._submodules = frozenset(a for a in assigned if not functions_named(a))
+        return self._submodules
 
     def is_loss(self, call: cst.Call) -> bool:
         func = call.func

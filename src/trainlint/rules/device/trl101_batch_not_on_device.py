@@ -83,8 +83,12 @@ class BatchNotOnDevice(Rule):
     from what a same-file helper returns moved); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
     CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
-    text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; scripts that
-    never move anything to a device; code whose device placement a framework manages
+    text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
+    handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
+    from outside its class such a call runs a submodule only when a class of the file assigns
+    that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
+    followed), and a method may prepare and move its input itself; scripts that never move
+    anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file
     binds (an exercise's blank: `output = model(noisy_data)` under "# your code here" stops every
