@@ -154,6 +154,21 @@ def test_directory_with_unparsable_file_reports_trl001_and_the_rest(project):
     assert "e_comment.py:2:6: TRL001 error: cannot decode the file as utf-8: byte 0xe9" in out
 
 
+def test_a_file_with_old_mac_line_ends_is_read_as_python_reads_it(project):
+    # Lines end with a bare CR: a plain readline sees one long first line, where the config's
+    # `positional_encoding=dict(` would look like a coding cookie; Python sees three lines.
+    data = (
+        b"# DETR-style config\rimport torch\r"
+        b"model = dict(positional_encoding=dict(num_feats=128))\r"
+    )
+    assert compile(data, "config.py", "exec")
+    (project / "config.py").write_bytes(data)
+    proc = trainlint("--output-format", "concise", "config.py", cwd=project)
+    assert "Traceback" not in proc.stderr
+    assert "TRL001" not in proc.stdout, proc.stdout
+    assert proc.returncode == 0
+
+
 def test_select_ignore_extend_select(project):
     target = project / "train.py"
     target.write_text(DP_BUG)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import bisect
 import codecs
 import errno
-import io
 import os
+import re
 import stat
 import tokenize
 from dataclasses import dataclass, field
@@ -111,7 +111,7 @@ class Source:
             col = nul - (data.rfind(b"\n", 0, nul) + 1)
             raise SourceError("source contains a NUL byte", row, col)
         try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            encoding, _ = tokenize.detect_encoding(_python_lines(data))
         except SyntaxError as exc:  # unknown codec in the cookie, or BOM + non-utf8 cookie
             if not exc.msg.startswith("invalid or missing encoding declaration"):
                 message = f"cannot detect the file's encoding: {exc.msg}"
@@ -245,3 +245,20 @@ class Source:
             index = 0
         cell, first = self.cells[index]
         return cell, row - first + 1
+
+
+def _python_lines(data: bytes):
+    """A readline over `data` that ends lines where Python's tokenizer does (`\\r\\n`, `\\r`
+    or `\\n`). `tokenize.detect_encoding` must look at the first two lines only, and a file
+    with old Mac line ends (`\\r` alone) is one long line to a plain readline: a later
+    `positional_encoding=dict(` in it would read as a coding cookie Python never sees."""
+    starts = [0]
+    for end in _LINE_END.finditer(data):
+        starts.append(end.end())
+        if len(starts) == 3:
+            break
+    lines = iter([data[a:b] for a, b in zip(starts, starts[1:] + [len(data)]) if a < b][:2])
+    return lambda: next(lines, b"")
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
