@@ -128,3 +128,43 @@ def test_a_flag_passed_as_a_literal_settles_the_helpers_branch():
     assert conditions.settled(test, at, lambda text: "False") is True
     assert conditions.settled(test, at, lambda text: "None") is True
     assert conditions.settled(test, at, lambda text: "args.cv") is None
+
+
+def instance_tests_at_a(code: str):
+    """`Conditions.instance_tests` at the call `a()` of `code`, as (subject, class, holds)."""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    call = next(
+        c for c in ctx.nodes(cst.Call) if type(c.func) is cst.Name and c.func.value == "a"
+    )
+    return [
+        (subject, ctx.code(cls), holds)
+        for subject, cls, holds in ctx.analysis(Conditions).instance_tests(call)
+    ]
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("if isinstance(net, nn.Module):\n    a()\n", [("net", "nn.Module", True)]),
+        (
+            "if isinstance(net, nn.Module):\n    pass\nelse:\n    a()\n",
+            [("net", "nn.Module", False)],
+        ),
+        ("if not isinstance(self.net, (A, B)):\n    a()\n", [("self.net", "(A, B)", False)]),
+        (
+            "if isinstance(x, T):\n    pass\nelif flag:\n    a()\n",
+            [("x", "T", False)],
+        ),
+        (
+            "if isinstance(net, nn.Module):\n    if isinstance(state, tuple):\n        a()\n",
+            [("state", "tuple", True), ("net", "nn.Module", True)],
+        ),
+        ("if net is not None:\n    a()\n", []),
+        ("if isinstance(make(), T):\n    a()\n", []),
+        ("def f():\n    if isinstance(net, T):\n        def g():\n            a()\n", []),
+    ],
+)
+def test_instance_tests_say_what_isinstance_established_at_a_site(code, expected):
+    assert instance_tests_at_a(code) == expected

@@ -231,6 +231,30 @@ class Conditions(Analysis):
         self._guards[node] = found
         return found
 
+    def instance_tests(self, node: cst.CSTNode) -> List[Tuple[str, cst.BaseExpression, bool]]:
+        """`isinstance(subject, cls)` tests of the `if`s around `node` (innermost first), as
+        (subject text, cls, whether it holds where `node` runs): in the `else` of
+        `if isinstance(net, nn.Module):` the net is no module."""
+        found = []
+        for branch, _ in self.guards(node):
+            assert isinstance(branch, (cst.If, cst.IfExp))
+            test, holds = branch.test, True
+            orelse = branch.orelse
+            if orelse is not None and any(a is orelse for a in self.ctx.ancestors(node)):
+                holds = False
+            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                test, holds = test.expression, not holds
+            if (
+                type(test) is cst.Call
+                and type(test.func) is cst.Name
+                and test.func.value == "isinstance"
+                and len(test.args) == 2
+            ):
+                subject = self._subject(test.args[0].value)
+                if subject is not None:
+                    found.append((subject, test.args[1].value, holds))
+        return found
+
     def atoms(self, test: cst.BaseExpression, holds: bool) -> Set[Atom]:
         """What is sure when `test` evaluates to `holds`: every conjunct of a true `and`
         chain, the negation of a false single comparison."""

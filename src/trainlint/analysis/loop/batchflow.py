@@ -12,11 +12,12 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ..base.calls import keyword
+from ..base.conditions import Conditions
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..base.nodes import target_names
 from ...walk import own_nodes
-from ..base.scopes import Scopes
+from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
 from .batchvalues import (
@@ -43,6 +44,7 @@ class BatchFlow(Analysis):
         self.frameworks = ctx.analysis(Frameworks)
         self.names: Names = ctx.analysis(Names)
         self.scopes: Scopes = ctx.analysis(Scopes)
+        self.conditions: Conditions = ctx.analysis(Conditions)
         self._flows: Dict[cst.CSTNode, Flow] = {}
         # id(callee expression) -> (it, may be a model, its placement, named like a model);
         # the entry keeps the node alive, so the id stays its own.
@@ -50,6 +52,7 @@ class BatchFlow(Analysis):
 
         self._prepared = loaders_prepared_by_framework(ctx)
         self._submodules: Optional[FrozenSet[str]] = None
+        self._move_devices: Optional[FrozenSet[str]] = None
 
     def flows(self) -> List[Flow]:
         return [self.flow(source) for source in self.loops.batch_sources()]
@@ -218,6 +221,11 @@ class BatchFlow(Analysis):
                 # torchtext's (legacy) Iterator/BucketIterator build every batch field with
                 # `torch.tensor(..., device=device)`, like any loader given a device
                 return f"`{leaf}(..., device=...)` delivers batches on the device"
+            handed = self._handed_the_device(call)
+            if handed is not None:
+                # `d2l.data_iter_consecutive(corpus, bs, steps, device)`, `MyDataset(root,
+                # device)`: a producer of the batches given the device may build them there
+                return f"`{leaf}` is given the device (`{handed}`) and may deliver batches on it"
             if "Iterator" in dotted and keyword(call, "device") is None:
                 if any(q.startswith("torchtext.") for q in self.names.qualified(call.func)):
                     # Without `device=`, where legacy torchtext builds the batch depends on its
@@ -235,12 +243,32 @@ class BatchFlow(Analysis):
             if collate is not None and self._collate_moves(collate):
                 # also where a helper hands `collate_fn=` on to the DataLoader it builds
                 return "its collate_fn moves the batch"
-            if type(local) is cst.FunctionDef and self._returns_moved(local):
+            if type(local) is cst.FunctionDef and self._gives_device_values(local):
                 return f"`{leaf}` returns tensors already on the device"
             if leaf.endswith("DataLoader") or self.names.matches_suffix(call.func, "DataLoader"):
                 reason = self._dataloader_moves(call, flow)
                 if reason is not None:
                     return reason
+        return None
+
+    def _handed_the_device(self, call: cst.Call) -> Optional[str]:
+        """The argument of `call` that is the device the file moves things to (the same name or
+        attribute as a move's device: `model.to(device)` ... `make_batches(corpus, device)`)."""
+        if self._move_devices is None:
+            texts = set()
+            for node in self.ctx.tree.nodes(cst.Call):
+                move = self.moves.move(node)
+                if move is not None and move.device is not None:
+                    if type(move.device) in (cst.Name, cst.Attribute):
+                        texts.add(self.ctx.code(move.device))
+            self._move_devices = frozenset(texts)
+        for arg in call.args:
+            value = arg.value
+            if type(value) not in (cst.Name, cst.Attribute) or arg.star:
+                continue
+            text = self.ctx.code(value)
+            if text in self._move_devices:
+                return text
         return None
 
     def _loader_chain(self, expr: cst.CSTNode, depth: int = 0) -> List[cst.Call]:
@@ -337,12 +365,50 @@ class BatchFlow(Analysis):
             type(node) is cst.Call and self.moves.mover_call(node) for node in own_nodes(local)
         )
 
-    def _returns_moved(self, function: cst.FunctionDef) -> bool:
-        """Does one of the function's own `return`s give a value on the device?"""
-        return any(
-            type(node) is cst.Return and self.moves.is_moved(node.value)
-            for node in own_nodes(function.body)
-        )
+    def _gives_device_values(self, function: cst.FunctionDef) -> bool:
+        """Does one of the function's own `return`s or `yield`s give values on the device:
+        moved (`return x.to(device), y.to(device)`) or built there and cut from what was
+        (`corpus = torch.tensor(ids, device=device)` ... `yield corpus[:, i:j], corpus[...]`, a
+        generator that delivers its batches on the device)?"""
+        for node in own_nodes(function.body):
+            if type(node) is cst.Return or type(node) is cst.Yield:
+                value = node.value
+                if isinstance(value, cst.BaseExpression) and self._on_device(value, 0):
+                    return True
+        return False
+
+    def _on_device(self, expr: cst.BaseExpression, depth: int) -> bool:
+        if depth > 12:
+            return False
+        if self.moves.is_moved(expr):
+            return True
+        if type(expr) is cst.Tuple or type(expr) is cst.List:
+            items = [e.value for e in expr.elements]
+            return bool(items) and all(self._on_device(item, depth + 1) for item in items)
+        if type(expr) is cst.Subscript:
+            return self._on_device(expr.value, depth + 1)
+        if type(expr) is cst.Call:
+            func = expr.func
+            device = keyword(expr, "device")
+            if device is not None:  # torch.tensor(data, device=device), torch.zeros(..., device=d)
+                qualified = self.names.qualified(func)
+                return not _cpu_device(device) and any(q.startswith("torch.") for q in qualified)
+            if type(func) is cst.Attribute and func.attr.value in _KEEPS_DEVICE:
+                return self._on_device(func.value, depth + 1)  # corpus[...].view(b, -1)
+            return False
+        if type(expr) is cst.Name:
+            # the binding of the name that comes last before this read, in its own scope
+            index = self.ctx.tree.index
+            at = index.get(expr, -1)
+            before = [
+                b for b in self.scopes.lookup(expr.value, expr) if index.get(b.node, -1) < at
+            ]
+            if not before:
+                return False
+            last = max(before, key=lambda b: index.get(b.node, -1))
+            value = bound_value(last) if last.kind in ("assign", "annassign", "unpack") else None
+            return value is not None and self._on_device(value, depth + 1)
+        return False
 
     def _local_definition(self, func: cst.BaseExpression) -> Optional[cst.CSTNode]:
         """The def/class of this file that `func` names, if any."""
@@ -390,6 +456,8 @@ class BatchFlow(Analysis):
         target = call.func
         if type(target) is cst.Attribute and target.attr.value == "forward":
             target = target.value
+        if self._no_module_here(call, target):
+            return False, False
         # What the callee is does not depend on the call's arguments: the walk of each source
         # (and a helper's body, followed from each call) asks again for the same calls.
         known = self._callees.get(id(target))
@@ -411,6 +479,21 @@ class BatchFlow(Analysis):
         on_device = plain or wrapped or (modelish and args_on_device)
         inputs = plain or (evidence and not wrapped)
         return on_device, inputs
+
+    def _no_module_here(self, call: cst.Call, target: cst.BaseExpression) -> bool:
+        """`else:` of `if isinstance(net, nn.Module):` (or under `if not isinstance(...)`): the
+        callee is a plain function there (a from-scratch model), whatever is moved elsewhere."""
+        text = self.ctx.code(target)
+        for subject, cls, holds in self.conditions.instance_tests(call):
+            if subject == text and not holds:
+                classes = [e.value for e in cls.elements] if type(cls) is cst.Tuple else [cls]
+                if any(
+                    q == "torch.nn.Module" or q.endswith(".nn.Module")
+                    for c in classes
+                    for q in self.names.qualified(c)
+                ):
+                    return True
+        return False
 
     def _may_be_model(self, target: cst.BaseExpression) -> bool:
         dotted = dotted_name(target)
@@ -585,6 +668,14 @@ _THIRD_PARTY = frozenset(
 
 # At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
 _MAX_DECISIONS = 5
+# Tensor methods whose result stays on its input's device (a view, a cast, a reshape).
+_KEEPS_DEVICE = frozenset(
+    {
+        "view", "reshape", "contiguous", "float", "long", "int", "half", "double", "bool",
+        "transpose", "permute", "t", "unsqueeze", "squeeze", "flatten", "clone", "detach",
+        "narrow", "expand", "repeat", "split", "chunk",
+    }
+)
 
 
 def _arms(node: cst.If) -> List[cst.CSTNode]:

@@ -62,7 +62,9 @@ class BatchWalker:
         # Moves seen in the batch's own code (a helper's moves name the helper's variables).
         self.sibling_moves: list = flow.moves if not stack else []
         self.stack = stack
-        self.siblings_moved = False  # does the loop move any item of this batch?
+        # The loop's moves of items of this batch (on any path); only those that can run with a
+        # call count as evidence that the call's model is on the device.
+        self.batch_moves: List[cst.CSTNode] = []
         self._nodes: Optional[List[cst.CSTNode]] = None
         # One path through the body (`BatchFlow`'s path check): condition text -> whether the
         # `if` body runs. An `if` whose condition is not listed is walked both ways and joined.
@@ -94,7 +96,7 @@ class BatchWalker:
                 name, source, bound_at, fix_target=fix, helper=self.flow.helper
             )
         self.structured = self._structured_roots()
-        self.siblings_moved = self._moves_batch_items()
+        self.batch_moves = self._batch_item_moves()
 
     # -- statements ---------------------------------------------------------------------------
 
@@ -479,7 +481,7 @@ class BatchWalker:
             return
         if self.a.is_torch_function(call):
             return
-        _, inputs = self.a.model_call(call, on_device_args, self.siblings_moved)
+        _, inputs = self.a.model_call(call, on_device_args, self._siblings_moved_with(call))
         if not inputs:
             self._follow(call, values)
             return
@@ -544,7 +546,7 @@ class BatchWalker:
         inner = BatchWalker(
             self.a, self.source, self.flow, body, self.reported, self.stack + (function,)
         )
-        inner.siblings_moved = self.siblings_moved
+        inner.batch_moves = self._moves_with(call)
         inner.state = state
         inner.block(body)
 
@@ -579,8 +581,17 @@ class BatchWalker:
                         found.add(arg.value.value)
         return found
 
-    def _moves_batch_items(self) -> bool:
-        """Does the code that sees the batch move any item of it (anywhere, on any path)?"""
+    def _moves_with(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        """The batch moves that can run in the same iteration as `node`: a move in the other arm
+        of an `if isinstance(net, nn.Module): ... else: net(X)` says nothing about `net`."""
+        exclusive = self.a.conditions.exclusive
+        return [move for move in self.batch_moves if not exclusive(move, node)]
+
+    def _siblings_moved_with(self, node: cst.CSTNode) -> bool:
+        return bool(self._moves_with(node))
+
+    def _batch_item_moves(self) -> List[cst.CSTNode]:
+        """The moves of items of the batch in the code that sees it (anywhere, on any path)."""
         names = set(self.source.elements) | set(self.source.roots)
         nodes = self.body_nodes()
         # What each assignment's value mentions does not change between the rounds.
@@ -590,13 +601,14 @@ class BatchWalker:
                 if mentioned & names:
                     for target in assign.targets:
                         names |= target_names(target.target)
+        found = []
         for node in nodes:
             if type(node) in MOVING_TYPES and self.moves.is_moved(node):
                 if self.moves._data_names(node) & names and not _follows_a_tensor(
                     self.moves, node
                 ):
-                    return True
-        return False
+                    found.append(node)
+        return found
 
     def _structured_roots(self) -> Set[str]:
         """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""

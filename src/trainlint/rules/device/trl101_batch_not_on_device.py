@@ -80,7 +80,13 @@ class BatchNotOnDevice(Rule):
     were built on the current GPU before torchtext 0.3 and on the CPU after: the code does not
     say which, also when a same-file caller passes it to the function that loops, or data
     moved before it is batched: `TensorDataset(x.to(device), y.to(device))`, or a dataset built
-    from what a same-file helper returns moved); values
+    from what a same-file helper returns moved, a same-file generator that yields slices of a
+    tensor it built with `torch.tensor(..., device=device)`, and a producer of the batches
+    handed the device the file moves things to: `d2l.data_iter_consecutive(corpus, bs, steps,
+    device)`, `MyDataset(root, device)`); a call in the `else` of `if isinstance(net,
+    nn.Module):` (there `net` is a plain function, a from-scratch model on the CPU), and a
+    model of unknown placement whose only evidence is a move of another item on a branch that
+    excludes the call (`if use_gpu: images = images.cuda() ... else: model(images)`); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
     CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
