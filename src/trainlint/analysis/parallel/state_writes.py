@@ -33,7 +33,7 @@ What does not:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -276,6 +276,48 @@ class StateWrites(Analysis):
                     return True
             child = ancestor
         return False
+
+    def quiet_at_every_call(
+        self, method: cst.FunctionDef, callers: Sequence[cst.FunctionDef], attr: str
+    ) -> bool:
+        """Does every `self.<method>(...)` in `callers` run where a write of `self.<attr>` by
+        the method would be quiet in the caller itself: under no_grad (a block, or the
+        caller's decorator), on the eval-only side of `self.training`, or under an `if` that
+        tests `self.<attr>` (`if max_pos > self.weights.size(0): self.make_weights(...)`, a
+        cache each replica rebuilds when it finds it too short)?"""
+        name = method.name.value
+        sites = 0
+        for caller in callers:
+            receiver = _receiver(caller)
+            if receiver is None:
+                continue
+            for node in _own_nodes(caller):
+                func = getattr(node, "func", None)
+                if not (
+                    type(node) is cst.Call
+                    and type(func) is cst.Attribute
+                    and func.attr.value == name
+                    and type(func.value) is cst.Name
+                    and func.value.value == receiver
+                ):
+                    continue
+                sites += 1
+                if _grad_off_decorated(self.names, caller) or self._quiet_context(node, caller):
+                    continue
+                if not any(
+                    isinstance(a, (cst.If, cst.While)) and self._mentions_attr(a.test, attr)
+                    for a in self._ancestors_within(node, caller)
+                ):
+                    return False
+        return sites > 0
+
+    def _ancestors_within(self, node: cst.CSTNode, func: cst.CSTNode) -> List[cst.CSTNode]:
+        found = []
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is func:
+                break
+            found.append(ancestor)
+        return found
 
     def _device_keyed(self, statement: cst.CSTNode) -> bool:
         """`cache[str(x.device)] = t`, `cache[key] = t` with `key = (size, device, dtype)`: a

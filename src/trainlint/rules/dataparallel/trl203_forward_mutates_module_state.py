@@ -66,7 +66,10 @@ class ForwardMutatesModuleState(Rule):
     lost on the replica, so it is reported only when it matters: read by a method of the class
     or its relatives, or read on a model object anywhere in the project, and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
-    value read back only later in the same method, nor state that each call sets afresh and
+    value read back only later in the same method, nor a helper's write where every call of
+    the helper from `forward` runs under `torch.no_grad()` or under an `if` that tests what it
+    sets (`if max_pos > self.weights.size(0): self.make_weights(max_pos)`: a position table
+    each replica rebuilds when it finds it too short), nor state that each call sets afresh and
     only that call reads (a decoder's recurrent state reset at the top of `forward` and read by
     its step helper; another method that reads it must set it first too). Forward hooks are different: they keep the
     `self` they were made with, the original module, so every write of a hook is shared.
@@ -145,21 +148,26 @@ class ForwardMutatesModuleState(Rule):
             }
             self.reach[cls.name] = sorted(forward_reach(cls))
             self.sets_afresh[cls.name] = self._assigned_through_calls(cls, methods)
-            for name in sorted(forward_reach(cls)):
-                self._record_method(cls.name, methods[name])
+            reached = [methods[name] for name in sorted(forward_reach(cls))]
+            for method in reached:
+                self._record_method(cls.name, method, reached)
             for hook in self.writes.hooks_in(cls.node):
                 self._record_hook(cls.name, hook)
 
     # -- candidates ---------------------------------------------------------------------------
 
-    def _record_method(self, cls: str, method: cst.FunctionDef) -> None:
+    def _record_method(
+        self, cls: str, method: cst.FunctionDef, reached: List[cst.FunctionDef]
+    ) -> None:
         seen: Set[str] = set()
-        where = "`forward`" if method.name.value == "forward" else (
-            f"`{method.name.value}` (called from `forward`)"
-        )
+        helper = method.name.value != "forward"
+        where = f"`{method.name.value}` (called from `forward`)" if helper else "`forward`"
+        callers = [m for m in reached if m is not method]
         for write in self.writes.in_method(method):
             if write.attr in seen:
                 continue
+            if helper and self.writes.quiet_at_every_call(method, callers, write.attr):
+                continue  # called only under no_grad, or to rebuild the cache it tests
             seen.add(write.attr)
             lost = write.kind == "assign"  # set on the replica: matters only if read
             if lost and self.writes.carries_over(write):
