@@ -7,9 +7,11 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import keyword
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.names import dotted_name, dotted_targets
+from ...analysis.base.scopes import Scopes
 from ...analysis.loop.steps import TrainingSteps
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
@@ -88,7 +90,13 @@ class HiddenStateNotDetached(Rule):
     Not reported: a state reset or detached each batch (any re-binding of it inside the loop,
     `h.detach_()`), a state carried only across the timesteps of one sequence with one
     backward after it (`for t in range(T): out, h = cell(x[t], h)` then `loss.backward()`),
-    generation under `torch.no_grad()`, loops without a backward, framework-managed code.
+    generation under `torch.no_grad()`, loops without a backward, framework-managed code, and
+    a value fed back through a function rather than a module (`_, state = play_and_record(state,
+    ...)`, `_, train_state = run_epoch(..., train_state=train_state)`: a `def` of the file, or
+    a name imported or defined as a function or class, or, in a notebook with cells that do not
+    parse, a name nothing analysed binds: the helper's cell may be one of them): what such a
+    call hands back as the state may be an environment observation or a counter object, not a
+    tensor with a graph.
 
     ## Fix safety
     The fix inserts a line that detaches the state before the call (with the file's own
@@ -145,7 +153,7 @@ class HiddenStateNotDetached(Rule):
                     if inner is not None:
                         passed.add(inner)
         carried = [name for name in bound if name in passed]
-        if not carried:
+        if not carried or self._runs_a_function(call):
             return []
         callee = dotted_name(call.func) or ""
         if any(_STATE_NAME.search(name.split(".")[-1]) for name in carried):
@@ -155,6 +163,23 @@ class HiddenStateNotDetached(Rule):
         ):
             return carried
         return []
+
+    def _runs_a_function(self, call: cst.Call) -> bool:
+        """Does `call` run a function (a `def` of the file other than a module's `forward`, or
+        a name bound only by imports, defs and classes), or a name nothing analysed binds in a
+        notebook with cells that did not parse, rather than a module object?"""
+        function = self.ctx.analysis(CallGraph).callee(call)
+        if function is not None:
+            return function.name.value not in ("forward", "__call__")
+        func = call.func
+        if type(func) is cst.Name:
+            bindings = self.ctx.analysis(Scopes).lookup(func.value, func)
+            if not bindings:
+                # defined, if anywhere, in a notebook cell that did not parse: unknown
+                notebook = self.ctx.source.notebook
+                return notebook is not None and bool(notebook.broken)
+            return all(b.kind in ("import", "def", "class") for b in bindings)
+        return False
 
     def _rebound_in(self, names: List[str], loop, assign) -> bool:
         """Is the state re-bound (reset, detached) somewhere else in the loop?"""
