@@ -180,6 +180,18 @@ def test_a_cell_indented_as_a_whole_is_left_out_not_reported():
     assert [cell for cell, *_ in reported] == [1]
 
 
+def test_ipython_strips_the_first_lines_indent_only_where_a_line_starts_with_it():
+    # ` def f(...):` with a 4-space body and an unindented call after it: IPython removes one
+    # space from the lines that start with one (the body keeps 3) and leaves `print` alone.
+    cell = " def compute_z(a, b):\n    return torch.sub(a, b)\n\nprint(compute_z(1, 2))"
+    nb = notebook(code_cell("import torch"), code_cell(cell))
+    assert Source.from_bytes("nb.ipynb", dumps(nb).encode()).notebook.broken == []
+    # Where IPython's stripping still leaves bad indentation, the cell is a syntax error.
+    bad = notebook(code_cell(" def f(a):\nreturn a"))
+    reported = Source.from_bytes("b.ipynb", dumps(bad).encode()).notebook.broken
+    assert [cell for cell, *_ in reported] == [1]
+
+
 def test_a_cell_that_does_not_parse_is_reported_and_the_others_are_checked(
     project, monkeypatch, capsys
 ):

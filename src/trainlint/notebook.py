@@ -32,7 +32,6 @@ import codecs
 import difflib
 import json
 import re
-import textwrap
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -522,12 +521,21 @@ def _parses(code: str) -> Optional[Tuple[str, int, int]]:
 
 
 def _runs_dedented(code: str) -> bool:
-    """Does a cell whose lines all start with the same indentation parse once IPython has
-    removed it (its `leading_indent` input transformer)?"""
-    first = next((line for line in split_lines(code) if line.strip()), "")
-    if not first[:1].isspace():
+    """Does a cell whose first line is indented parse once IPython has removed that indent?
+    Its `leading_indent` input transformer (after dropping leading empty lines) strips the
+    first line's leading whitespace from every line that starts with the same whitespace, and
+    leaves the others alone: ` def f(a):` over `    return a` and an unindented `print(f(1))`
+    runs."""
+    lines = split_lines(code)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines or not lines[0][:1].isspace():
         return False
-    return _parses(textwrap.dedent(code)) is None
+    indent = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))]
+    if not indent:
+        return False
+    stripped = [line[len(indent):] if line.startswith(indent) else line for line in lines]
+    return _parses("".join(stripped)) is None
 
 
 SEPARATOR = "\n"  # the empty line between two cells in the joined text
