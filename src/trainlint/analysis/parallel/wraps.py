@@ -32,7 +32,7 @@ from ..base.calls import has_star_args, is_false, is_true, keyword, positional
 from ..base.identity import same_module
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..project.modules import ALL, freezes, frozen_by_loop
-from .parallel import INIT_PROCESS_GROUP, Parallel
+from .parallel import DDP_NAMES, INIT_PROCESS_GROUP, Parallel
 from .settings import OptionSources
 from .. import Analysis
 
@@ -180,6 +180,12 @@ class Wraps(Analysis):
         found: Set[str] = set()
         if any(site.kind == DDP_KIND for site in self.sites):
             found.add("a DistributedDataParallel wrap")
+        elif self._own_ddp_wraps():
+            # `from model import DistributedDataParallel as DDP`: the file wraps its models in a
+            # class of its own (one that all-reduces what gradients there are, as NVIDIA's
+            # sentiment-discovery does), not PyTorch's reducer; its process group and ranks
+            # say nothing about how PyTorch's DDP would treat an unused parameter.
+            return found
         if any(self.names.is_(call.func, INIT_PROCESS_GROUP) for call in self.ctx.nodes(cst.Call)):
             found.add("init_process_group")
         text = self.ctx.source.text
@@ -188,6 +194,17 @@ class Wraps(Analysis):
         if self.parallel.reads_env("LOCAL_RANK"):
             found.add("LOCAL_RANK")
         return found
+
+    def _own_ddp_wraps(self) -> bool:
+        """Does the file call a `DistributedDataParallel` that is neither PyTorch's nor apex's
+        (a project class imported under that name or an alias of it)?"""
+        for call in self.ctx.nodes(cst.Call):
+            qualified = self.names.qualified(call.func)
+            if any(q.split(".")[-1] == "DistributedDataParallel" for q in qualified) and not any(
+                q in DDP_NAMES for q in qualified
+            ):
+                return True
+        return False
 
     def _finds_unused(self) -> bool:
         """Code that makes DDP tolerate unused parameters (keywords, strategies, static graph).

@@ -69,7 +69,10 @@ class DdpUnusedParameters(Rule):
     classes without a `forward` anywhere in their family (abstract bases), buffers
     (`register_buffer` is not a parameter), containers built empty and never added to
     (`self.blocks = nn.ModuleList()`: no parameters), and attributes read on another object
-    (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP.
+    (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP,
+    and files that wrap their models in a `DistributedDataParallel` of their own (`from model
+    import DistributedDataParallel as DDP`, a project class that all-reduces the gradients it
+    finds): their process group and ranks are no evidence of PyTorch's reducer.
     Under flake8, which sees one file, only that file is evidence.
 
     ## Example
