@@ -42,7 +42,10 @@ _GRAD_SOURCE_PREFIXES = (
 _PLAIN_DATA_PACKAGES = frozenset(
     getattr(__import__("sys"), "stdlib_module_names", frozenset())
 ) | frozenset(
-    {"torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn", "PIL", "tqdm", "IPython"}
+    {
+        "torch", "torchvision", "numpy", "pandas", "matplotlib", "seaborn", "PIL", "tqdm",
+        "IPython", "sklearn", "scipy",
+    }
 )
 # Methods of modules and of tensors with a graph (unless a plain class of the file defines them:
 # a from-scratch network's hand-written `backward`).
@@ -155,8 +158,11 @@ class AutogradGraphs:
             for assign_target in node.targets:
                 bound.extend(dotted_targets(assign_target.target))
             mentioned = _read_names(node.value)
+            # `iters = iters + 1`: arithmetic on names and constants carries a graph only when
+            # a part of it does; a call (`out, hidden = rnn(x, hidden)`) may make one.
+            may_carry = self._calls_in(node.value) or self.carries_graph(node.value, names)
             for name in bound:
-                if name in mentioned and not self._detaching(node.value):
+                if name in mentioned and may_carry and not self._detaching(node.value):
                     fed.setdefault(name, []).append(node)
                 else:
                     others.add(name)
@@ -165,6 +171,13 @@ class AutogradGraphs:
             for name, sites in fed.items()
             if name not in others and not all(self.grad_disabled(site) for site in sites)
         }
+
+    def _calls_in(self, expr: cst.CSTNode) -> bool:
+        """Does `expr` call something that may return a graph (not `.item()`, `float(...)`)?"""
+        return any(
+            type(node) is cst.Call and not self._detaching(node)
+            for node in [expr, *self.ctx.tree.descendants(expr)]
+        )
 
     def freed_names(self, loop: cst.CSTNode) -> Set[str]:
         """Names whose graph a `backward()` in the loop's iteration frees (no `retain_graph`):
@@ -330,9 +343,13 @@ class AutogradGraphs:
                     if leaf[:1].isupper():
                         return True  # nn.Linear(...), nn.Parameter(...)
             if type(func) is cst.Attribute and func.attr.value in _MODULE_OR_AUTOGRAD_METHODS:
-                if callgraph.member_kind(func) != "method":
-                    return True  # a tensor's backward(), a module's parameters()
-                continue
+                if callgraph.member_kind(func) == "method":
+                    continue
+                if self._plain_class_defines(func.attr.value):
+                    continue  # `model.backward(x, ...)` on a parameter: the file's own method
+                return True  # a tensor's backward(), a module's parameters()
+            if type(self.ctx.parent(call)) is cst.Expr:
+                continue  # `check_packages(d)`: a result nobody keeps can hold no graph here
             root = func
             while type(root) is cst.Attribute:
                 root = root.value
@@ -352,6 +369,17 @@ class AutogradGraphs:
                         return True  # a library or project function may build a model
                 elif func is root and binding.kind not in ("def", "class"):
                     return True  # a value called (`net(images)`): it may be a module
+        return False
+
+    def _plain_class_defines(self, name: str) -> bool:
+        """Is `name` a method of a class of this file with no base (or only `object`): a
+        from-scratch network's hand-written `forward`/`backward`?"""
+        for function in self.loops.callgraph.functions_named(name):
+            owner = self.ctx.parent(self.ctx.parent(function))
+            if type(owner) is cst.ClassDef and all(
+                type(b.value) is cst.Name and b.value.value == "object" for b in owner.bases
+            ):
+                return True
         return False
 
     def carries_graph(self, expr: cst.CSTNode, names: Set[str]) -> bool:

@@ -55,7 +55,9 @@ class RetainGraphInLoop(Rule):
     `loss_g.backward()`), `retain_graph=` with a non-literal value, `create_graph=True`
     (higher-order gradients), backward outside loops, framework-managed code, and loops where
     nothing carries a graph into the next iteration (every graph is rebuilt from leaf tensors,
-    or from targets computed once before the loop): the flag is then redundant, not harmful.
+    or from targets computed once before the loop, and what the loop carries is bookkeeping such
+    as `iters = iters + 1` or `running = running + loss.item()`): the flag is then redundant,
+    not harmful.
 
     ## Fix safety
     There is no fix: the right change is to detach what outlives the iteration, which TRL401
