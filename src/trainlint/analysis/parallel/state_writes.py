@@ -311,6 +311,55 @@ class StateWrites(Analysis):
                     return False
         return sites > 0
 
+    def dormant_until(
+        self, write: StateWrite, cls: cst.ClassDef, reached: Set[str]
+    ) -> Optional[List[str]]:
+        """A write that runs only under `if self.<a> is not None:` (or `if self.<a>:`) where
+        `__init__` sets `self.<a>` to None/False and the only other assignments of it are in
+        methods `forward` does not reach (`init_context()`, a public switch nobody may call):
+        the names that could wake the branch (those methods and `<a>` itself, for a write from
+        outside), to be looked for in the project; None when the write is not so guarded."""
+        for ancestor in self._ancestors_within(write.node, write.function):
+            if type(ancestor) is not cst.If:
+                continue
+            attr = _guard_attribute(ancestor.test)
+            if attr is None or not any(
+                a is ancestor.body for a in self._ancestors_within(write.node, ancestor)
+            ):
+                continue
+            enablers = self._enablers(cls, attr)
+            if enablers is not None and not set(enablers) & reached:
+                return sorted(enablers) + [attr]
+        return None
+
+    def _enablers(self, cls: cst.ClassDef, attr: str) -> Optional[List[str]]:
+        """Methods that give `self.<attr>` a value other than None/False; None when `__init__`
+        does not start it at None/False or another kind of write (a container, `setattr`)
+        may change it."""
+        starts_off = False
+        found: Set[str] = set()
+        for method in _methods(cls):
+            receiver = _receiver(method)
+            for node in _own_nodes(method):
+                if type(node) is cst.AugAssign and _is_self_attr(node.target, receiver, attr):
+                    return None
+                if type(node) is not cst.Assign:
+                    continue
+                for target in node.targets:
+                    for leaf in _unpack(target.target):
+                        if not _is_self_attr(leaf, receiver, attr):
+                            continue
+                        off = type(node.value) is cst.Name and node.value.value in (
+                            "None", "False"
+                        )
+                        if method.name.value == "__init__":
+                            if not off or type(target.target) is not cst.Attribute:
+                                return None
+                            starts_off = True
+                        elif not off:
+                            found.add(method.name.value)
+        return sorted(found) if starts_off else None
+
     def _ancestors_within(self, node: cst.CSTNode, func: cst.CSTNode) -> List[cst.CSTNode]:
         found = []
         for ancestor in self.ctx.ancestors(node):
@@ -791,3 +840,30 @@ def _training_side(test: cst.BaseExpression) -> Optional[bool]:
             holds_when_true = (comparator.value == "True") == equal
             return side if holds_when_true else not side
     return None
+
+
+def _guard_attribute(test: cst.BaseExpression) -> Optional[str]:
+    """`self.a is not None`, `self.a`, or either as a conjunct of an `and`: "a"."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return _guard_attribute(test.left) or _guard_attribute(test.right)
+    if (
+        type(test) is cst.Comparison
+        and len(test.comparisons) == 1
+        and type(test.comparisons[0].operator) is cst.IsNot
+        and type(test.comparisons[0].comparator) is cst.Name
+        and test.comparisons[0].comparator.value == "None"
+    ):
+        test = test.left
+    if type(test) is cst.Attribute and type(test.value) is cst.Name:
+        if test.value.value == "self":
+            return test.attr.value
+    return None
+
+
+def _is_self_attr(node: cst.CSTNode, receiver: Optional[str], attr: str) -> bool:
+    return (
+        type(node) is cst.Attribute
+        and type(node.value) is cst.Name
+        and node.value.value == receiver
+        and node.attr.value == attr
+    )

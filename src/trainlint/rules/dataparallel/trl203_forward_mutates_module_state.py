@@ -66,7 +66,11 @@ class ForwardMutatesModuleState(Rule):
     lost on the replica, so it is reported only when it matters: read by a method of the class
     or its relatives, or read on a model object anywhere in the project, and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
-    value read back only later in the same method, nor a helper's write where every call of
+    value read back only later in the same method, nor a write under `if self.x is not None:`
+    (or `if self.x:`) whose `self.x` starts as None in `__init__` and is set otherwise only by
+    methods `forward` does not reach, when nothing in the files that use the class calls one of
+    them or sets `.x` (a dropout's mask-replay context made only by `init_context()`: the
+    branch never runs), nor a helper's write where every call of
     the helper from `forward` runs under `torch.no_grad()` or under an `if` that tests what it
     sets (`if max_pos > self.weights.size(0): self.make_weights(max_pos)`: a position table
     each replica rebuilds when it finds it too short), nor state that each call sets afresh and
@@ -150,18 +154,26 @@ class ForwardMutatesModuleState(Rule):
             self.sets_afresh[cls.name] = self._assigned_through_calls(cls, methods)
             reached = [methods[name] for name in sorted(forward_reach(cls))]
             for method in reached:
-                self._record_method(cls.name, method, reached)
+                self._record_method(cls.name, method, reached, cls.node)
             for hook in self.writes.hooks_in(cls.node):
                 self._record_hook(cls.name, hook)
 
     # -- candidates ---------------------------------------------------------------------------
 
     def _record_method(
-        self, cls: str, method: cst.FunctionDef, reached: List[cst.FunctionDef]
+        self,
+        cls: str,
+        method: cst.FunctionDef,
+        reached: List[cst.FunctionDef],
+        node: cst.ClassDef,
     ) -> None:
         seen: Set[str] = set()
         helper = method.name.value != "forward"
-        where = f"`{method.name.value}` (called from `forward`)" if helper else "`forward`"
+        # A helper's finding names the method with its class; that `forward` calls it is a
+        # detail for the help (long class and attribute names keep the headline short).
+        name = method.name.value
+        where = f"`{cls}.{name}`" if helper else f"`forward` of `{cls}`"
+        reached_by = f"`forward` calls `{name}`. " if helper else ""
         callers = [m for m in reached if m is not method]
         for write in self.writes.in_method(method):
             if write.attr in seen:
@@ -182,7 +194,15 @@ class ForwardMutatesModuleState(Rule):
             else:
                 what, help = _what(write)
                 effect = "lost" if lost else "shared"
-            self._add(cls, write.node, f"{where} of `{cls}` {what}", help, write.attr, effect)
+            reached_names = {m.name.value for m in reached}
+            enablers = self.writes.dormant_until(write, node, reached_names)
+            if enablers is not None:
+                # `if self.context_stack is not None:` with the stack made only by
+                # `init_context()`: the project phase looks for a call of it (or a write of
+                # the attribute from outside) before the branch counts as running.
+                effect = f"{effect}@{','.join(enablers)}"
+            message = f"{where} {what}"
+            self._add(cls, write.node, message, reached_by + help, write.attr, effect)
 
     def _record_hook(self, cls: str, hook: HookWrite) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
@@ -269,7 +289,12 @@ class ForwardMutatesModuleState(Rule):
             near = near or unknown
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
+                effect, _, woken_by = effect.partition("@")
                 ref = ClassRef(path, name)
+                if woken_by and not any(
+                    hierarchy.read_outside(path, enabler) for enabler in woken_by.split(",")
+                ):
+                    continue  # the guarded branch never runs in this project
                 family = hierarchy.ancestry(ref)
                 if not family.is_module and (family.complete or not family.has_forward):
                     continue  # not an nn.Module (a base of a library with a forward may be)
