@@ -24,6 +24,7 @@ from .batchvalues import (
     Flow,
     MODULE_NOT_FORWARD,
     MOVING_LOADER,
+    TENSOR_PRESERVING,
     TORCH_JOIN,
     Unmoved,
     name_words,
@@ -393,7 +394,7 @@ class BatchFlow(Analysis):
             if device is not None:  # torch.tensor(data, device=device), torch.zeros(..., device=d)
                 qualified = self.names.qualified(func)
                 return not _cpu_device(device) and any(q.startswith("torch.") for q in qualified)
-            if type(func) is cst.Attribute and func.attr.value in _KEEPS_DEVICE:
+            if type(func) is cst.Attribute and func.attr.value in TENSOR_PRESERVING:
                 return self._on_device(func.value, depth + 1)  # corpus[...].view(b, -1)
             return False
         if type(expr) is cst.Name:
@@ -668,14 +669,6 @@ _THIRD_PARTY = frozenset(
 
 # At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
 _MAX_DECISIONS = 5
-# Tensor methods whose result stays on its input's device (a view, a cast, a reshape).
-_KEEPS_DEVICE = frozenset(
-    {
-        "view", "reshape", "contiguous", "float", "long", "int", "half", "double", "bool",
-        "transpose", "permute", "t", "unsqueeze", "squeeze", "flatten", "clone", "detach",
-        "narrow", "expand", "repeat", "split", "chunk",
-    }
-)
 
 
 def _arms(node: cst.If) -> List[cst.CSTNode]:
