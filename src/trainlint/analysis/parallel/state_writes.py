@@ -38,6 +38,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from ...walk import children
+from ..base.callgraph import CallGraph
 from ..base.calls import argument, positional
 from ..base.names import Names
 from ..base.scopes import Scopes
@@ -280,36 +281,28 @@ class StateWrites(Analysis):
     def quiet_at_every_call(
         self, method: cst.FunctionDef, callers: Sequence[cst.FunctionDef], attr: str
     ) -> bool:
-        """Does every `self.<method>(...)` in `callers` run where a write of `self.<attr>` by
-        the method would be quiet in the caller itself: under no_grad (a block, or the
+        """Does every call of `method` in `callers` (`self.<method>(...)`, as the call graph
+        resolves it) run where a write of `self.<attr>` by the method would be quiet in the
+        caller itself: under no_grad (a block, or the
         caller's decorator), on the eval-only side of `self.training`, or under an `if` that
         tests `self.<attr>` (`if max_pos > self.weights.size(0): self.make_weights(...)`, a
         cache each replica rebuilds when it finds it too short)?"""
-        name = method.name.value
-        sites = 0
-        for caller in callers:
-            receiver = _receiver(caller)
-            if receiver is None:
+        sites = [
+            call
+            for call in self.ctx.analysis(CallGraph).callers(method)
+            if self.scopes.enclosing_function(call) in callers
+        ]
+        for call in sites:
+            caller = self.scopes.enclosing_function(call)
+            assert caller is not None
+            if _grad_off_decorated(self.names, caller) or self._quiet_context(call, caller):
                 continue
-            for node in _own_nodes(caller):
-                func = getattr(node, "func", None)
-                if not (
-                    type(node) is cst.Call
-                    and type(func) is cst.Attribute
-                    and func.attr.value == name
-                    and type(func.value) is cst.Name
-                    and func.value.value == receiver
-                ):
-                    continue
-                sites += 1
-                if _grad_off_decorated(self.names, caller) or self._quiet_context(node, caller):
-                    continue
-                if not any(
-                    isinstance(a, (cst.If, cst.While)) and self._mentions_attr(a.test, attr)
-                    for a in self._ancestors_within(node, caller)
-                ):
-                    return False
-        return sites > 0
+            if not any(
+                isinstance(a, (cst.If, cst.While)) and self._mentions_attr(a.test, attr)
+                for a in self._ancestors_within(call, caller)
+            ):
+                return False
+        return bool(sites)
 
     def dormant_until(
         self, write: StateWrite, cls: cst.ClassDef, reached: Set[str]
