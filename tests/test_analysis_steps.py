@@ -307,3 +307,29 @@ def test_mode_free_model(layers, forward, expected):
     loop = first_loop(ctx, steps)
     assert mode_free_model(steps, "net", loop) is expected
     assert mode_free_model(steps, "other", loop) is False
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        # Only scoring: backward() fills a mask's gradient, summed into another tensor.
+        ("loss.backward()\nscores += mask.grad.abs()", False),
+        ("model = Encoder.from_pretrained('ckpt')\nmodel(x).sum().backward()", False),
+        ("with torch.no_grad():\n    total += model(x).sum()", False),
+        # Anything that can change weights.
+        ("optimizer.step()", True),
+        ("scaler.step(opt)", True),
+        ("opt = torch.optim.SGD(model.parameters(), lr=0.1)", True),
+        ("build(model, optim_cfg)", True),
+        ("pruner.train_step(x, y)", True),
+        ("agent.update(batch)", True),
+        ("learner.fitOneCycle(5)", True),
+        ("for p in model.parameters():\n    p.data -= lr * p.grad", True),
+        ("w -= lr * w.grad", True),
+        ("w.sub_(lr * w.grad)", True),
+        ("p.data.add_(p.grad, alpha=-lr)", True),
+    ],
+)
+def test_file_may_update_weights(body, expected):
+    ctx, steps = steps_for(body + "\n")
+    assert steps.file_may_update_weights() is expected

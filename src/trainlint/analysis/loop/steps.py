@@ -33,6 +33,10 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
    `freed_names(loop)`, `carried_graph_names(loop)`, `recorded_without_grad(leaf)`),
    `eval_loops()` (evaluation loops: over a validation/test loader or in an evaluation function,
    calling a model, with no backward/step).
+
+5. The file. `file_backpropagates()` (anything calls `backward`), `file_may_update_weights()`
+   (False only when nothing in the file can change weights: no step, no optimizer, no call
+   named for training or updating, no gradient written into a weight by hand).
 """
 
 from __future__ import annotations
@@ -74,6 +78,12 @@ _TRAIN_WORD = re.compile(r"train", re.I)
 # What PyTorch 0.4 added (and code written for it uses): a file using any of these runs where
 # `Variable(x, volatile=True)` no longer turns the graph off.
 _POST_04_API = frozenset({"item", "no_grad", "inference_mode", "device", "to"})
+# Words of call names for what changes weights (`train_step`, `agent.update`, `fit`,
+# `learnStep`), not `from_pretrained`.
+_UPDATE_WORDS = frozenset(
+    {"train", "training", "update", "updates", "fit", "optimize", "optimise", "learn", "step"}
+)
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 
 
 _EMPTY = Seq(())
@@ -95,6 +105,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._trained: Optional[Set[str]] = None
         self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
         self._backpropagates: Optional[bool] = None
+        self._may_update: Optional[bool] = None
         self._disablers: Optional[Dict[Optional[cst.FunctionDef], List[int]]] = None
         self._post_04: Optional[bool] = None
 
@@ -669,6 +680,39 @@ class TrainingSteps(AutogradGraphs, Analysis):
             )
         return found
 
+    def file_may_update_weights(self) -> bool:
+        """Could anything in the file change a model's weights? False only when nothing does
+        what an update needs: no `.step()` call of any kind (optimizer, scaler, scheduler, a
+        trainer's), no optimizer built or named (`optimizer`, `opt_g`: one handed to a helper
+        of another file still steps there), no call named for training or updating
+        (`train_step`, `agent.update`, `fit`), and no gradient written into weights by hand
+        (`p.data -= lr * p.grad`, `w.sub_(lr * w.grad)`). A file that only runs a model, even
+        with `backward()` for saliency or head importance, leaves the weights as they were."""
+        found = self._may_update
+        if found is None:
+            found = self._may_update = self._may_update_weights()
+        return found
+
+    def _may_update_weights(self) -> bool:
+        for node in self.ctx.nodes(cst.Name):
+            if OPTIMIZER_NAME.search(node.value) and not NOT_OPTIMIZER_NAME.search(node.value):
+                return True
+        for call in self.ctx.nodes(cst.Call):
+            leaf = (dotted_name(call.func) or "").split(".")[-1]
+            words = {word.lower() for word in _WORD.findall(leaf)}
+            if words & _UPDATE_WORDS or self._optimizer_constructor(call):
+                return True
+            func = call.func
+            if type(func) is cst.Attribute and func.attr.value.endswith("_"):
+                if any(_writes_own_grad(func.value, arg.value) for arg in call.args):
+                    return True  # w.sub_(lr * w.grad), p.data.add_(p.grad, alpha=-lr)
+        for node in self.ctx.nodes(cst.Attribute):
+            if OPTIMIZER_NAME.search(node.attr.value) and not NOT_OPTIMIZER_NAME.search(
+                node.attr.value
+            ):
+                return True
+        return any(_writes_own_grad(a.target, a.value) for a in self.ctx.nodes(cst.AugAssign))
+
     def all_loops(self) -> List[Union[cst.For, cst.While]]:
         loops = list(self.ctx.nodes(cst.For)) + list(self.ctx.nodes(cst.While))
         index = self.ctx.tree.index
@@ -850,3 +894,29 @@ def _calls_in_evaluation_order(node: cst.CSTNode) -> List[cst.Call]:
             continue
         stack.extend((kid, False) for kid in reversed(children(current)))
     return out
+
+
+def _writes_own_grad(target: cst.CSTNode, value: cst.CSTNode) -> bool:
+    """Is `target` a weight updated from its gradient (`p.data -= lr * p.grad`, `w -= lr *
+    w.grad`)? A sum of gradients into another tensor (`importance += mask.grad.abs()`) is not."""
+    if type(target) is cst.Attribute and target.attr.value == "data":
+        return _grad_owners(value) != set()
+    return _root(target) in _grad_owners(value)
+
+
+def _grad_owners(node: cst.CSTNode) -> Set[Optional[str]]:
+    """The root names of the `.grad` attributes the expression reads."""
+    found: Set[Optional[str]] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is cst.Attribute and current.attr.value == "grad":
+            found.add(_root(current.value))
+        stack.extend(children(current))
+    return found
+
+
+def _root(node: cst.CSTNode) -> Optional[str]:
+    while type(node) in (cst.Attribute, cst.Subscript):
+        node = node.value  # type: ignore[attr-defined]
+    return node.value if type(node) is cst.Name else None

@@ -10,6 +10,7 @@ from ...analysis.base.calls import argument, is_false, is_none
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
+from ...analysis.loop.steps import TrainingSteps
 from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
 from ...analysis.project.hierarchy import pending_callees
 from ...diagnostics import Diagnostic, Severity
@@ -31,7 +32,11 @@ class SamplerSetEpochMissing(Rule):
     multiple epochs. Otherwise, the same ordering will be always used."
 
     Samplers built with `shuffle=False`, and code run by a framework (Lightning, Accelerate,
-    MMEngine, ... call `set_epoch` for you) are not reported.
+    MMEngine, ... call `set_epoch` for you) are not reported, nor a loader that is only
+    evaluated: every pass over it is iterated in the file, and nothing in the file can change
+    weights (no `step()`, no optimizer, no call named for training or updating, no gradient
+    written into a weight by hand), as in a script that re-runs a sharded evaluation set after
+    each round of head pruning, `backward()` for importance scores included.
 
     The loader is followed where it travels in the file: kept in a dict and read back with the
     same key (`self.data_loader["train"]`), through a same-file function that returns its
@@ -140,7 +145,7 @@ class SamplerSetEpochMissing(Rule):
                     if self._loop_sets_epoch(loop, sampler_refs, loader_refs):
                         return
                     epoch_loops.append((loop, use, loader, how))
-        if not epoch_loops:
+        if not epoch_loops or self._only_evaluated([use for _, use, _, _ in epoch_loops]):
             return
         loop, use, loader, how = self._epoch_loop(epoch_loops)
         row_note = "the loader is iterated again on every pass of this loop"
@@ -246,10 +251,18 @@ class SamplerSetEpochMissing(Rule):
                     if self._loop_sets_epoch(loop, [], loader_refs):
                         return None
                     epoch_loops.append((loop, use, None, "sampler"))
-        if not epoch_loops:
+        if not epoch_loops or self._only_evaluated([use for _, use, _, _ in epoch_loops]):
             return None
         loop, use, _loader, _how = self._epoch_loop(epoch_loops)
         return loop, use
+
+    def _only_evaluated(self, uses: List[LoaderUse]) -> bool:
+        """Are the loader's batches only ever evaluated? Its passes are iterated here (none
+        handed to a function of another file) and nothing in the file can change weights: the
+        repeated order then changes no result."""
+        if any(use.kind != "loop" for use in uses):
+            return False
+        return not self.ctx.analysis(TrainingSteps).file_may_update_weights()
 
     def _loader_fix(self, call: cst.Call, loop, position: Optional[int]) -> Optional[PendingFix]:
         """`loader.sampler.set_epoch(epoch)` first in the epoch loop, when the loader has one
