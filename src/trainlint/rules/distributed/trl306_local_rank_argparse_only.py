@@ -6,8 +6,10 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
+from ...analysis.base.names import dotted_name
 from ...analysis.parallel.parallel import Parallel
 from ...analysis.parallel.wraps import Wraps
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
@@ -34,8 +36,13 @@ class LocalRankArgparseOnly(Rule):
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
     `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
-    does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts), nor a parser in a file that is
-    not distributed at all (no DDP wrap, no `init_process_group`) and never reads the flag: a copied parser in a script nobody launches per process. Both spellings
+    does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts).
+    Nor is a parser copied into a script nobody launches per process: the file is not
+    distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
+    comparisons that decide who logs (`args.local_rank > 0`), and hands the namespace to no
+    function of another file (`init_distributed(args)` could start the process group from
+    it). A parser built by a factory that returns it unparsed (`get_args_parser()`) is still
+    reported: the script importing it may well be launched per process. Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
     another).
 
@@ -87,7 +94,7 @@ class LocalRankArgparseOnly(Rule):
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
             return
-        if not self._distributed() and not self._flag_read():
+        if not self._distributed() and self._flag_only_gates() and not self._parser_leaves(node):
             return  # a copied parser in a script nobody launches per process
         spellings = {_string(a.value) for a in flags} | self._other_spellings(node)
         default = keyword(node, "default")
@@ -140,12 +147,55 @@ class LocalRankArgparseOnly(Rule):
             )
         return self._is_distributed
 
-    def _flag_read(self) -> bool:
-        """Is the parsed flag used (`args.local_rank`, `opt.local_rank`)?"""
-        return any(
-            node.attr.value == "local_rank" and not _is_store(self.ctx, node)
-            for node in self.ctx.nodes(cst.Attribute)
-        )
+    def _flag_only_gates(self) -> bool:
+        """Does the file use the parsed flag at most to gate main-process chores? Every read
+        is compared (`args.local_rank > 0` deciding who logs), and the namespace holding it is
+        handed to no function of another file (where `init_distributed(args)` could launch the
+        process group from it). A file that passes the rank on (`set_device(args.local_rank)`,
+        `Trainer(local_rank=...)`) means to run once per process."""
+        holders: Set[str] = set()
+        for node in self.ctx.nodes(cst.Attribute):
+            if node.attr.value != "local_rank" or _is_store(self.ctx, node):
+                continue
+            if not self._compared(node):
+                return False
+            if type(node.value) is cst.Name:
+                holders.add(node.value.value)
+        for call in self.ctx.nodes(cst.Call):
+            if not any(type(a.value) is cst.Name and a.value.value in holders for a in call.args):
+                continue
+            if self.ctx.analysis(CallGraph).callee(call) is not None:
+                continue  # main_worker(args): its reads are this file's reads
+            leaf = (dotted_name(call.func) or "").split(".")[-1]
+            if leaf not in _ONLY_SHOWS:
+                return False
+        return True
+
+    def _parser_leaves(self, call: cst.Call) -> bool:
+        """Is the parser built by a factory that returns it unparsed (`get_args_parser()`,
+        imported by the training script that is launched per process)? A function returning
+        `parser.parse_args()` parses for this file."""
+        function = self.ctx.scopes.enclosing_function(call)
+        if function is None:
+            return False
+        receiver = self.ctx.code(call.func.value)  # type: ignore[attr-defined]
+        for ret in self.ctx.nodes(cst.Return):
+            value = ret.value
+            if type(value) is not cst.Name or self.ctx.scopes.enclosing_function(ret) is not function:
+                continue
+            if value.value == receiver:
+                return True
+            for binding in self.ctx.scopes.lookup(value.value, ret):
+                bound = binding.value
+                if type(bound) is cst.Call and (dotted_name(bound.func) or "").endswith("ArgumentParser"):
+                    return True
+        return False
+
+    def _compared(self, node: cst.Attribute) -> bool:
+        parent = self.ctx.parent(node)
+        if type(parent) is cst.ComparisonTarget:
+            parent = self.ctx.parent(parent)
+        return type(parent) is cst.Comparison
 
     def _other_spellings(self, call: cst.Call) -> Set[Optional[str]]:
         """Spellings added by the file's other `add_argument` calls (one per PyTorch version:
@@ -198,6 +248,12 @@ class LocalRankArgparseOnly(Rule):
         return self.safe_fix(
             f'Accept `{missing}` too and default from `{os_name}.environ["LOCAL_RANK"]`', *edits
         )
+
+
+# Calls that only show a namespace (`logging.info("args: %s", args)`).
+_ONLY_SHOWS = frozenset(
+    {"print", "pprint", "str", "repr", "vars", "format", "info", "debug", "warning", "log"}
+)
 
 
 def _string(node: cst.CSTNode) -> Optional[str]:
