@@ -26,6 +26,10 @@ What does not:
   decorator): inference-time bookkeeping, where no graph can be corrupted;
 - writes on the eval-only branch of `self.training` (`if not self.training:`): caches for
   inference, not training;
+- a write into a held object of a value (and key) that is the same in every replica: built
+  from constants, the module's attributes and input sizes other than the batch dimension
+  (`self.config.num_buckets = 2 ** exponent` with the exponent from `x.shape[1]`), through
+  local names and a helper's arguments at its calls;
 - local variables, even ones named like attributes, and local containers (returned or not);
 - writes inside nested functions and lambdas: they run when called (hooks are read separately).
 """
@@ -145,6 +149,8 @@ class StateWrites(Analysis):
                     continue  # strings and numbers: bookkeeping, no graph, no device
                 if write.kind == "item" and self._device_keyed(node):
                     continue  # each replica reads and writes its own GPU's entry
+                if write.kind == "item" and self._same_on_every_replica(node, func):
+                    continue  # `self.config.num_buckets = n`: every replica stores the same n
                 if self._quiet_context(write.node, func):
                     continue
                 if write.kind == "assign" and (
@@ -383,6 +389,110 @@ class StateWrites(Analysis):
             for value in values
             for node in [value, *self.ctx.tree.descendants(value)]
         )
+
+    def _same_on_every_replica(self, statement: cst.CSTNode, func: Function) -> bool:
+        """`self.config.num_buckets = n` (or `self.table[k] = v`) where the key and the value
+        are the same in every replica: built from constants, the module's own attributes (each
+        replica is a copy), and sizes of the inputs other than the batch dimension
+        (`x.shape[1]`, `x.size(-1)`: DataParallel splits dimension 0). The replicas' writes
+        into the shared object then agree; nothing races, nothing is lost."""
+        if type(statement) is not cst.Assign:
+            return False
+        keys = [
+            t.target.slice[0].slice
+            for t in statement.targets
+            if type(t.target) is cst.Subscript and len(t.target.slice) == 1
+        ]
+        return all(self._invariant(k, func, 0) for k in [statement.value, *keys])
+
+    def _invariant(self, expr: cst.CSTNode, func: Function, depth: int) -> bool:
+        if depth > 6:
+            return False
+        kind = type(expr)
+        if kind in (cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis):
+            return True
+        if kind is cst.Index:
+            return self._invariant(expr.value, func, depth)  # type: ignore[attr-defined]
+        if kind is cst.Name:
+            return self._invariant_name(expr, func, depth)  # type: ignore[arg-type]
+        if kind is cst.Attribute:
+            return _is_self_attr_any(expr)
+        if kind is cst.Subscript:
+            return self._invariant_subscript(expr, func, depth)  # type: ignore[arg-type]
+        if kind is cst.Call:
+            return self._invariant_call(expr, func, depth)  # type: ignore[arg-type]
+        if kind in (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation):
+            parts = [c for c in children(expr) if isinstance(c, cst.BaseExpression)]
+        elif kind is cst.Comparison:
+            parts = [expr.left] + [c.comparator for c in expr.comparisons]  # type: ignore
+        elif kind is cst.IfExp:
+            parts = [expr.test, expr.body, expr.orelse]  # type: ignore[attr-defined]
+        elif kind in (cst.List, cst.Tuple):
+            parts = [e.value for e in expr.elements]  # type: ignore[attr-defined]
+        else:
+            return False
+        return all(self._invariant(part, func, depth) for part in parts)
+
+    def _invariant_name(self, name: cst.Name, func: Function, depth: int) -> bool:
+        if name.value in ("True", "False", "None"):
+            return True
+        bindings = self.scopes.lookup(name.value, name)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if binding.kind == "param" and type(func) is cst.FunctionDef:
+                if not self._invariant_argument(func, name.value, depth):
+                    return False
+            elif binding.kind != "assign" or binding.value is None:
+                return False
+            elif not self._invariant(binding.value, func, depth + 1):
+                return False
+        return True
+
+    def _invariant_argument(self, func: cst.FunctionDef, param: str, depth: int) -> bool:
+        """A helper's parameter: the same at every call of the helper in the file
+        (`self._set_num_buckets(sequence_length)` with `sequence_length = x.shape[1]`)."""
+        if func.name.value == "forward":
+            return False  # the scattered inputs themselves
+        names = [p.name.value for p in func.params.params]
+        if param not in names or (names[0] == "self" and param == "self"):
+            return False
+        index = names.index(param) - (1 if names and names[0] == "self" else 0)
+        calls = self.ctx.analysis(CallGraph).callers(func)
+        for call in calls:
+            caller = self.scopes.enclosing_function(call)
+            arg = argument(call, index, param)
+            if caller is None or arg is None or not self._invariant(arg, caller, depth + 1):
+                return False
+        return bool(calls)
+
+    def _invariant_subscript(self, expr: cst.Subscript, func: Function, depth: int) -> bool:
+        value = expr.value
+        if type(value) is cst.Attribute and value.attr.value == "shape":
+            return all(_not_batch_dim(element.slice) for element in expr.slice)
+        return self._invariant(value, func, depth) and all(
+            self._invariant(element.slice, func, depth) for element in expr.slice
+        )
+
+    def _invariant_call(self, call: cst.Call, func: Function, depth: int) -> bool:
+        callee = call.func
+        args = [a.value for a in call.args]
+        if type(callee) is cst.Attribute and callee.attr.value == "size" and len(args) == 1:
+            return _not_batch_dim(cst.Index(args[0]))
+        if type(callee) is cst.Name:
+            if callee.value not in _SAME_RESULT_BUILTINS or self.scopes.lookup(callee.value, call):
+                return False
+        elif type(callee) is cst.Attribute:
+            root = callee.value
+            if type(root) is cst.Name and root.value == "self":
+                return False  # another method: whatever it computes
+            if not (type(root) is cst.Name and root.value == "math") and not self._invariant(
+                root, func, depth
+            ):
+                return False
+        else:
+            return False
+        return all(self._invariant(a, func, depth) for a in args)
 
     def _replica_cache(self, write: StateWrite, statement: cst.CSTNode) -> bool:
         """`self.x = self.x.to(device)`, or an assignment in a function that tests `self.x`
@@ -692,6 +802,26 @@ def _written_value(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
         values = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return values[-1] if values else None
     return None
+
+
+# Builtins whose result depends only on their arguments.
+_SAME_RESULT_BUILTINS = frozenset(
+    {"int", "float", "bool", "str", "round", "abs", "min", "max", "pow", "divmod", "len"}
+)
+
+
+def _not_batch_dim(element: cst.BaseSlice) -> bool:
+    """`shape[1]`, `shape[-1]`, `shape[1:]`: a dimension DataParallel does not split (it
+    scatters along dimension 0)."""
+    if type(element) is cst.Index:
+        value = element.value
+        if type(value) is cst.Integer:
+            return value.evaluated_value != 0
+        return type(value) is cst.UnaryOperation and type(value.expression) is cst.Integer
+    if type(element) is cst.Slice:
+        lower = element.lower
+        return type(lower) is cst.Integer and lower.evaluated_value >= 1
+    return False
 
 
 def _plain(value: Optional[cst.BaseExpression]) -> bool:

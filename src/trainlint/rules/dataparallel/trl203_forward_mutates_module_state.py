@@ -59,7 +59,10 @@ class ForwardMutatesModuleState(Rule):
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
     the eval-only branch of `self.training` (inference caches; a cache filled on the training
     branch is reported); local variables and local containers; strings and numbers put into a
-    container (bookkeeping, no graph); a flag updated the same way on every call
+    container (bookkeeping, no graph); a value every replica computes alike, stored into a
+    shared object (`self.config.num_buckets = n` with `n` from constants, the module's
+    attributes and `x.shape[1]`: DataParallel splits only the batch dimension, so the racing
+    writes agree); a flag updated the same way on every call
     (`self.training |= self.export`: the next forward applies it again); classes that are not
     modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
     `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
