@@ -17,12 +17,12 @@ layers only, and only in train mode).
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...walk import own_nodes
-from ..base.calls import has_star_args, keyword, positional
+from ..base.calls import argument, has_star_args, keyword, positional
 from .steps import TrainingSteps
 
 
@@ -130,23 +130,31 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
 def _constructors(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[List[cst.Call]]:
     """The calls that build what `name` holds at `at`, through moves (`Net().to(device)`) and
     DataParallel/DDP wrappers, following `model = nn.DataParallel(model)` back to the earlier
-    binding; None when some binding is not such a call (unknown)."""
+    binding, and a function's parameter to the arguments of the file's calls of it
+    (`test(net, loader)` called as `test(lenet, testloader)`); None when some binding is not
+    such a call (unknown)."""
     if not name or "." in name:
         return None
     found: List[cst.Call] = []
-    places: List[cst.CSTNode] = [at]
+    places: List[Tuple[str, cst.CSTNode]] = [(name, at)]
     for _ in range(_MAX_REBINDINGS):
         if not places:
             break
-        bindings = [b for place in places for b in steps.scopes.lookup(name, place)]
+        bindings = [(n, b) for n, place in places for b in steps.scopes.lookup(n, place)]
         if not bindings:
             return None
         places = []
-        for binding in bindings:
+        for held, binding in bindings:
+            if binding.kind == "param":
+                passed = _passed_for(steps, binding)
+                if passed is None:
+                    return None
+                places.extend(passed)
+                continue
             value = _unwrapped(binding.value) if binding.kind == "assign" else None
-            if type(value) is cst.Name and value.value == name:
+            if type(value) is cst.Name and value.value == held:
                 # `model = nn.DataParallel(model)`: what it held before says what it holds
-                places.append(binding.statement if binding.statement is not None else value)
+                places.append((held, binding.statement if binding.statement is not None else value))
                 continue
             if type(value) is not cst.Call:
                 return None
@@ -154,6 +162,28 @@ def _constructors(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optiona
     if places:
         return None  # rebound more often than followed: unknown
     return found
+
+
+def _passed_for(steps: "TrainingSteps", binding) -> Optional[List[Tuple[str, cst.CSTNode]]]:
+    """The names the file's calls of a function pass for one of its parameters, each with its
+    call; None when a call passes something else or the function has no call in the file."""
+    scope = binding.scope
+    function = scope.node if scope is not None else None
+    if type(function) is not cst.FunctionDef:
+        return None
+    params = [p.name.value for p in function.params.params]
+    if binding.name not in params or (params[0] in ("self", "cls")):
+        return None
+    calls = steps.loops.callgraph.callers(function)
+    out: List[Tuple[str, cst.CSTNode]] = []
+    for call in calls:
+        if has_star_args(call):
+            return None
+        passed = argument(call, params.index(binding.name), binding.name)
+        if type(passed) is not cst.Name:
+            return None
+        out.append((passed.value, call))
+    return out or None
 
 
 def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[str]:

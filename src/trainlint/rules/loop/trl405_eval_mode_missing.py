@@ -82,7 +82,9 @@ class EvalModeMissing(Rule):
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
     pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers),
     or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
-    counts as mode-dependent only with more than one layer and a nonzero `dropout`.
+    counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
+    may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
+    pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
     `no_grad()` is still required. For such a model a missing `train()` is not reported either.
     A "model" that is a plain `def` or lambda has no modes and is not reported, nor is a method
     reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
