@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Set
+from typing import Dict, Optional, Set
 
 import libcst as cst
 
 from ..base.calls import string_literal, string_value
+from ..base.conditions import Conditions
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from .. import Analysis
@@ -100,6 +101,59 @@ class Devices(Analysis):
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
         self.scopes: Scopes = ctx.analysis(Scopes)
+        self._assigned_attributes: Optional[Dict[str, list]] = None
+
+    def cuda_declined(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only where the script chose not to use CUDA: on the false side of
+        `if torch.cuda.is_available():`, or of a flag every assignment of which is that test
+        (`CUDA = torch.cuda.is_available()`) or an `and` chain ending in it (`args.cuda = not
+        args.no_cuda and torch.cuda.is_available()`)? There the code it guards runs on the CPU,
+        and whatever the true side moves stays where it was."""
+        conditions: Conditions = self.ctx.analysis(Conditions)
+        for branch, _ in conditions.guards(node):
+            assert isinstance(branch, (cst.If, cst.IfExp))
+            test, holds = branch.test, True
+            orelse = branch.orelse
+            if orelse is not None and any(a is orelse for a in self.ctx.ancestors(node)):
+                holds = False
+            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                test, holds = test.expression, not holds
+            if not holds and self._cuda_test(test, branch):
+                return True
+        return False
+
+    def _cuda_test(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
+        if self._asks_cuda(test):
+            return True
+        if type(test) is cst.Name:
+            bindings = self.scopes.lookup(test.value, at)
+            return bool(bindings) and all(
+                b.kind == "assign" and b.value is not None and self._asks_cuda(b.value)
+                for b in bindings
+            )
+        if type(test) is cst.Attribute:
+            values = self._attribute_values().get(self.ctx.code(test)) or []
+            return bool(values) and all(self._asks_cuda(v) for v in values)
+        return False
+
+    def _asks_cuda(self, expr: cst.BaseExpression) -> bool:
+        """`torch.cuda.is_available()`, alone or as the last conjunct of an `and` chain."""
+        while type(expr) is cst.BooleanOperation and type(expr.operator) is cst.And:
+            expr = expr.right
+        return type(expr) is cst.Call and "torch.cuda.is_available" in self.names.qualified(
+            expr.func
+        )
+
+    def _attribute_values(self) -> Dict[str, list]:
+        """`args.cuda` -> the values the file assigns to it."""
+        if self._assigned_attributes is None:
+            found: Dict[str, list] = {}
+            for assign in self.ctx.nodes(cst.Assign):
+                for target in assign.targets:
+                    if type(target.target) is cst.Attribute:
+                        found.setdefault(self.ctx.code(target.target), []).append(assign.value)
+            self._assigned_attributes = found
+        return self._assigned_attributes
 
     def device_of(self, expr: Optional[cst.BaseExpression]) -> Optional[Device]:
         """What `expr` denotes as a device; None when it is not recognisably a device."""

@@ -19,6 +19,7 @@ from ..base.nodes import target_names
 from ...walk import own_nodes
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
+from ..device.expressions import Devices
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
 from .batchvalues import (
     Flow,
@@ -83,6 +84,9 @@ class BatchFlow(Analysis):
         flow.bound_names = _bound_names(walker.body_nodes())
         self._exclusive_moves(source, flow, body, walker)
         self._drop_unreachable(flow, body)
+        # `if CUDA: ... else: correct += (predicted == labels).sum()`: the CPU run's side.
+        devices: Devices = self.ctx.analysis(Devices)
+        flow.findings = [f for f in flow.findings if not devices.cuda_declined(f.use)]
         return flow
 
     def _drop_unreachable(self, flow: Flow, body: List[cst.BaseStatement]) -> None:

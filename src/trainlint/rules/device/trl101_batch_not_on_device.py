@@ -49,7 +49,10 @@ class BatchNotOnDevice(Rule):
     model that may be a DataParallel wrapper are not counted as failing; a branch that leaves the
     iteration with `continue`/`break`/`return`/`raise` before that is no path to it). A discarded
     `labels.to(device)` (its result not assigned) moves nothing: a tensor's `.to` returns a copy
-    (a module's `.to` moves it in place and is a move).
+    (a module's `.to` moves it in place and is a move). A use on the side of a CUDA flag where
+    the script runs without CUDA (the `else` of `if torch.cuda.is_available():`, of `if CUDA:`
+    with `CUDA = torch.cuda.is_available()`, or of `if args.cuda:` with `args.cuda = not
+    args.no_cuda and torch.cuda.is_available()`) is on the CPU run, where nothing left the CPU.
 
     ## Why is this bad
     CUDA kernels need all their operands on one device. The loop runs until the first such use
