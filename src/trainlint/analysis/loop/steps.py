@@ -573,29 +573,45 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     def _volatile_input(self, call: cst.Call) -> bool:
         """Legacy code (PyTorch before 0.4) turned the graph off per input:
-        `net(Variable(x, volatile=True))`, or an input name bound to such a Variable. It counts
-        only in a file written for that PyTorch: one that uses none of 0.4's API (`.item()`,
-        `torch.no_grad`, `torch.device(...)`, `.to(...)`). From 0.4 on the flag is ignored (with
-        a warning) and a graph is recorded; a file on the old API (`loss.data[0]`) fails on a
-        newer PyTorch before it gets there."""
-        for arg in call.args:
-            values: List[Optional[cst.BaseExpression]] = [arg.value]
-            if type(arg.value) is cst.Name:
-                values = [bound_value(b) for b in self.scopes.lookup(arg.value.value, arg.value)]
-            for value in values:
-                if (
-                    type(value) is cst.Call
-                    and (dotted_name(value.func) or "").split(".")[-1] == "Variable"
-                    and is_true(keyword(value, "volatile"))
-                ):
-                    # the file-wide question last: most calls have no such input
-                    return not self._uses_post_04_api()
+        `net(Variable(x, volatile=True))`, an input name bound to such a Variable, one made by
+        a helper given the flag (`make_variable(x, volatile=True)`, which wraps it in a
+        Variable), or the output of a model run on such an input (`classifier(encoder(x))`:
+        volatility spreads through every operation). It counts only in a file written for that
+        PyTorch: one that uses none of 0.4's API (`.item()`, `torch.no_grad`,
+        `torch.device(...)`, `.to(...)`). From 0.4 on the flag is ignored (with a warning) and a
+        graph is recorded; a file on the old API (`loss.data[0]`) fails on a newer PyTorch
+        before it gets there."""
+        if any(self._volatile_value(arg.value, 0) for arg in call.args):
+            # the file-wide question last: most calls have no such input
+            return not self._uses_post_04_api()
         return False
+
+    def _volatile_value(self, value: Optional[cst.BaseExpression], depth: int) -> bool:
+        if depth > 3:
+            return False
+        if type(value) is cst.Name:
+            return any(
+                self._volatile_value(bound_value(b), depth + 1)
+                for b in self.scopes.lookup(value.value, value)
+            )
+        if type(value) is not cst.Call:
+            return False
+        if is_true(keyword(value, "volatile")):
+            return True
+        return any(
+            self._volatile_value(arg.value, depth + 1) for arg in value.args if not arg.keyword
+        )
 
     def _uses_post_04_api(self) -> bool:
         if self._post_04 is None:
+            # The method's own name, whatever it is called on (`loss(x, y).item()` too).
             self._post_04 = any(
-                (dotted_name(call.func) or "").split(".")[-1] in _POST_04_API
+                (
+                    call.func.attr.value
+                    if type(call.func) is cst.Attribute
+                    else (dotted_name(call.func) or "")
+                ).split(".")[-1]
+                in _POST_04_API
                 for call in self.ctx.nodes(cst.Call)
             )
         return self._post_04
