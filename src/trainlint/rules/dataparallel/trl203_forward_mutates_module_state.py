@@ -397,7 +397,8 @@ def _what(write: StateWrite, shared: bool = False) -> Tuple[str, str]:
     )
     return (
         f"{target}, shared by the replicas",
-        "The replicas' threads race on it and mix tensors from different GPUs (\"Trying to "
-        "backward through the graph a second time\"). Keep such values local to forward and "
-        "return them.",
+        "The replicas' threads write it at once, each with a value from its own part of the "
+        "batch: tensors end up from different GPUs, and one that carries a graph can fail the "
+        "backward (\"Trying to backward through the graph a second time\"). Keep such values "
+        "local to forward and return them.",
     )
