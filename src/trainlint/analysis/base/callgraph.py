@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...walk import own_nodes
+from .calls import argument, has_star_args
 from .scopes import Scopes
 from .. import Analysis
 
@@ -103,6 +104,30 @@ class CallGraph(Analysis):
                     table.setdefault(target, []).append(call)
             self._callers = table
         return self._callers.get(function, [])
+
+    def passed_for(
+        self, function: cst.FunctionDef, param: str
+    ) -> Optional[List[Tuple[cst.Call, cst.BaseExpression]]]:
+        """What each call of this file that runs `function` passes for its parameter `param`
+        (by position or by keyword; a method's calls leave out `self`). None when nothing
+        calls it, or a call passes `*args`/`**kwargs` or nothing for it (the default)."""
+        names = [p.name.value for p in function.params.params]
+        if param not in names:
+            return None
+        index = names.index(param)
+        if names[0] in ("self", "cls"):
+            if param == names[0]:
+                return None
+            index -= 1
+        out: List[Tuple[cst.Call, cst.BaseExpression]] = []
+        for call in self.callers(function):
+            if has_star_args(call):
+                return None
+            passed = argument(call, index, param)
+            if passed is None:
+                return None
+            out.append((call, passed))
+        return out or None
 
     def calls_in(self, node: cst.CSTNode, follow: int = 2) -> List[Tuple[cst.Call, Chain]]:
         """Every call under `node`, plus those in same-file functions it calls (`follow` levels).

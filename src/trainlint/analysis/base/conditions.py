@@ -231,19 +231,30 @@ class Conditions(Analysis):
         self._guards[node] = found
         return found
 
-    def instance_tests(self, node: cst.CSTNode) -> List[Tuple[str, cst.BaseExpression, bool]]:
-        """`isinstance(subject, cls)` tests of the `if`s around `node` (innermost first), as
-        (subject text, cls, whether it holds where `node` runs): in the `else` of
-        `if isinstance(net, nn.Module):` the net is no module."""
-        found = []
+    def branch_tests(
+        self, node: cst.CSTNode
+    ) -> List[Tuple[cst.CSTNode, cst.BaseExpression, bool]]:
+        """The `if`s around `node` (innermost first), each with its test, `not` taken off, and
+        whether that holds where `node` runs: `args.cuda` is False in the `else` of `if
+        args.cuda:` and in the body of `if not args.cuda:`."""
+        found: List[Tuple[cst.CSTNode, cst.BaseExpression, bool]] = []
         for branch, _ in self.guards(node):
             assert isinstance(branch, (cst.If, cst.IfExp))
             test, holds = branch.test, True
             orelse = branch.orelse
             if orelse is not None and any(a is orelse for a in self.ctx.ancestors(node)):
                 holds = False
-            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
                 test, holds = test.expression, not holds
+            found.append((branch, test, holds))
+        return found
+
+    def instance_tests(self, node: cst.CSTNode) -> List[Tuple[str, cst.BaseExpression, bool]]:
+        """`isinstance(subject, cls)` tests of the `if`s around `node` (innermost first), as
+        (subject text, cls, whether it holds where `node` runs): in the `else` of
+        `if isinstance(net, nn.Module):` the net is no module."""
+        found = []
+        for _, test, holds in self.branch_tests(node):
             if (
                 type(test) is cst.Call
                 and type(test.func) is cst.Name

@@ -110,17 +110,10 @@ class Devices(Analysis):
         args.no_cuda and torch.cuda.is_available()`)? There the code it guards runs on the CPU,
         and whatever the true side moves stays where it was."""
         conditions: Conditions = self.ctx.analysis(Conditions)
-        for branch, _ in conditions.guards(node):
-            assert isinstance(branch, (cst.If, cst.IfExp))
-            test, holds = branch.test, True
-            orelse = branch.orelse
-            if orelse is not None and any(a is orelse for a in self.ctx.ancestors(node)):
-                holds = False
-            while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-                test, holds = test.expression, not holds
-            if not holds and self._cuda_test(test, branch):
-                return True
-        return False
+        return any(
+            not holds and self._cuda_test(test, branch)
+            for branch, test, holds in conditions.branch_tests(node)
+        )
 
     def _cuda_test(self, test: cst.BaseExpression, at: cst.CSTNode) -> bool:
         if self._asks_cuda(test):

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...walk import own_nodes
-from ..base.calls import argument, has_star_args, keyword, positional
+from ..base.calls import has_star_args, keyword, positional
 from .steps import TrainingSteps
 
 
@@ -166,24 +166,19 @@ def _constructors(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optiona
 
 def _passed_for(steps: "TrainingSteps", binding) -> Optional[List[Tuple[str, cst.CSTNode]]]:
     """The names the file's calls of a function pass for one of its parameters, each with its
-    call; None when a call passes something else or the function has no call in the file."""
+    call; None when a call passes something else or the function has no call in the file
+    (methods are not followed: their receiver is another question)."""
     scope = binding.scope
     function = scope.node if scope is not None else None
     if type(function) is not cst.FunctionDef:
         return None
     params = [p.name.value for p in function.params.params]
-    if binding.name not in params or (params[0] in ("self", "cls")):
+    if not params or params[0] in ("self", "cls"):
         return None
-    calls = steps.loops.callgraph.callers(function)
-    out: List[Tuple[str, cst.CSTNode]] = []
-    for call in calls:
-        if has_star_args(call):
-            return None
-        passed = argument(call, params.index(binding.name), binding.name)
-        if type(passed) is not cst.Name:
-            return None
-        out.append((passed.value, call))
-    return out or None
+    passed = steps.loops.callgraph.passed_for(function, binding.name)
+    if passed is None or any(type(value) is not cst.Name for _, value in passed):
+        return None
+    return [(value.value, call) for call, value in passed]  # type: ignore[attr-defined]
 
 
 def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[str]:

@@ -454,17 +454,14 @@ class StateWrites(Analysis):
         (`self._set_num_buckets(sequence_length)` with `sequence_length = x.shape[1]`)."""
         if func.name.value == "forward":
             return False  # the scattered inputs themselves
-        names = [p.name.value for p in func.params.params]
-        if param not in names or (names[0] == "self" and param == "self"):
+        passed = self.ctx.analysis(CallGraph).passed_for(func, param)
+        if passed is None:
             return False
-        index = names.index(param) - (1 if names and names[0] == "self" else 0)
-        calls = self.ctx.analysis(CallGraph).callers(func)
-        for call in calls:
+        for call, value in passed:
             caller = self.scopes.enclosing_function(call)
-            arg = argument(call, index, param)
-            if caller is None or arg is None or not self._invariant(arg, caller, depth + 1):
+            if caller is None or not self._invariant(value, caller, depth + 1):
                 return False
-        return bool(calls)
+        return True
 
     def _invariant_subscript(self, expr: cst.Subscript, func: Function, depth: int) -> bool:
         value = expr.value
