@@ -9,6 +9,7 @@ import libcst as cst
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import never_mentions_accelerator
 from ...analysis.device.choices import DeviceChoices
+from ...analysis.device.cuda_only import CudaOnly
 from ...diagnostics import Severity
 from ...walk import children
 from ..base import PendingFix, Rule
@@ -64,8 +65,13 @@ class LoadWithoutMapLocation(Rule):
     Not reported when the file itself wrote the path earlier (`torch.save(obj, path)` above,
     or in an earlier notebook cell: the same machine reads its own devices back), when the other
     branch of the enclosing `if` loads with `map_location` (the branch without it runs where
-    the devices exist), or when a file that writes its own checkpoints never mentions an
-    accelerator (what it saves holds CPU tensors).
+    the devices exist), when a file that writes its own checkpoints never mentions an
+    accelerator (what it saves holds CPU tensors), or when the load can only run on a machine
+    with CUDA, in one process on the first GPU: a bare `.cuda()`, a hard-coded `"cuda"`, or
+    CUDA tensors made the default type, on a line nothing can skip, in the load's function, in
+    every caller of it, in its class's `__init__` or at import time, in a file that neither
+    chooses a GPU index nor starts one process per GPU. Such a script saves from cuda:0, and
+    cuda:0 exists wherever it can run.
 
     **Preview rule.** Measured on public repositories it was never tuned on, most loads it
     reports cannot fail: whether the file holds GPU tensors (a label cache, downloaded weights,
@@ -135,6 +141,8 @@ class LoadWithoutMapLocation(Rule):
             return  # the file written a few lines (or cells) above, on this machine
         if self._other_branch_maps(node):
             return  # `if torch.cuda.is_available(): load(f) else: load(f, map_location=...)`
+        if self.ctx.analysis(CudaOnly).only_on_cuda(node):
+            return  # where this runs, cuda:0 exists, and one process loads onto it
         only_state_dict = self._only_feeds_load_state_dict(node, 0)
         self.report(
             node,
