@@ -9,6 +9,7 @@ import libcst as cst
 from ...analysis.base.calls import argument, is_false, is_none
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
+from ...analysis.base.vocabulary import EVAL_FUNCTION
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.parallel.parallel import BATCH_SAMPLER, DISTRIBUTED_SAMPLER
@@ -33,10 +34,12 @@ class SamplerSetEpochMissing(Rule):
 
     Samplers built with `shuffle=False`, and code run by a framework (Lightning, Accelerate,
     MMEngine, ... call `set_epoch` for you) are not reported, nor a loader that is only
-    evaluated: every pass over it is iterated in the file, and nothing in the file can change
-    weights (no `step()`, no optimizer, no call named for training or updating, no gradient
-    written into a weight by hand), as in a script that re-runs a sharded evaluation set after
-    each round of head pruning, `backward()` for importance scores included.
+    evaluated: every pass over it is handed to a function of another file named for evaluation
+    (`evaluate(model, val_loader, device)`, not `train_and_evaluate`), or iterated in the file
+    when nothing in the file can change weights (no `step()`, no optimizer, no call named for
+    training or updating, no gradient written into a weight by hand), as in a script that
+    re-runs a sharded evaluation set after each round of head pruning, `backward()` for
+    importance scores included. A loader also handed to any other function is reported.
 
     The loader is followed where it travels in the file: kept in a dict and read back with the
     same key (`self.data_loader["train"]`), through a same-file function that returns its
@@ -257,12 +260,24 @@ class SamplerSetEpochMissing(Rule):
         return loop, use
 
     def _only_evaluated(self, uses: List[LoaderUse]) -> bool:
-        """Are the loader's batches only ever evaluated? Its passes are iterated here (none
-        handed to a function of another file) and nothing in the file can change weights: the
-        repeated order then changes no result."""
-        if any(use.kind != "loop" for use in uses):
+        """Are the loader's batches only ever evaluated? Every pass is handed to a function of
+        another file named for evaluation (`evaluate(model, val_loader, device)`), or iterated
+        here in a file where nothing can change weights: the repeated order then changes no
+        result."""
+        handed = [use for use in uses if use.kind != "loop"]
+        if handed and not all(self._evaluation_call(use.site) for use in handed):
             return False
+        if len(handed) == len(uses):
+            return True
         return not self.ctx.analysis(TrainingSteps).file_may_update_weights()
+
+    def _evaluation_call(self, site: cst.CSTNode) -> bool:
+        """`evaluate(...)`, `validate(...)`, `engine.test(...)`: a call of a function this file
+        does not define whose name says it evaluates, and does not say it trains."""
+        if type(site) is not cst.Call:
+            return False
+        leaf = (dotted_name(site.func) or "").split(".")[-1]
+        return bool(EVAL_FUNCTION.search(leaf)) and "train" not in leaf.lower()
 
     def _loader_fix(self, call: cst.Call, loop, position: Optional[int]) -> Optional[PendingFix]:
         """`loader.sampler.set_epoch(epoch)` first in the epoch loop, when the loader has one
