@@ -37,8 +37,10 @@ class StateDictModulePrefix(Rule):
     Saving `model.module.state_dict()`, a reference taken before wrapping (`model_without_ddp`),
     `getattr(model, "module", model).state_dict()` or the result of an unwrap helper is not
     reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)`, nor
-    the resume checkpoint of a model wrapped on every path when the file loads that checkpoint
-    (the same file name) back only into wrappers: its one known consumer expects the prefix.
+    the checkpoint of a model wrapped on every path when every load of the file that may read
+    it (one naming the same file, or a path chosen at run time such as `torch.load(args.resume)`)
+    puts it back into a wrapper: its known consumers expect the prefix. A file that also loads
+    it into a bare model (an evaluation or export path) is reported.
 
     ## Example
     ```python
@@ -186,12 +188,11 @@ class StateDictModulePrefix(Rule):
         return False
 
     def _resumed_into_wrapper(self, call: cst.Call) -> bool:
-        """Is the checkpoint this state dict is saved to (named by a file-name literal of the
-        save, `"checkpoint.pth"`) loaded back in this file, and only into wrappers? Then the
-        `module.` keys are what its one known consumer expects."""
+        """Is the checkpoint this state dict is saved to loaded back in this file, and only
+        into wrappers? Then the `module.` keys are what its one known consumer expects. A load
+        may read it when it names the same file (`"checkpoint.pth"`), or a path chosen at run
+        time (`torch.load(args.model_path)`) where either side names no file."""
         names = self._file_names(self._save_call(call))
-        if not names:
-            return False
         key = self._saved_under(call)
         loads = [
             (found[0], load)
@@ -199,13 +200,23 @@ class StateDictModulePrefix(Rule):
             for found in [method_call(load, "load_state_dict")]
             if found is not None and load.args
             and _entry(load.args[0].value) in (key, None)
-            and names & self._file_names(self._loaded_from(load.args[0].value))
+            and self._may_read(names, load.args[0].value)
         ]
         return bool(loads) and all(
             type(receiver) in (cst.Name, cst.Attribute)
             and self.parallel.wrapper_state(receiver, load).every
             for receiver, load in loads
         )
+
+    def _may_read(self, saved_names: set, loaded: cst.CSTNode) -> bool:
+        """Can the load of `loaded` read a checkpoint saved under one of `saved_names`?"""
+        source = self._loaded_from(loaded)
+        if type(source) is not cst.Call or not _is_load(source):
+            return False  # a state dict built in the file, not read from a file
+        read_names = self._file_names(source)
+        if saved_names and read_names:
+            return bool(saved_names & read_names)
+        return True
 
     def _saved_under(self, call: cst.Call) -> Optional[str]:
         """The checkpoint entry the state dict is saved as: `dict(model=...)`,
@@ -287,6 +298,11 @@ class StateDictModulePrefix(Rule):
 def _is_save(call: cst.Call) -> bool:
     leaf = (dotted_name(call.func) or "").split(".")[-1].lower()
     return "save" in leaf and leaf != "save_pretrained"
+
+
+def _is_load(call: cst.Call) -> bool:
+    leaf = (dotted_name(call.func) or "").split(".")[-1].lower()
+    return leaf == "load" or "load_checkpoint" in leaf
 
 
 def _entry(expr: cst.CSTNode) -> Optional[str]:
