@@ -36,7 +36,8 @@ class StateDictModulePrefix(Rule):
 
     Saving `model.module.state_dict()`, a reference taken before wrapping (`model_without_ddp`),
     `getattr(model, "module", model).state_dict()` or the result of an unwrap helper is not
-    reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)`, nor
+    reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)` or
+    made in the `except` of a `try` that saves `model.module.state_dict()`, nor
     the checkpoint of a model wrapped on every path when every load of the file that may read
     it (one naming the same file, or a path chosen at run time such as `torch.load(args.resume)`)
     puts it back into a wrapper: its known consumers expect the prefix. A file that also loads
@@ -173,11 +174,17 @@ class StateDictModulePrefix(Rule):
     # -- guards and loads ---------------------------------------------------------------------
 
     def _guarded(self, call: cst.Call, receiver) -> bool:
-        """Inside an `if`/conditional expression that handles the wrapper itself."""
+        """Inside an `if`/conditional expression that handles the wrapper itself, or in the
+        `except` of a `try` that saves `model.module` (the except runs when there is none)."""
         text = self.ctx.code(receiver)
+        child: cst.CSTNode = call
         for ancestor in self.ctx.ancestors(call):
             if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
                 return False
+            if type(ancestor) is cst.Try and child in ancestor.handlers:
+                if f"{text}.module" in self.ctx.code(ancestor.body):
+                    return True
+            child = ancestor
             if type(ancestor) in (cst.If, cst.IfExp):
                 code = self.ctx.code(ancestor)
                 test = self.ctx.code(ancestor.test)
