@@ -1,5 +1,5 @@
 """Small questions about libcst nodes that analyses of every domain ask: the nodes under a node,
-the names an assignment target binds, `self.<attr>`."""
+the names an assignment target binds, `self.<attr>`, code no run reaches."""
 
 from __future__ import annotations
 
@@ -58,3 +58,25 @@ def is_self_attr(node: cst.CSTNode, attr: str) -> bool:
         and node.value.value == "self"
         and node.attr.value == attr
     )
+
+
+_EXITS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+def follows_exit(ctx, node: cst.CSTNode) -> bool:
+    """Does `node` come after a bare `return`/`raise`/`continue`/`break` of a block around it,
+    within its function (`def test(): return` above a loop nobody reaches)?"""
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if type(ancestor) in (cst.IndentedBlock, cst.Module):
+            for statement in ancestor.body:
+                if statement is child:
+                    break
+                if type(statement) is cst.SimpleStatementLine and any(
+                    type(small) in _EXITS for small in statement.body
+                ):
+                    return True
+        elif type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            return False
+        child = ancestor
+    return False

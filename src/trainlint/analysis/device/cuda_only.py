@@ -32,6 +32,7 @@ import libcst as cst
 from ..base.callgraph import CallGraph
 from ..base.calls import string_literal
 from ..base.names import Names
+from ..base.nodes import follows_exit
 from ..parallel.parallel import Parallel
 from .choices import DeviceChoices
 from .expressions import Devices, parse_device_string
@@ -137,6 +138,8 @@ class CudaOnly(Analysis):
         return _MODULE
 
     def _unskippable(self, node: cst.CSTNode) -> bool:
+        if follows_exit(self.ctx, node):
+            return False
         child = node
         for ancestor in self.ctx.ancestors(node):
             if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Module):
@@ -145,8 +148,6 @@ class CudaOnly(Analysis):
                 if child is ancestor.body:
                     return True
             if isinstance(ancestor, _SKIPPING):
-                return False
-            if type(ancestor) is cst.IndentedBlock and _after_exit(ancestor, child):
                 return False
             child = ancestor
         return True
@@ -243,16 +244,3 @@ class CudaOnly(Analysis):
 def _is_main_test(ctx, test: cst.BaseExpression) -> bool:
     text = "".join(ctx.code(test).split()).replace("'", '"')
     return text in ('__name__=="__main__"', '"__main__"==__name__')
-
-
-def _after_exit(block: cst.IndentedBlock, child: cst.CSTNode) -> bool:
-    """Is `child` a statement of `block` after a bare `return`/`raise`/`continue`/`break`?"""
-    for statement in block.body:
-        if statement is child:
-            return False
-        if type(statement) is cst.SimpleStatementLine and any(
-            type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break)
-            for small in statement.body
-        ):
-            return True
-    return False

@@ -52,6 +52,7 @@ from ..base.conditions import Conditions
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..base.nodes import follows_exit, target_names
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import (
     EVAL_FUNCTION,
@@ -75,6 +76,8 @@ from .. import Analysis
 _SCALER_NAME = re.compile(r"scaler", re.I)
 _ZERO_HELPER = re.compile(r"(zero|clear|reset)_?grads?$", re.I)
 _TRAIN_WORD = re.compile(r"train", re.I)
+# Calls that walk a model's layers one by one.
+_SUBMODULE_WALKS = frozenset({"modules", "children", "named_modules", "named_children"})
 # What PyTorch 0.4 added (and code written for it uses): a file using any of these runs where
 # `Variable(x, volatile=True)` no longer turns the graph off.
 _POST_04_API = frozenset({"item", "no_grad", "inference_mode", "device", "to"})
@@ -302,6 +305,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 return Event("zero", call, self._map(owner, mapping), site, via)
             if attr in ("zero_", "fill_") and is_grad(owner):
                 return self._grad_reset(call, grad_owner(owner), mapping, site, via)
+            if attr in ("eval", "train") and self._layer_of_a_walk(call, owner):
+                return None  # `for m in net.modules(): if isinstance(m, BatchNorm2d): m.eval()`
             if attr == "eval" and not call.args:
                 return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
             if attr == "train":
@@ -324,6 +329,25 @@ class TrainingSteps(AutogradGraphs, Analysis):
         elif self.names.is_(func, "torch._foreach_zero_"):
             return Event("zero", call, None, site, via, full=False)
         return None
+
+    def _layer_of_a_walk(self, call: cst.Call, owner: cst.CSTNode) -> bool:
+        """Is `owner` the variable of a loop over a model's submodules (`.modules()`,
+        `.children()`, `.named_modules()`, `.named_children()`)? Setting the mode of such a
+        layer (freezing a backbone's BatchNorm) is a choice per layer, not the model's mode."""
+        if type(owner) is not cst.Name:
+            return False
+        for ancestor in self.ctx.ancestors(call):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
+                return False
+            if type(ancestor) is not cst.For:
+                continue
+            if owner.value not in target_names(ancestor.target):
+                continue
+            for node in self.ctx.tree.descendants(ancestor.iter):
+                if type(node) is cst.Attribute and node.attr.value in _SUBMODULE_WALKS:
+                    return True
+            return False
+        return False
 
     def _mode_receiver(self, call, owner, mapping) -> Optional[str]:
         """`model.eval()` -> "model"; `model = Net().eval()` -> "model";
@@ -844,6 +868,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
         return out
 
     def eval_loop_model_call(self, loop: cst.For) -> Optional[cst.Call]:
+        if follows_exit(self.ctx, loop):
+            return None  # `def test(): return` above it: no run reaches the loop
         function = self.scopes.enclosing_function(loop)
         function_name = function.name.value if function is not None else ""
         if _TRAIN_WORD.search(function_name):

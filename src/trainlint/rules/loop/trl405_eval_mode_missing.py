@@ -108,7 +108,11 @@ class EvalModeMissing(Rule):
     another project file which hands it back in eval mode (`model = get_model(ckpt,
     train=False)`, whose body ends `model.eval(); return model`) has its mode set: the project
     phase asks that file (also when the evaluation function receives the model from such a
-    call site of its own file).
+    call site of its own file). An evaluation loop after a bare `return` (a test the author
+    switched off with `return` as its first line) never runs and is not reported. A mode set on
+    the variable of a walk over a model's layers (`for m in net.backbone.modules(): if
+    isinstance(m, nn.BatchNorm2d): m.eval()`, freezing a backbone's BatchNorm) is chosen layer
+    by layer, on purpose, and is not the model's mode.
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
