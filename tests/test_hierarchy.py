@@ -165,3 +165,57 @@ def test_a_long_star_chain_is_bounded(tmp_path):
     files["models/head.py"] = HEAD.format(base_module="models", base="Base")
     root = _project(tmp_path, files)
     assert _findings(root) == []
+
+
+# -- which files can build a class: Hierarchy.may_build_from, seen through TRL203 -----------------
+
+_COUNTER = (
+    "import torch.nn as nn\n\n\n"
+    "class Counter(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.calls = 0\n"
+    "        self.fc = nn.Linear(4, 4)\n\n"
+    "    def forward(self, x):\n"
+    "        self.calls += 1\n"
+    "        return self.fc(x)\n"
+)
+
+
+def _dynamic_wrap(load: str) -> str:
+    return (
+        "import importlib\n"
+        "import torch.nn as nn\n\n"
+        f"net = nn.DataParallel({load}.build())\n"
+        "print(net.module.calls)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "load, reported",
+    [
+        ('importlib.import_module("nets." + NAME)', False),  # another package
+        ('importlib.import_module("extras." + NAME)', True),  # the class's package
+        ('importlib.import_module(f"extras.{NAME}")', True),
+        ('importlib.import_module("extras.counter")', True),  # the class's module itself
+        ('importlib.import_module("nets.plain")', False),
+        ("importlib.import_module(NAME)", True),  # a name nobody can tell: may be anything
+    ],
+)
+def test_a_dynamic_import_reaches_the_packages_it_names(tmp_path, load, reported):
+    root = _project(
+        tmp_path,
+        {
+            "train.py": "NAME = 'plain'\n" + _dynamic_wrap(load),
+            "nets/__init__.py": "",
+            "nets/plain.py": (
+                "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 4)\n"
+            ),
+            "extras/__init__.py": "",
+            "extras/counter.py": _COUNTER + "\n\ndef build():\n    return Counter()\n",
+        },
+    )
+    result = lint([root], ["TRL203"], root=root)
+    assert not result.crashes, [c.describe() for c in result.crashes]
+    found = [Path(d.path).name for d in result.diagnostics]
+    assert found == (["counter.py"] if reported else [])

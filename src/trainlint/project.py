@@ -177,6 +177,11 @@ class Project:
             self._import_words = index
         return list(self._import_words.get(name, ()))
 
+    def files_under(self, folder: Path) -> List[Path]:
+        """Python files of the project inside `folder` (empty without a loader)."""
+        folder = Path(os.path.abspath(folder))
+        return [path for path, _ in self._project_texts() if folder in path.parents]
+
     def text_of(self, path: Path) -> Optional[str]:
         """The text of a project file (None without a loader, or outside the project)."""
         if self._text_by_path is None:

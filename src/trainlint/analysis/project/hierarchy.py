@@ -87,6 +87,14 @@ _FROM_IMPORT = re.compile(
     r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M
 )
 _PLAIN_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#]+)", re.M)
+# `import_module("loss.adversarial")`, and `import_module("model." + name)` /
+# `import_module(f"model.{name}")` (any module of package `model`); `__import__` and any other
+# argument are imports nobody can name.
+_DYNAMIC_IMPORT = re.compile(r"\b(?:import_module|__import__)[ \t]*\(")
+_DYNAMIC_LITERAL = re.compile(r"\bimport_module[ \t]*\([ \t]*(['\"])([\w.]+)\1[ \t]*\)")
+_DYNAMIC_PREFIX = re.compile(
+    r"\bimport_module[ \t]*\([ \t]*(?:(['\"])([\w.]+)\.\1[ \t]*\+|f(['\"])([\w.]+)\.\{)"
+)
 
 
 def imports_in_text(text: str) -> List[str]:
@@ -572,6 +580,69 @@ class Hierarchy:
                         following.append(imported)
             frontier = following
         return reached
+
+    def may_build_from(self, builder: Path, source: Path) -> bool:
+        """Can code of `builder` construct objects of `source`'s classes? Only when `source`
+        is `builder` or among the project files it imports, directly or through other project
+        files: by import lines, by `importlib.import_module` of a literal module, or of a
+        package prefix (`import_module("model." + name)`: any module of package `model`).
+        Unknown answers yes: a file whose text is not at hand (flake8), or a dynamic import of
+        a name nobody can tell."""
+        start = Path(os.path.abspath(builder))
+        target = Path(os.path.abspath(source))
+        if not self.project.complete:
+            return True
+        seen = {start}
+        todo = [start]
+        while todo:
+            current = todo.pop()
+            if current == target:
+                return True
+            text = self.project.text_of(current)
+            if text is None:
+                return True
+            following = set(self.imported_files(current))
+            dynamic = self._dynamic_imports(current, text)
+            if dynamic is None:
+                return True
+            following |= dynamic
+            for found in following:
+                if found not in seen:
+                    seen.add(found)
+                    todo.append(found)
+        return False
+
+    def _dynamic_imports(self, importer: Path, text: str) -> Optional[Set[Path]]:
+        """The project files `importlib.import_module` calls of `text` may load; None when one
+        of them (or an `__import__`) loads a module nobody can name."""
+        calls = len(_DYNAMIC_IMPORT.findall(text))
+        if not calls:
+            return set()
+        found: Set[Path] = set()
+        named = 0
+        for _, module in _DYNAMIC_LITERAL.findall(text):
+            named += 1
+            target = self._import_file(module, importer)
+            if target is not None:
+                found.add(target)
+        for _, plain, _, formatted in _DYNAMIC_PREFIX.findall(text):
+            named += 1
+            package = self._package_from(plain or formatted, importer)
+            if package is None or package.name != "__init__.py":
+                return None
+            found |= set(self.project.files_under(package.parent))
+        return found if named >= calls else None
+
+    def _package_from(self, dotted: str, importer: Path) -> Optional[Path]:
+        """The package a dynamic import names, looked up from the importer's folder and then
+        from each folder above it: `import_module("model." + name)` in `code/model/__init__.py`
+        names `code/model`, the script folder being where Python looks."""
+        found = self.module_file(dotted, importer)
+        folder = importer.parent
+        while found is None and self.root in folder.parents:
+            folder = folder.parent
+            found = self.module_file(dotted, folder / "__init__.py")
+        return found
 
     def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a

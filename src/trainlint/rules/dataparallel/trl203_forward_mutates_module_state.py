@@ -33,7 +33,11 @@ class ForwardMutatesModuleState(Rule):
     of a subclass, or of a class whose `__init__` builds it as a submodule; also through a
     helper such as `parallelize(config, model)`). It is a warning when a file that uses the
     class's module (imports it, directly or not), or the project, wraps a model whose class
-    cannot be named (built by a registry or a dynamic import). Otherwise the rule is quiet: in
+    cannot be named (built by a registry or a dynamic import), in a file that can build objects
+    of this class: the class's file is that file or one it imports, by import lines or by
+    `import_module` of a literal module or a package prefix (`import_module("model." + name)`
+    may load any module of package `model`, not a loss of package `loss`; an `import_module` of
+    a name nobody can tell may load anything). Otherwise the rule is quiet: in
     projects without DataParallel, or that use it only around other, known models (whose
     classes and submodules do not include this one), the writes are harmless
     (DistributedDataParallel runs one model per process).
@@ -290,6 +294,10 @@ class ForwardMutatesModuleState(Rule):
             # inference-only DetectMultiBackend is not).
             near = [w for w in data_parallel_wraps(hierarchy, evidence[display]) if not w[2]]
             near = near or unknown
+            # ...and only one whose file can build objects of this file's classes (it, or what
+            # it imports, statically or by `import_module`, reaches this file): RCAN's SR network,
+            # loaded by `import_module("model." + name)`, is no loss of its `loss` package.
+            near = [w for w in near if hierarchy.may_build_from(w[1], path)]
             for key in sorted(keys):
                 name, _, attr, effect = key.split(":", 3)
                 effect, _, woken_by = effect.partition("@")
