@@ -34,7 +34,7 @@ from ..base.calls import string_literal
 from ..base.names import Names
 from ..base.nodes import follows_exit
 from ..parallel.parallel import Parallel
-from .choices import DeviceChoices
+from .choices import DeviceChoices, Placement
 from .expressions import Devices, parse_device_string
 from .. import Analysis
 
@@ -71,6 +71,7 @@ class CudaOnly(Analysis):
         self._uses_by_context: Optional[Dict[Context, List[cst.CSTNode]]] = None
         self._chooses: Optional[bool] = None
         self._covered: Dict[Context, bool] = {}
+        self._placements_by_call: Optional[Dict[cst.Call, List[Placement]]] = None
 
     def only_on_cuda(self, node: cst.CSTNode) -> bool:
         """Does `node` run only on a machine with CUDA, in a process that uses the first GPU
@@ -194,8 +195,13 @@ class CudaOnly(Analysis):
         return False
 
     def _places_on_first_gpu(self, call: cst.Call) -> bool:
-        for placement in self.choices.placements():
-            if placement.call is not call or not placement.direct or placement.as_index:
+        if self._placements_by_call is None:
+            table: Dict[cst.Call, List[Placement]] = {}
+            for placement in self.choices.placements():
+                table.setdefault(placement.call, []).append(placement)
+            self._placements_by_call = table
+        for placement in self._placements_by_call.get(call, ()):
+            if not placement.direct or placement.as_index:
                 continue
             choice = self.choices.trace(placement.expr)
             if choice is None or choice.fallback or choice.param:

@@ -306,6 +306,8 @@ class Hierarchy:
         self._configs: Optional[MMConfigs] = None
         self._resolving = 0  # resolutions under way (installed.py resolves through `resolve`)
         self._set_keys: Dict[Tuple[str, Tuple[str, ...]], bool] = {}
+        # builder file -> the files it can build classes of (None: unknown, any)
+        self._buildable: Dict[Path, Optional[Set[Path]]] = {}
 
     # -- files --------------------------------------------------------------------------------
 
@@ -589,28 +591,31 @@ class Hierarchy:
         Unknown answers yes: a file whose text is not at hand (flake8), or a dynamic import of
         a name nobody can tell."""
         start = Path(os.path.abspath(builder))
-        target = Path(os.path.abspath(source))
         if not self.project.complete:
             return True
+        if start not in self._buildable:
+            self._buildable[start] = self._reachable(start)
+        reached = self._buildable[start]
+        return reached is None or Path(os.path.abspath(source)) in reached
+
+    def _reachable(self, start: Path) -> Optional[Set[Path]]:
+        """`start` and the project files it imports, transitively, statically or by
+        `import_module`; None when some file on the way is unknown."""
         seen = {start}
         todo = [start]
         while todo:
             current = todo.pop()
-            if current == target:
-                return True
             text = self.project.text_of(current)
             if text is None:
-                return True
-            following = set(self.imported_files(current))
+                return None
             dynamic = self._dynamic_imports(current, text)
             if dynamic is None:
-                return True
-            following |= dynamic
-            for found in following:
+                return None
+            for found in set(self.imported_files(current)) | dynamic:
                 if found not in seen:
                     seen.add(found)
                     todo.append(found)
-        return False
+        return seen
 
     def _dynamic_imports(self, importer: Path, text: str) -> Optional[Set[Path]]:
         """The project files `importlib.import_module` calls of `text` may load; None when one
