@@ -207,6 +207,15 @@ class BatchWalker:
             if moves:
                 self.moved_here = True
 
+    def _moves_to_device(self, value: cst.BaseExpression) -> bool:
+        """Is `value` on the device: a move, or made of moves? Not a move that follows a batch
+        item never moved (`std = stats.to(inputs.device)` beside a CPU `inputs`)."""
+        if type(value) is cst.Call:
+            move = self.moves.move(value)
+            if move is not None and self._to_batch_item_device(move):
+                return False
+        return self.moves.is_moved(value)
+
     def _to_batch_item_device(self, move: Move) -> bool:
         """`grad.to(imgs.device)` where `imgs` is a batch item never moved: the result goes to
         the item's device (the CPU), so it is no move to the device."""
@@ -288,7 +297,7 @@ class BatchWalker:
             for t, v in zip(elements, value.elements):
                 self.bind(t, v.value, line)
             return
-        current = DEVICE if self.moves.is_moved(value) else self.value(value)
+        current = DEVICE if self._moves_to_device(value) else self.value(value)
         for t in elements:
             for name in target_names(t):
                 if current is DEVICE:
@@ -300,7 +309,7 @@ class BatchWalker:
                     self.state.pop(name, None)
 
     def assigned(self, value: cst.BaseExpression, name: str, line) -> object:
-        if self.moves.is_moved(value):
+        if self._moves_to_device(value):
             return DEVICE
         current = self.value(value)
         if current is DEVICE or current is None:

@@ -91,7 +91,8 @@ class BatchNotOnDevice(Rule):
     model of unknown placement whose only evidence is a move of another item on a branch that
     excludes the call (`if use_gpu: images = images.cuda() ... else: model(images)`); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
-    CPU); items that are not tensors (paths, ids, captions, lengths, or names used as
+    CPU, also when bound to a name, `std = self.std.to(inputs.device)`, in a helper the item is
+    handed to); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
     handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
     from outside its class such a call runs a submodule only when a class of the file assigns
