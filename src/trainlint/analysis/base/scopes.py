@@ -182,7 +182,7 @@ class Scopes(Analysis):
         reaching: List[Binding] = []
         for binding in reversed(before):
             reaching.append(binding)
-            if not self._conditional(binding, scope):
+            if not self._conditional(binding, scope, at):
                 break
         reaching.reverse()
         # Inside a loop, a binding later in the same loop reaches the next iteration's use.
@@ -218,11 +218,20 @@ class Scopes(Analysis):
             out.append(ancestor)
         return out
 
-    def _conditional(self, binding: Binding, scope: Scope) -> bool:
+    def _conditional(self, binding: Binding, scope: Scope, at: cst.CSTNode) -> bool:
+        """May `binding` not have run when `at`, later in the same scope, is evaluated? Only a
+        branch, loop or try between the binding and the block the two share makes it so: a
+        binding earlier in the very loop body that reads it (`z = z.to(device)` then
+        `model(z)`) has run in every iteration that reaches the read."""
         node = binding.statement or binding.node
+        enclosing_read = {id(a) for a in self.tree.ancestors(at)}
         for ancestor in self.tree.ancestors(node):
             if ancestor is scope.node:
                 return False
+            if id(ancestor) in enclosing_read:
+                # The innermost node around both: a block holds them in order; a branch
+                # holds them in different arms (`if` body and `else`, a loop and its `else`).
+                return isinstance(ancestor, _BRANCHES)
             if isinstance(ancestor, _BRANCHES):
                 return True
         return False

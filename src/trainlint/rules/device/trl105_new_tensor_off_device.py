@@ -59,8 +59,9 @@ class NewTensorOffDevice(Rule):
     Not reported: straight-line top-level code of a script or notebook (a smoke test of the
     model on a CPU sample before `model.to(device)` further down or in a later cell: at the top
     level a model counts as on the device only after the statement that moves it), a tensor
-    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:`, or `w =
-    helper(w, gpu)`), `device=None` (the CPU: nothing meets a device tensor), calls of
+    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:`, `w =
+    helper(w, gpu)`, or the legacy `z = Variable(z).to(device)` earlier in the same loop body),
+    `device=None` (the CPU: nothing meets a device tensor), calls of
     functions only named like losses (`plot_losses`: a loss is a torch loss function or an
     `nn.*Loss` object), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
     afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`, or the legacy `.type(Tensor)` with
@@ -394,8 +395,10 @@ class NewTensorOffDevice(Rule):
         # (`x = x.to(device)`) or an argument of `forward`. Other names the step computed (a
         # dict of metrics, token ids still on the CPU) say nothing about the device.
         names = self.tensors.device_names(scope)
+        # A name the file calls (`generator(z)`) holds a model, and a module has no `.device`.
+        called = {c.func.value for c in self.ctx.nodes(cst.Call) if type(c.func) is cst.Name}
         best, best_at = None, (-1, -1)
-        for name in names:
+        for name in names - called:
             bindings = self.ctx.scopes.lookup(name, call)
             if not bindings:
                 continue
