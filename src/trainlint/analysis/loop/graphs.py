@@ -17,7 +17,7 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -74,6 +74,7 @@ class AutogradGraphs:
     flow: Callable[[cst.CSTNode], Any]
     backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
     grad_disabled: Callable[..., bool]
+    _attribute_writes_found: Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]]
 
     def graph_names(self, loop: cst.CSTNode, seeds: Iterable[str] = ()) -> Set[str]:
         """Names (dotted) that hold a tensor with an autograd graph inside the loop: what is
@@ -270,7 +271,8 @@ class AutogradGraphs:
 
     def holds_no_graph(self, value: cst.CSTNode, _depth: int = 2) -> bool:
         """Is `value` known to hold no autograd graph: a number, a detaching read, a name bound
-        only without grad, a dict/tuple/list of such values, or the result of a same-file
+        only without grad, a dict/tuple/list of such values, a method of a detached tensor
+        (`z.data.mean()`) given such values, or the result of a same-file
         function whose every return is such a value (`res = evaluate(...)` returning a dict of
         losses computed under `torch.no_grad()`)?"""
         if _depth < 0:
@@ -293,6 +295,14 @@ class AutogradGraphs:
                 type(e) is cst.Element and self.holds_no_graph(e.value, _depth)
                 for e in value.elements
             )
+        if type(value) is cst.Call and type(value.func) is cst.Attribute:
+            # `z.data.mean()`, `loss.detach().sum(0)`: a tensor method of a detached value,
+            # given nothing that holds a graph, makes none.
+            receiver = value.func.value
+            if (self._detaching(receiver) or self.holds_no_graph(receiver, _depth - 1)) and all(
+                self.holds_no_graph(a.value, _depth - 1) for a in value.args
+            ):
+                return True
         if type(value) is cst.Call:
             function = self.loops.callgraph.callee(value)
             if function is None or function is self.scopes.enclosing_function(value):
@@ -414,7 +424,8 @@ class AutogradGraphs:
                 yield node
                 continue
             if type(node) is cst.Attribute and re.search(r"(^|_)loss", node.attr.value):
-                yield node
+                if not self._written_without_graph(node):
+                    yield node
                 continue
             if type(node) is cst.Subscript and is_loss_key(node):
                 yield node
@@ -446,6 +457,64 @@ class AutogradGraphs:
                     stack.extend(a.value for a in node.args)
                 continue
             stack.extend(children(node))
+
+    def _written_without_graph(self, attribute: cst.Attribute) -> bool:
+        """Does the file write this loss-named attribute (`self.p_loss_avg`, `self.loss_counter`)
+        itself, and only with values that hold no graph (`0.0`, `loss.data.numpy()`, `+= 1`)?
+        Its name then says what it counts, not that it is a loss tensor. An attribute the file
+        never writes (`outputs.loss` from a library's model) keeps its name's meaning."""
+        text = dotted_name(attribute)
+        if text is None:
+            return False
+        writes = self._attribute_writes().get(text, [])
+        if text.startswith("self."):
+            # `self.p_loss_avg` in a worker's method is the worker's attribute: another class
+            # of the file (a master holding an `mp.Value` of that name) writes a different one.
+            own_class = self._enclosing_class(attribute)
+            writes = [w for w in writes if self._enclosing_class(w[0]) is own_class]
+        if not writes:
+            return False
+        return all(
+            value is not None and (self.grad_disabled(write) or self.holds_no_graph(value))
+            for write, value in writes
+        )
+
+    def _enclosing_class(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return next((a for a in self.ctx.ancestors(node) if type(a) is cst.ClassDef), None)
+
+    def _attribute_writes(self) -> Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]]:
+        """Every write of a dotted attribute, by its text: the statement and the value it
+        stores (the whole right-hand side for a tuple target; None when the value cannot be
+        told, as for a `for` or `with` target)."""
+        found = getattr(self, "_attribute_writes_found", None)
+        if found is None:
+            found = {}
+
+            def add(target: cst.CSTNode, statement: cst.CSTNode, value) -> None:
+                if type(target) in (cst.Tuple, cst.List):
+                    for element in target.elements:  # type: ignore[attr-defined]
+                        add(element.value, statement, value)
+                elif type(target) is cst.StarredElement:
+                    add(target.value, statement, value)
+                elif type(target) is cst.Attribute:
+                    text = dotted_name(target)
+                    if text:
+                        found.setdefault(text, []).append((statement, value))
+
+            for node in self.ctx.nodes(cst.Assign):
+                for target in node.targets:
+                    add(target.target, node, node.value)
+            for node in self.ctx.nodes(cst.AugAssign):
+                add(node.target, node, node.value)
+            for node in self.ctx.nodes(cst.AnnAssign):
+                if node.value is not None:
+                    add(node.target, node, node.value)
+            for node in self.ctx.nodes(cst.For):
+                add(node.target, node, None)
+            for node in self.ctx.nodes(cst.AsName):
+                add(node.name, node, None)
+            self._attribute_writes_found = found
+        return found
 
     def _detaching(self, node: cst.CSTNode) -> bool:
         if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
