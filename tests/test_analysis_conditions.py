@@ -168,3 +168,105 @@ def instance_tests_at_a(code: str):
 )
 def test_instance_tests_say_what_isinstance_established_at_a_site(code, expected):
     assert instance_tests_at_a(code) == expected
+
+
+def last_iteration(code: str) -> bool:
+    """Is the last `if` of `code` a branch taken only on its loop's last iteration?"""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    branch = list(ctx.nodes(cst.If))[-1]
+    return ctx.analysis(Conditions).last_iteration(branch)
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader):
+                step(x, y)
+                if i == len(loader) - 1:
+                    validate()
+            """,
+            True,
+            id="enumerate-index-equals-len-minus-one",
+        ),
+        pytest.param(
+            """
+            steps = list(enumerate(train_loader))
+            pbar = tqdm(steps)
+            for i, (x, y) in pbar:
+                step(x, y)
+                if len(steps) - 1 == i:
+                    validate()
+            """,
+            True,
+            id="tqdm-over-a-list-of-enumerated-batches",
+        ),
+        pytest.param(
+            """
+            for i, batch in enumerate(self.loader):
+                step(batch)
+                if i + 1 == len(self.loader):
+                    validate()
+            """,
+            True,
+            id="index-plus-one-equals-len",
+        ),
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader, 1):
+                step(x, y)
+                if i == len(loader) - 1:
+                    validate()
+            """,
+            False,
+            id="enumerate-from-one-is-the-second-to-last",
+        ),
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader):
+                if i == len(loader) - 1:
+                    validate()
+                step(x, y)
+            """,
+            False,
+            id="not-the-last-statement-of-the-body",
+        ),
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader):
+                step(x, y)
+                if i == len(val_loader) - 1:
+                    validate()
+            """,
+            False,
+            id="the-length-of-another-sequence",
+        ),
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader):
+                i = i * 2
+                if i == len(loader) - 1:
+                    validate()
+            """,
+            False,
+            id="index-rebound-in-the-body",
+        ),
+        pytest.param(
+            """
+            for i, (x, y) in enumerate(loader):
+                step(x, y)
+                if i == len(loader) - 1:
+                    validate()
+            else:
+                report()
+            """,
+            False,
+            id="a-loop-with-an-else",
+        ),
+    ],
+)
+def test_last_iteration_branch(code, expected):
+    assert last_iteration(code) is expected

@@ -21,6 +21,10 @@ that holds it (`self.is_test = False` at the start of `train()`), and assigned n
 statement or in the same-file functions it calls (`self.is_test = True` only in `test()`, which
 the loop never calls). An attribute fact also needs every call in that statement that could
 reach the object (a method of it, a call handed it) to be one the call graph resolves.
+
+`last_iteration(branch)` recognises the `if` that ends a loop's body and runs only on its last
+iteration (`if i == len(loader) - 1:` in `for i, batch in enumerate(loader)`): the step flows
+treat it as ending with `break`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import libcst as cst
 
 from ...walk import own_nodes
 from .callgraph import CallGraph
+from .names import dotted_name
 from .nodes import descendants
 from .. import Analysis
 
@@ -197,6 +202,80 @@ class Conditions(Analysis):
         if "*" in changed:
             opaque.add("*")  # a declaration may rebind any name: nothing is settled
         return changed, opaque
+
+    # -- the last iteration of a loop --------------------------------------------------------
+
+    def last_iteration(self, branch: cst.If) -> bool:
+        """Is `branch` the last statement of a `for` loop's body, taken only on the loop's last
+        iteration? `for i, (x, y) in enumerate(loader): ... if i == len(loader) - 1:` (also
+        `i + 1 == len(loader)`, and the loop over `tqdm(steps)` with `steps =
+        list(enumerate(loader))`). After such a branch the loop ends, exactly as if it ended
+        with `break`: what it switches (`model.eval()` before a validation) never meets the
+        loop's next iteration. A loop with an `else` is left alone (a `break` would skip it)."""
+        block = self.ctx.parent(branch)
+        loop = self.ctx.parent(block) if block is not None else None
+        if type(loop) is not cst.For or loop.orelse is not None or loop.body is not block:
+            return False
+        if type(block) is not cst.IndentedBlock or block.body[-1] is not branch:
+            return False
+        target = loop.target
+        if type(target) not in (cst.Tuple, cst.List) or len(target.elements) < 2:  # type: ignore
+            return False
+        index = target.elements[0].value  # type: ignore[attr-defined]
+        if type(index) is not cst.Name:
+            return False
+        sequences = self._counted_sequences(loop.iter)
+        if not sequences or self._rebound_in(index.value, loop.body):
+            return False
+        test = branch.test
+        if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+            return False
+        if type(test.comparisons[0].operator) is not cst.Equal:
+            return False
+        sides = (test.left, test.comparisons[0].comparator)
+        for mine, other in (sides, sides[::-1]):
+            if _is_name(mine, index.value) and _minus_one(other):
+                length = other.left  # type: ignore[attr-defined]
+            elif _plus_one(mine, index.value):
+                length = other
+            else:
+                continue
+            if _length_of(length) in sequences:
+                return True
+        return False
+
+    def _counted_sequences(self, iterable: cst.BaseExpression) -> Set[str]:
+        """The texts whose `len()` is the number of iterations of a loop over `iterable`, when
+        an `enumerate(...)` (counting from 0) gives the loop its index; else empty."""
+        texts: Set[str] = set()
+        counted = False
+        expr: cst.CSTNode = iterable
+        for _ in range(8):
+            text = dotted_name(expr)
+            if text:
+                texts.add(text)
+            if type(expr) is cst.Call:
+                leaf = (dotted_name(expr.func) or "").split(".")[-1]
+                if leaf not in _LENGTH_KEEPING or len(expr.args) != 1 or expr.args[0].keyword:
+                    break  # (`enumerate(x, 1)` counts from 1)
+                counted = counted or leaf == "enumerate"
+                expr = expr.args[0].value
+                continue
+            if type(expr) is cst.Name:
+                bindings = self.ctx.scopes.lookup(expr.value, expr)
+                if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].value is None:
+                    break
+                expr = bindings[0].value
+                continue
+            break
+        return texts if counted else set()
+
+    def _rebound_in(self, name: str, body: cst.CSTNode) -> bool:
+        for node in descendants(body):
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                if _is_name(node.target, name):
+                    return True
+        return False
 
     def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """Can `a` and `b` never both run in one execution?"""
@@ -407,3 +486,48 @@ def _contradict(x: Atom, y: Atom) -> bool:
     if relations == {"=="}:
         return x[2] != y[2]
     return False
+
+
+# Calls whose result has as many items as their one argument.
+_LENGTH_KEEPING = frozenset({"enumerate", "tqdm", "list", "tuple", "iter", "progress_bar"})
+
+
+def _is_name(expr: cst.CSTNode, name: str) -> bool:
+    return type(expr) is cst.Name and expr.value == name
+
+
+def _is_one(expr: cst.CSTNode) -> bool:
+    return type(expr) is cst.Integer and expr.value == "1"
+
+
+def _minus_one(expr: cst.CSTNode) -> bool:
+    """`<something> - 1`."""
+    return (
+        type(expr) is cst.BinaryOperation
+        and type(expr.operator) is cst.Subtract
+        and _is_one(expr.right)
+    )
+
+
+def _plus_one(expr: cst.CSTNode, name: str) -> bool:
+    """`name + 1` or `1 + name`."""
+    return (
+        type(expr) is cst.BinaryOperation
+        and type(expr.operator) is cst.Add
+        and (
+            (_is_name(expr.left, name) and _is_one(expr.right))
+            or (_is_one(expr.left) and _is_name(expr.right, name))
+        )
+    )
+
+
+def _length_of(expr: cst.CSTNode) -> Optional[str]:
+    """`len(x)`: the text of `x`."""
+    if (
+        type(expr) is cst.Call
+        and _is_name(expr.func, "len")
+        and len(expr.args) == 1
+        and not expr.args[0].keyword
+    ):
+        return dotted_name(expr.args[0].value)
+    return None

@@ -420,6 +420,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if settled is False:
                 return Seq((test, orelse))  # `if self.is_test:` inside `train()`'s loop
             body = self._block(stmt.body, *args)
+            if self.conditions.last_iteration(stmt):
+                body = Seq((body, Exit("break")))  # `if i == len(loader) - 1:` ends the loop
             if settled is True:
                 return Seq((test, body))
             return Seq((test, Alt((body, orelse))))

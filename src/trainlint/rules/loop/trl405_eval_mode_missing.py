@@ -112,7 +112,10 @@ class EvalModeMissing(Rule):
     switched off with `return` as its first line) never runs and is not reported. A mode set on
     the variable of a walk over a model's layers (`for m in net.backbone.modules(): if
     isinstance(m, nn.BatchNorm2d): m.eval()`, freezing a backbone's BatchNorm) is chosen layer
-    by layer, on purpose, and is not the model's mode.
+    by layer, on purpose, and is not the model's mode. A validation on a loop's last iteration
+    (`if i == len(steps) - 1: model.eval(); validate(...)` as the last statement of `for i, ...
+    in enumerate(loader)`) ends that loop: it is reported only when nothing sets `train()`
+    again before the next training step (the next epoch).
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
