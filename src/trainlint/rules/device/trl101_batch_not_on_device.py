@@ -86,7 +86,8 @@ class BatchNotOnDevice(Rule):
     from what a same-file helper returns moved, a same-file generator that yields slices of a
     tensor it built with `torch.tensor(..., device=device)`, and a producer of the batches
     handed the device the file moves things to: `d2l.data_iter_consecutive(corpus, bs, steps,
-    device)`, `MyDataset(root, device)`); a call in the `else` of `if isinstance(net,
+    device)`, `MyDataset(root, device)`, or a fastai loader, which moves every batch to the GPU
+    itself: `MixUpLoader(data.trn_dl)` with `data = ImageClassifierData.from_paths(...)`); a call in the `else` of `if isinstance(net,
     nn.Module):` (there `net` is a plain function, a from-scratch model on the CPU), and a
     model of unknown placement whose only evidence is a move of another item on a branch that
     excludes the call (`if use_gpu: images = images.cuda() ... else: model(images)`); values
