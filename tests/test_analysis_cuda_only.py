@@ -109,6 +109,16 @@ def test_cuda_only(code):
 @pytest.mark.parametrize(
     "code",
     [
+        # `self.cuda(...)` is the class's own method (it moves to the configured device)
+        """
+        import torch
+        class Trainer:
+            def load(self, path):
+                self.model.load_state_dict(torch.load(path))
+                self.cuda()
+            def cuda(self):
+                self.model.to(self.config.DEVICE)
+        """,
         # the move is optional
         """
         import torch

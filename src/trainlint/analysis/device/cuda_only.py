@@ -158,8 +158,8 @@ class CudaOnly(Analysis):
     def _is_cuda_use(self, call: cst.Call) -> bool:
         func = call.func
         if type(func) is cst.Attribute and func.attr.value == "cuda":
-            if self.names.is_(func, "torch.cuda"):
-                return False
+            if self.names.is_(func, "torch.cuda") or self.calls.callee(call) is not None:
+                return False  # `self.cuda(*items)`: a method of the file's class, not torch's
             if not call.args:
                 return True  # model.cuda(): the current device, cuda:0 in a file that sets none
             first = call.args[0]

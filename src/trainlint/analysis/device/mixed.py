@@ -103,8 +103,8 @@ class MixedPlacements(Analysis):
         func = call.func
         method = func.attr.value if type(func) is cst.Attribute else None
         if method == "cuda" and type(func) is cst.Attribute:
-            if dotted_name(func.value) == "torch":
-                return None
+            if dotted_name(func.value) == "torch" or self.callgraph.callee(call) is not None:
+                return None  # `torch.cuda`; `self.cuda(*items)`, a method of the file's class
             if argument(call, 0, "device") is None:
                 return BarePlacement(call, call, ".cuda()")
             return None
