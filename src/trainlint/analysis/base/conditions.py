@@ -37,7 +37,7 @@ import libcst as cst
 from ...walk import own_nodes
 from .callgraph import CallGraph
 from .names import dotted_name
-from .nodes import descendants
+from .nodes import descendants, is_name
 from .. import Analysis
 
 # (expression text, relation, constant text); relation "==", "!=", "true", "false"
@@ -234,7 +234,7 @@ class Conditions(Analysis):
             return False
         sides = (test.left, test.comparisons[0].comparator)
         for mine, other in (sides, sides[::-1]):
-            if _is_name(mine, index.value) and _minus_one(other):
+            if is_name(mine, index.value) and _minus_one(other):
                 length = other.left  # type: ignore[attr-defined]
             elif _plus_one(mine, index.value):
                 length = other
@@ -273,7 +273,7 @@ class Conditions(Analysis):
     def _rebound_in(self, name: str, body: cst.CSTNode) -> bool:
         for node in descendants(body):
             if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
-                if _is_name(node.target, name):
+                if is_name(node.target, name):
                     return True
         return False
 
@@ -492,10 +492,6 @@ def _contradict(x: Atom, y: Atom) -> bool:
 _LENGTH_KEEPING = frozenset({"enumerate", "tqdm", "list", "tuple", "iter", "progress_bar"})
 
 
-def _is_name(expr: cst.CSTNode, name: str) -> bool:
-    return type(expr) is cst.Name and expr.value == name
-
-
 def _is_one(expr: cst.CSTNode) -> bool:
     return type(expr) is cst.Integer and expr.value == "1"
 
@@ -515,8 +511,8 @@ def _plus_one(expr: cst.CSTNode, name: str) -> bool:
         type(expr) is cst.BinaryOperation
         and type(expr.operator) is cst.Add
         and (
-            (_is_name(expr.left, name) and _is_one(expr.right))
-            or (_is_one(expr.left) and _is_name(expr.right, name))
+            (is_name(expr.left, name) and _is_one(expr.right))
+            or (_is_one(expr.left) and is_name(expr.right, name))
         )
     )
 
@@ -525,7 +521,7 @@ def _length_of(expr: cst.CSTNode) -> Optional[str]:
     """`len(x)`: the text of `x`."""
     if (
         type(expr) is cst.Call
-        and _is_name(expr.func, "len")
+        and is_name(expr.func, "len")
         and len(expr.args) == 1
         and not expr.args[0].keyword
     ):

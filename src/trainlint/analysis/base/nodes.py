@@ -50,6 +50,11 @@ def target_names(target: cst.CSTNode) -> Set[str]:
     return set()
 
 
+def is_name(node: cst.CSTNode, name: str) -> bool:
+    """The bare name `name`."""
+    return type(node) is cst.Name and node.value == name
+
+
 def is_self_attr(node: cst.CSTNode, attr: str) -> bool:
     """`self.<attr>`."""
     return (

@@ -38,7 +38,7 @@ from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
 from ..base.identity import returned_module
 from ..base.names import Names, dotted_name
-from ..base.nodes import descendants, is_self_attr, self_and_descendants
+from ..base.nodes import descendants, is_name, is_self_attr, self_and_descendants
 from .. import Analysis
 
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
@@ -204,7 +204,7 @@ class Modules(Analysis):
             registering = name in cls.init_methods
             initialising = registering or bool(_INIT_METHOD.search(name))
             for sub in self._within(function, _READ_TYPES):
-                if type(sub) is cst.Attribute and _is_name(sub.value, self_name):
+                if type(sub) is cst.Attribute and is_name(sub.value, self_name):
                     # A lambda or function made while building runs later: its reads are uses.
                     later = initialising and self._deferred(sub, function)
                     self._on_self_attribute(cls, method, sub, initialising and not later)
@@ -377,7 +377,7 @@ class Modules(Analysis):
         if type(func) is cst.Attribute:
             receiver = func.value
             attr = func.attr.value
-            if _is_name(receiver, self_name) and registering:
+            if is_name(receiver, self_name) and registering:
                 if attr == "register_parameter" and len(call.args) >= 2:
                     name = string_literal(call.args[0].value)
                     if name is not None:
@@ -396,8 +396,8 @@ class Modules(Analysis):
                 method.super_calls.add(attr)
             return
         if leaf in ("getattr", "setattr", "delattr", "hasattr") and call.args:
-            if not _is_name(call.args[0].value, self_name) or len(call.args) < 2:
-                if leaf == "getattr" and call.args and _is_name(call.args[0].value, "vars"):
+            if not is_name(call.args[0].value, self_name) or len(call.args) < 2:
+                if leaf == "getattr" and call.args and is_name(call.args[0].value, "vars"):
                     cls.escapes.add("")
                 return
             name_node = call.args[1].value
@@ -416,7 +416,7 @@ class Modules(Analysis):
                     self._register(cls, literal, call.args[2].value, call)
                 elif literal is None:
                     cls.escapes.add(_prefix(name_node))
-        elif leaf == "vars" and call.args and _is_name(call.args[0].value, self_name):
+        elif leaf == "vars" and call.args and is_name(call.args[0].value, self_name):
             cls.escapes.add("")
 
     def _on_for(self, cls: ModuleClass, loop: cst.For, self_name: str, initialising) -> None:
@@ -548,7 +548,7 @@ def _init_reach(
                 assert type(sub) is cst.Call  # calls_in holds _within(method, (cst.Call,))
                 if (
                     type(sub.func) is cst.Attribute
-                    and _is_name(sub.func.value, self_name)
+                    and is_name(sub.func.value, self_name)
                     and sub.func.attr.value in functions
                 ):
                     found.add(sub.func.attr.value)
@@ -575,12 +575,8 @@ def _self_param(function: cst.FunctionDef) -> Optional[str]:
     return params[0].name.value if params else None
 
 
-def _is_name(node: cst.CSTNode, name: str) -> bool:
-    return type(node) is cst.Name and node.value == name
-
-
 def _is_self_attr(node: cst.CSTNode, self_name: str) -> TypeGuard[cst.Attribute]:
-    return type(node) is cst.Attribute and _is_name(node.value, self_name)
+    return type(node) is cst.Attribute and is_name(node.value, self_name)
 
 
 def _self_root(node: cst.CSTNode, self_name: str) -> Optional[str]:
