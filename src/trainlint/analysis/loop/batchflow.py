@@ -219,6 +219,11 @@ class BatchFlow(Analysis):
             leaf = dotted.split(".")[-1]
             if MOVING_LOADER.search(leaf):
                 return f"`{leaf}` delivers batches on the device"
+            qualified = self.names.qualified(call.func)
+            if any(q.split(".")[0] in _DEVICE_BATCH_LIBRARIES for q in qualified):
+                # fastai 0.7's `data.trn_dl` (through a wrapper's `self.dl`, its constructor call
+                # and the object it is an attribute of): the library moves every batch
+                return f"`{dotted}` makes a loader that delivers batches on the device"
             if any(
                 a.keyword is not None and a.keyword.value == "device" and not _cpu_device(a.value)
                 for a in call.args
@@ -254,53 +259,6 @@ class BatchFlow(Analysis):
                 reason = self._dataloader_moves(call, flow)
                 if reason is not None:
                     return reason
-        library = self._library_loader(start)
-        if library is not None:
-            return f"`{library}` makes a loader that delivers batches on the device"
-        return None
-
-    def _library_loader(self, expr: Optional[cst.CSTNode], depth: int = 0) -> Optional[str]:
-        """The call of a library whose loaders deliver batches on the device that makes the
-        iterated object (through names, `self.` attributes, parameters the file's callers fill,
-        and attributes of what the call returned: `data.trn_dl` of `data =
-        ImageClassifierData.from_paths(...)`, fastai 0.7's, whose loader moves every batch to
-        the GPU)."""
-        if depth > 5 or expr is None:
-            return None
-        if type(expr) is cst.Call:
-            func = expr.func
-            leaf = (dotted_name(func) or "").split(".")[-1]
-            qualified = self.names.qualified(func)
-            roots = {q.split(".")[0] for q in qualified if not q.startswith(LOCAL_PREFIX)}
-            if not roots.isdisjoint(_DEVICE_BATCH_LIBRARIES):
-                return dotted_name(func) or leaf
-            if leaf in _YIELDS_ITS_ARGUMENT and expr.args:
-                return self._library_loader(expr.args[0].value, depth + 1)
-            if type(func) is cst.Attribute and not roots:
-                return self._library_loader(func.value, depth + 1)  # `data.get_loader(...)`
-            return None
-        if type(expr) is cst.Attribute:
-            if _is_self(expr.value):
-                for value in self._self_assignments(expr):
-                    found = self._library_loader(value, depth + 1)
-                    if found is not None:
-                        return found
-                return None
-            return self._library_loader(expr.value, depth + 1)
-        if type(expr) is cst.Name:
-            for binding in self.scopes.lookup(expr.value, expr):
-                if binding.kind in ("assign", "annassign") and binding.value is not None:
-                    found = self._library_loader(binding.value, depth + 1)
-                elif binding.kind == "param" and type(binding.statement) is cst.FunctionDef:
-                    found = None
-                    callgraph = self.loops.callgraph
-                    for call in callgraph.callers(binding.statement):
-                        passed = callgraph.argument_for(call, binding.statement, expr.value)
-                        found = found or self._library_loader(passed, depth + 1)
-                else:
-                    found = None
-                if found is not None:
-                    return found
         return None
 
     def _handed_the_device(self, call: cst.Call) -> Optional[str]:
@@ -681,8 +639,6 @@ _STDLIB = frozenset(
 # `ModelData.trn_dl`, v1's `DataBunch`, v2's `DataLoaders`) move every batch to the GPU. (Which
 # other names are libraries and which are the project's own modules a file alone cannot tell.)
 _DEVICE_BATCH_LIBRARIES = frozenset({"fastai"})
-# Calls that yield what their first argument yields.
-_YIELDS_ITS_ARGUMENT = frozenset({"iter", "enumerate", "tqdm", "list", "tuple", "cycle", "zip"})
 _THIRD_PARTY = frozenset(
     {
         "torch",
