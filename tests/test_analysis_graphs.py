@@ -91,3 +91,45 @@ def test_sources_of_grad(line):
 )
 def test_plain_tensor_code(line):
     assert not records(f"import torch\n{line}\n")
+
+
+def numpy_element(code: str) -> bool:
+    """numpy_element of the target of the file's last `+=`."""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    target = list(ctx.nodes(cst.AugAssign))[-1].target
+    return ctx.analysis(TrainingSteps).numpy_element(target)
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        # numpy converts what is stored (CPU PyTorch: `a[0] += loss` leaves a float64)
+        ("import numpy as np\nlosses = np.zeros(3)\nlosses[0] += loss\n", True),
+        ("import numpy\nlosses = numpy.full(3, 0.0)\nlosses[0] += loss\n", True),
+        ("from numpy import zeros\nlosses = zeros(3)\nlosses[0] += loss\n", True),
+        # a star import leaves `np` unresolved: the name is numpy's
+        ("from fastai.imports import *\nlosses = np.zeros(3)\nlosses[0] += loss\n", True),
+        # a torch tensor records the in-place add: it keeps the graph
+        ("import torch\nlosses = torch.zeros(3)\nlosses[0] += loss\n", False),
+        ("losses = [0.0] * 3\nlosses[0] += loss\n", False),
+        # a binding that may be something else reaches the slot
+        (
+            "import numpy as np\nlosses = np.zeros(3)\nif reuse:\n    losses = []\n"
+            "losses[0] += loss\n",
+            False,
+        ),
+        # a whole name, an attribute's slot: not an element of a known array
+        ("import numpy as np\nlosses = np.zeros(3)\nlosses += loss\n", False),
+        ("import numpy as np\nself.losses = np.zeros(3)\nself.losses[0] += loss\n", False),
+        ("import numpy as np\nnp = torch\nlosses = np.zeros(3)\nlosses[0] += loss\n", False),
+        (
+            "import numpy as np\nimport torch\nnp = torch\nlosses = np.zeros(3)\n"
+            "losses[0] += loss\n",
+            False,
+        ),
+    ],
+)
+def test_numpy_element(code, expected):
+    assert numpy_element(code) is expected

@@ -9,6 +9,7 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
   the parts of an expression that carry one;
 - `recorded_without_grad(leaf)` / `holds_no_graph(value)`: bound only under `no_grad()`, from a
   detaching read, a number, or a same-file helper whose every return holds no graph;
+- `numpy_element(target)`: `losses[i]` of a numpy array, which stores numbers, not graphs;
 - `freed_names(loop)`: what a `backward()` of the iteration frees (its saved activations);
 - `carried_graph_names(loop)`: values fed back into what computes them and so carried, with
   their graph, into the next iteration.
@@ -61,6 +62,14 @@ _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
+# numpy functions that make a new array of numbers: an element written into it is converted to
+# the array's dtype (a tensor with a graph becomes a float, as `float(loss)` does).
+_NUMPY_ARRAY_MAKERS = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+        "array", "asarray", "arange", "linspace",
+    }
+)
 
 
 class AutogradGraphs:
@@ -478,6 +487,38 @@ class AutogradGraphs:
             value is not None and (self.grad_disabled(write) or self.holds_no_graph(value))
             for write, value in writes
         )
+
+    def numpy_element(self, target: cst.CSTNode) -> bool:
+        """Is `target` (`losses[i]`) an element of a numpy array: is every binding of its
+        container that reaches it made by a numpy constructor (`losses = np.zeros(n)`)? numpy
+        converts what is stored into the array's dtype, so `losses[i] += loss` keeps a number,
+        never the loss's graph."""
+        if type(target) is not cst.Subscript or type(target.value) is not cst.Name:
+            return False
+        container = target.value
+        bindings = self.scopes.lookup(container.value, container)
+        return bool(bindings) and all(
+            binding.kind == "assign"
+            and type(getattr(binding.statement, "value", None)) is cst.Call
+            and self._makes_numpy_array(binding.statement.value)
+            for binding in bindings
+        )
+
+    def _makes_numpy_array(self, call: cst.Call) -> bool:
+        # `numpy.zeros`, or `np.zeros` through a star import (`from fastai.conv_learner import
+        # *` resolves it to `fastai.conv_learner.np.zeros`) or from nowhere: the name is numpy's
+        # everywhere, as the detaching reads above also assume. A local `np` (`np = torch`) is
+        # not.
+        qualified: Iterable[str] = self.names.qualified(call.func) or {
+            dotted_name(call.func) or ""
+        }
+        for name in qualified:
+            parts = name.split(".")
+            if parts[-1] not in _NUMPY_ARRAY_MAKERS or name.startswith("<") or len(parts) < 2:
+                continue
+            if parts[-2] == "np" or parts[:-1] == ["numpy"]:
+                return True
+        return False
 
     def _enclosing_class(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return next((a for a in self.ctx.ancestors(node) if type(a) is cst.ClassDef), None)

@@ -144,7 +144,8 @@ class LossAccumulatedWithGraph(Rule):
     the deliberate multi-step loss: terms summed in a loop and backpropagated once after it, or
     returned to be backpropagated by the caller (`loss = 0; for t in ...: loss += crit(...)`
     then `loss.backward()`), including windowed sums backpropagated and reset inside the loop,
-    and files where nothing can require grad: a from-scratch network in a plain class whose
+    a slot of a numpy array (`losses = np.zeros(n)` then `losses[i] += loss`: numpy converts
+    the loss to a float), and files where nothing can require grad: a from-scratch network in a plain class whose
     `torch.zeros(...).normal_()` weights are updated by hand-written gradients (`w -= lr * dw`)
     has no `nn.Module`, `nn.Parameter`, `requires_grad`, optimizer or library-built model, so
     no value carries a graph whatever it is called.
@@ -483,6 +484,8 @@ class LossAccumulatedWithGraph(Rule):
             return
         if self.steps.library_owned(node) or self.steps.grad_disabled(node):
             return
+        if type(node) is cst.AugAssign and self.steps.numpy_element(node.target):
+            return  # `losses[i] += loss` into `np.zeros(n)` stores a float
         names = set(self._graph_names(loops[-1]))
         freed = set(self.steps.freed_names(loops[-1])) if loops[0] is not loops[-1] else set()
         elements: Set[str] = set()
@@ -539,9 +542,7 @@ class LossAccumulatedWithGraph(Rule):
             return  # summed, then one backward after the loop (or by the caller)
         numeric = kind == "sum" and self._numeric(target, loop)
         read = "item()" if numeric else "detach()"
-        shown = self.ctx.code(leaves[0])
-        if len(shown) > 30 or "\n" in shown:
-            shown = "loss"
+        shown = _shown(self.ctx, leaves[0])
         freed |= self.steps.freed_names(loop) | self._graphs_of(loops[-1]).freed
         holders = self._graphs_of(loops[-1]).holders
         was_freed = all(dotted_name(leaf) in freed for leaf in leaves)
@@ -835,6 +836,18 @@ def _confirm(project, display: str, code: str, key: str, entry, summary) -> Opti
         entry["called"], entry["shown"], store, bool(entry.get("freed"))
     )
     return project.candidate(display, code, key, message=headline, help=help, severity=severity)
+
+
+def _shown(ctx, leaf) -> str:
+    """How messages name the value that carries the graph: its code, or for a long call its
+    function (`L1loss(...)`); never a stand-in name, which could be another variable's."""
+    text = ctx.code(leaf)
+    if len(text) <= 30 and "\n" not in text:
+        return text
+    function = dotted_name(leaf.func) if type(leaf) is cst.Call else None
+    if function is not None and len(function) <= 30:
+        return f"{function}(...)"
+    return " ".join(text.split())[:27] + "..."
 
 
 def _reads_own_slot(target, left) -> bool:
