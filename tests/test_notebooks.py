@@ -142,6 +142,10 @@ def test_ipython_syntax_is_masked_and_cell_magics_of_other_languages_are_left_ou
     numbers = [n for n, _ in source.cells]
     assert numbers == [1, 2, 3, 4, 5, 6, 9]  # the %%bash and %%writefile cells are left out
     assert mask_cell("files = !ls data") == "files = ..."
+    # IPython unpacks a system command's output like any value: `path, = !echo $PYTHONPATH`
+    assert mask_cell("path, = !echo $PYTHONPATH") == "path, = ..."
+    assert mask_cell("ckpt, = ! {ls_logs} | {only_ckpts} | head -n 1") == "ckpt, = ..."
+    assert mask_cell("a, b, = %sx ls") == "a, b, = ..."
     assert mask_cell("    !wc -l $path\n") == "    ...\n"
     assert mask_cell("%%bash\nls") is None
     # Automagic (no `%`) is masked only where the line is not Python already.

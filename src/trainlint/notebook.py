@@ -181,8 +181,9 @@ PYTHON_CELL_MAGICS = frozenset(
 _MASK = "..."
 # `obj?`, `obj??`, `?obj`, and IPython's wildcard search `torch.*Tensor?` (`%psearch`).
 _HELP_RE = re.compile(r"^\s*(?:\?{1,2}\s*[\w.*]+|[\w.*\[\]()]+\s*\?{1,2})\s*$")
+# `files = !ls`, `a, b = %sx ls`, and the one-element unpacking `path, = !echo $PYTHONPATH`.
 _ASSIGN_MAGIC_RE = re.compile(
-    r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=)\s*(?:%|!)"
+    r"^(?P<target>\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*,?\s*=)\s*(?:%|!)"
 )
 # IPython's automagic runs `cd data` or `pip install x` without the `%`. Such a line is masked
 # only when it does not parse as Python on its own (`pwd` alone is just a name).
