@@ -10,6 +10,7 @@ from ...analysis.base.calls import argument, int_list, method_call, needs_parent
 from ...analysis.base.conditions import Conditions
 from ...analysis.base.names import dotted_name
 from ...analysis.base.vocabulary import DTYPE_WORDS
+from ...analysis.device.choices import DeviceChoices
 from ...analysis.device.expressions import Device, Devices
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
@@ -44,7 +45,9 @@ class DataParallelWrapThenMove(Rule):
     (`nn.DataParallel(model).cuda()`) as in the tutorial's two statements; so is a move to the
     same expression as `device_ids[0]` (`device_ids=[args.gpu]` with `.cuda(args.gpu)`).
     `CUDA_VISIBLE_DEVICES` changes which GPUs are visible, not that the first visible one is
-    `cuda:0`. A device the analysis cannot resolve (a parameter of a helper) is not reported.
+    `cuda:0`. A device the analysis cannot resolve (a parameter of a helper, or an option such
+    as `cfg.device.type` that may just as well hold `"cuda"`) is not reported: only an index
+    the analysis sees being chosen (`f"cuda:{args.gpu}"`, `.cuda(local_rank)`) may differ.
 
     ## Example
     ```python
@@ -82,6 +85,7 @@ class DataParallelWrapThenMove(Rule):
         super().__init__(ctx)
         self.names = ctx.names
         self.devices: Devices = ctx.analysis(Devices)
+        self.choices: DeviceChoices = ctx.analysis(DeviceChoices)
 
     # -- the one-expression form --------------------------------------------------------------
 
@@ -113,7 +117,8 @@ class DataParallelWrapThenMove(Rule):
             return  # `.cuda()`, "cuda", "cuda:0" without device_ids: that is device_ids[0]
         self.report(
             move,
-            f"DataParallel wrapper moved to {_where(target)}, not necessarily device_ids[0] "
+            f"DataParallel wrapper moved to {self._where(target, move)}, not necessarily "
+            f"device_ids[0] "
             f"({_first(first_id, first_id_text)})",
             help=_MAY_DIFFER_HELP,
             fix=self._fix(wrap, move, method),
@@ -178,7 +183,7 @@ class DataParallelWrapThenMove(Rule):
             elif self._may_differ(move_target, first_id, first_id_text, call):
                 self.report(
                     call,
-                    f"`{target}` (DataParallel) moved to {_where(move_target)}, not "
+                    f"`{target}` (DataParallel) moved to {self._where(move_target, call)}, not "
                     f"necessarily device_ids[0] ({_first(first_id, first_id_text)})",
                     help=_MAY_DIFFER_HELP,
                     related=related,
@@ -260,13 +265,35 @@ class DataParallelWrapThenMove(Rule):
         start at 0 or the file sets another current device."""
         if first_text is not None and target.index_text == first_text:
             return False  # device_ids=[args.gpu] with .cuda(args.gpu): the same device
-        if target.user_chosen:
-            return True
+        if target.user_chosen and target.kind == "cuda":
+            return True  # `f"cuda:{args.gpu}"`, `.cuda(local_rank)`: an index chosen at run time
+        if target.kind == "unknown" and isinstance(move, cst.Call):
+            # An option the analysis cannot resolve (`cfg.device.type`, `args.device`) may as
+            # well be "cuda", the current device: only its default, when it names another GPU
+            # (`add_argument("--device", default="cuda:1")`), shows an index that may differ.
+            index = self._default_index(move)
+            return index is not None and index != first_id
         if target.origin == "current" and first_id not in (0, None):
             return True
         if target.origin == "current" and first_id == 0 and self._file_sets_device(move):
             return True  # set_device(local_rank) makes "cuda" another GPU than cuda:0
         return False
+
+    def _default_index(self, move: cst.Call) -> Optional[int]:
+        """The CUDA index the moved-to device has by default, when the analysis traces it to a
+        literal (an option's or a parameter's default)."""
+        expr = argument(move, 0, "device")
+        choice = self.choices.trace(expr) if expr is not None else None
+        return choice.device.index if choice is not None else None
+
+    def _where(self, target: Device, move: cst.Call) -> str:
+        if target.origin == "current" and target.index is None:
+            return "the current CUDA device"
+        if target.kind == "unknown":
+            index = self._default_index(move)
+            if index is not None:
+                return f"a device defaulting to cuda:{index}"
+        return target.describe()
 
     def _file_sets_device(self, move: Optional[cst.CSTNode] = None) -> bool:
         """Does a `torch.cuda.set_device` of the file run with the move? (One on an exclusive
@@ -305,12 +332,6 @@ _MAY_DIFFER_HELP = (
     "and start device_ids with its device (`DataParallel(model.to(d), device_ids=[d, ...])`), "
     "or use DistributedDataParallel."
 )
-
-
-def _where(target: Device) -> str:
-    if target.origin == "current" and target.index is None:
-        return "the current CUDA device"
-    return target.describe()
 
 
 def _first(first_id: Optional[int], first_text: Optional[str]) -> str:

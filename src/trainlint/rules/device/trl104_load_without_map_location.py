@@ -6,6 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ...analysis.base.names import dotted_name
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import never_mentions_accelerator
 from ...analysis.device.choices import DeviceChoices
@@ -65,7 +66,8 @@ class LoadWithoutMapLocation(Rule):
     Not reported when the file itself wrote the path earlier (`torch.save(obj, path)` above,
     or in an earlier notebook cell: the same machine reads its own devices back), when the other
     branch of the enclosing `if` loads with `map_location` (the branch without it runs where
-    the devices exist), when a file that writes its own checkpoints never mentions an
+    the devices exist) or the load sits in a `try` whose handler for `RuntimeError` (or any
+    exception) loads again with `map_location`, when a file that writes its own checkpoints never mentions an
     accelerator (what it saves holds CPU tensors), or when the load can only run on a machine
     with CUDA, in one process on the first GPU: a bare `.cuda()`, a hard-coded `"cuda"`, or
     CUDA tensors made the default type, on a line nothing can skip, in the load's function, in
@@ -198,6 +200,14 @@ class LoadWithoutMapLocation(Rule):
                 branch = ancestor.orelse if child is ancestor.body else ancestor.body
                 if branch is not None and child is not ancestor.test and self._maps_in(branch):
                     return True
+            elif type(ancestor) is cst.Try and child is ancestor.body:
+                # `try: load(f) except RuntimeError: load(f, map_location=...)`: the device
+                # error is caught and the load retried where the devices do not exist.
+                if any(
+                    _catches_runtime_error(handler) and self._maps_in(handler.body)
+                    for handler in ancestor.handlers
+                ):
+                    return True
             elif type(ancestor) is cst.IfExp and child is not ancestor.test:
                 value = ancestor.orelse if child is ancestor.body else ancestor.body
                 if self._maps_in(value):
@@ -298,6 +308,17 @@ class LoadWithoutMapLocation(Rule):
         if type(parent) is cst.For and parent.iter is call:
             return False
         return False
+
+
+def _catches_runtime_error(handler: cst.ExceptHandler) -> bool:
+    """Does the handler catch the RuntimeError a load onto a missing device raises (a bare
+    `except:`, `RuntimeError`, `Exception`, `BaseException`, alone or in a tuple)?"""
+    if handler.type is None:
+        return True
+    kinds = handler.type
+    caught = [e.value for e in kinds.elements] if type(kinds) is cst.Tuple else [kinds]
+    names = {dotted_name(kind) for kind in caught}
+    return bool(names & {"RuntimeError", "Exception", "BaseException"})
 
 
 def _bookkeeping_key(subscript: cst.Subscript) -> bool:
