@@ -130,6 +130,33 @@ def test_a_flag_passed_as_a_literal_settles_the_helpers_branch():
     assert conditions.settled(test, at, lambda text: "args.cv") is None
 
 
+@pytest.mark.parametrize(
+    "test, passed, value",
+    [
+        # `run_epoch(..., mode="eval")`: neither training mode
+        ('mode == "train" or mode == "train+log"', '"eval"', False),
+        ('mode == "train" or mode == "train+log"', "'train+log'", True),
+        ('mode != "eval" and mode != "test"', '"test"', False),
+        ('not (mode == "train" or mode == "train+log")', '"eval"', True),
+        ("mode == 'train' or verbose", '"train"', True),  # one true side decides an `or`
+        ("n == 1", "1", True),
+        ("n == 1", "2.0", False),
+        # an unknown side leaves an `or` open, a false `and` side closes it
+        ("mode == 'train' or verbose", '"eval"', None),
+        ("mode == 'train' and verbose", '"eval"', False),
+        ('mode == "train"', "args.mode", None),
+        ('mode == "train"', "[1]", None),
+    ],
+)
+def test_a_literal_argument_settles_comparisons_and_boolean_chains(test, passed, value):
+    code = f"def run(mode, n=0, verbose=None):\n    if {test}:\n        a()\n"
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    branch = ctx.nodes(cst.If)[0]
+    rename = {"mode": passed, "n": passed, "verbose": "opts.verbose"}.get
+    assert ctx.analysis(Conditions).settled(branch.test, branch, rename) is value
+
+
 def instance_tests_at_a(code: str):
     """`Conditions.instance_tests` at the call `a()` of `code`, as (subject, class, holds)."""
     code = textwrap.dedent(code)

@@ -14,8 +14,8 @@ function: `rank = -1` between them would make both tests about different values.
 never compared (`f() == 1` may change between two calls).
 
 `settled(test, at)` decides a branch from what the code establishes before it runs: a flag a
-helper receives as a literal (`self.run_epoch(cross_valid=True)`, or a `False`/`True`/`None`
-default nothing overrides), or a constant
+helper receives as a literal (`self.run_epoch(cross_valid=True)`, `run_epoch(..., mode="eval")`,
+or a literal default nothing overrides), or a constant
 assigned at the top level of the function (or module) that holds `at`, before the statement
 that holds it (`self.is_test = False` at the start of `train()`), and assigned nowhere in that
 statement or in the same-file functions it calls (`self.is_test = True` only in `test()`, which
@@ -64,16 +64,40 @@ class Conditions(Analysis):
         the call in the analysed code that leads to a helper holding `test`; `rename` turns the
         helper's names into the caller's), or None when the code before does not settle it."""
         facts = self.facts_at(at)
-        for holds in (True, False):
-            for subject, relation, constant in self.atoms(test, holds):
-                name = rename(subject) if rename is not None else subject
-                if name is None:
-                    continue
-                # a helper's flag the call passes as a literal: `run_epoch(cross_valid=True)`
-                value = name if name in _LITERAL_NAMES else facts.get(name)
-                if value is not None and _refuted((name, relation, constant), value):
-                    return not holds  # `test` == holds would contradict what is known
-        return None
+
+        def value_of(subject: str) -> Optional[str]:
+            name = rename(subject) if rename is not None else subject
+            if name is None:
+                return None
+            # a helper's flag the call passes as a literal: `run_epoch(cross_valid=True)`,
+            # `run_epoch(..., mode="eval")`
+            return _literal_value(name) or facts.get(name)
+
+        return self._evaluate(test, value_of)
+
+    def _evaluate(
+        self, test: cst.BaseExpression, value_of: Callable[[str], Optional[str]]
+    ) -> Optional[bool]:
+        """`test`'s value from its subjects' known constants: `not`, `and` and `or` combine
+        what their parts settle (`mode == "train" or mode == "train+log"` is False for
+        `mode="eval"`; one unknown side leaves an `or` open unless the other is True)."""
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+            inner = self._evaluate(test.expression, value_of)
+            return None if inner is None else not inner
+        if type(test) is cst.BooleanOperation:
+            left = self._evaluate(test.left, value_of)
+            right = self._evaluate(test.right, value_of)
+            decisive = type(test.operator) is cst.Or  # True decides an `or`, False an `and`
+            if left is decisive or right is decisive:
+                return decisive
+            if left is not None and right is not None:
+                return not decisive
+            return None
+        atom = self._atom(test)
+        if atom is None:
+            return None
+        value = value_of(atom[0])
+        return None if value is None else _holds(atom, value)
 
     def facts_at(self, at: cst.CSTNode) -> Dict[str, str]:
         """Subject -> constant, for the constants assigned before the top-level statement that
@@ -449,24 +473,38 @@ def _constant(ctx, node: cst.CSTNode) -> Optional[str]:
     return repr(value)
 
 
-def _refuted(atom: Atom, fact: str) -> bool:
-    """Is `atom` false when its subject holds the constant `fact`?"""
+def _literal_value(text: str) -> Optional[str]:
+    """`True`, `None`, `"eval"`, `-1`: the constant the text spells, as `_constant` spells it
+    (None when the text is not a constant)."""
+    if text in _LITERAL_NAMES:
+        return text
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if type(value) not in (str, int, float):
+        return None
+    return repr(float(value) if type(value) is int else value)
+
+
+def _holds(atom: Atom, fact: str) -> Optional[bool]:
+    """Is `atom` true when its subject holds the constant `fact` (None: cannot tell)?"""
     try:
         value = ast.literal_eval(fact)
     except (ValueError, SyntaxError):
-        return False
+        return None
     _, relation, constant = atom
     if relation == "true":
-        return not value
-    if relation == "false":
         return bool(value)
+    if relation == "false":
+        return not value
     try:
         other = ast.literal_eval(constant)
     except (ValueError, SyntaxError):
-        return False
+        return None
     if relation == "==":
-        return other != value
-    return other == value
+        return other == value
+    return other != value
 
 
 def _negate(atom: Atom) -> Atom:

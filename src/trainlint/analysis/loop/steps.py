@@ -559,20 +559,22 @@ class TrainingSteps(AutogradGraphs, Analysis):
             else:
                 continue
             passed.add(name)
-            text = self._map(arg.value, mapping)
+            text = self._map(arg.value, mapping) if not _is_literal(arg.value) else None
+            if text is None and _is_literal(arg.value):
+                text = self.ctx.code(arg.value)  # `mode="eval"`: settles `if mode == ...`
             if text is not None:
                 out[name] = text
         for param in params + list(target.params.kwonly_params):
             default = param.default
             if (
                 param.name.value not in passed
-                and type(default) is cst.Name
-                and default.value in ("True", "False", "None")
+                and default is not None
+                and _is_literal(default)
                 and not any(a.star for a in call.args)
             ):
-                # `def run_epoch(self, epoch, cross_valid=False)` called without it: a branch
-                # on the flag is settled (base/conditions.py)
-                out.setdefault(param.name.value, default.value)
+                # `def run_epoch(self, epoch, cross_valid=False)` (or `mode="train"`) called
+                # without it: a branch on the flag is settled (base/conditions.py)
+                out.setdefault(param.name.value, self.ctx.code(default))
             # Unbound parameters keep their own name only if it cannot be confused.
             out.setdefault(param.name.value, "<param:" + param.name.value + ">")
         return out
@@ -908,6 +910,15 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
+
+
+def _is_literal(expr: cst.CSTNode) -> bool:
+    """A constant a flag can hold: `True`/`False`/`None`, a string, a (negative) number."""
+    if type(expr) is cst.Name:
+        return expr.value in ("True", "False", "None")
+    if type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Minus:
+        return type(expr.expression) in (cst.Integer, cst.Float)
+    return type(expr) in (cst.SimpleString, cst.Integer, cst.Float)
 
 
 def _mapped(text: str, mapping: Optional[Dict[str, str]]) -> str:
