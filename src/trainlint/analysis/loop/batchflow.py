@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
 
 import libcst as cst
 
@@ -55,6 +55,8 @@ class BatchFlow(Analysis):
         self._prepared = loaders_prepared_by_framework(ctx)
         self._submodules: Optional[FrozenSet[str]] = None
         self._move_devices: Optional[FrozenSet[str]] = None
+        # receiver name -> its `name.set_format(...)` calls (Hugging Face datasets)
+        self._set_format_calls: Optional[Dict[str, List[cst.Call]]] = None
 
     def flows(self) -> List[Flow]:
         return [self.flow(source) for source in self.loops.batch_sources()]
@@ -290,6 +292,9 @@ class BatchFlow(Analysis):
             if type(node) is cst.Call:
                 out.append(node)
             elif type(node) is cst.Name:
+                # `encoded.set_format(type="torch", device="cuda")` (Hugging Face datasets)
+                # changes the dataset in place: its items, and so the batches, are made there
+                out.extend(self._format_calls(node))
                 for binding in self.scopes.lookup(node.value, node):
                     value = binding.value
                     if binding.kind == "unpack" and type(binding.statement) is cst.Assign:
@@ -302,6 +307,30 @@ class BatchFlow(Analysis):
             elif type(node) is cst.Attribute and _is_self(node.value):
                 for value in self._self_assignments(node):
                     out.extend(self._loader_chain(value, depth + 1))
+        return out
+
+    def _format_calls(self, name: cst.Name) -> List[cst.Call]:
+        """`name.set_format(...)` calls on the object `name` holds (the same bindings reach
+        the receiver): a dataset told, in place, how to build its items."""
+        if self._set_format_calls is None:
+            self._set_format_calls = {}
+            for call in self.ctx.nodes(cst.Call):
+                func = call.func
+                if (
+                    type(func) is cst.Attribute
+                    and func.attr.value == "set_format"
+                    and type(func.value) is cst.Name
+                ):
+                    self._set_format_calls.setdefault(func.value.value, []).append(call)
+        calls = self._set_format_calls.get(name.value, [])
+        if not calls:
+            return []
+        bindings = {id(b) for b in self.scopes.lookup(name.value, name)}
+        out = []
+        for call in calls:
+            receiver = cast(cst.Attribute, call.func).value
+            if {id(b) for b in self.scopes.lookup(name.value, receiver)} & bindings:
+                out.append(call)
         return out
 
     def _passed_loaders(

@@ -12,7 +12,7 @@ import libcst as cst
 from ...walk import own_nodes
 from ..base.names import dotted_name
 from ..base.nodes import target_names
-from ..device.moves import Move
+from ..device.moves import WRAPPED, Move
 from .batchvalues import (
     BINARY_METHODS,
     COMPARISON_OPS,
@@ -483,7 +483,7 @@ class BatchWalker:
             self._pair(receiver, first, func.value, call.args[0].value, call, "comparison")
             return
         if self.a.is_loss(call):
-            if on_device_args:
+            if on_device_args and not self._scattered(call):
                 for arg, v in values:
                     if isinstance(v, Element) and not arg.star:
                         self.report(v, arg.value, call, "loss")
@@ -502,6 +502,15 @@ class BatchWalker:
             if v.root and arg.star != "**" and v.name in self.structured:
                 continue  # the model gets the whole structured batch and may place it itself
             self.report(v, arg.value, call, "model")
+
+    def _scattered(self, call: cst.Call) -> bool:
+        """A loss module wrapped in DataParallel (`criterion = nn.DataParallel(criterion)`, on
+        some path): the wrapper scatters every input to its replicas' GPUs, CPU ones
+        included, so a CPU label beside device features is no mismatch there."""
+        func = call.func
+        if type(func) not in (cst.Name, cst.Attribute):
+            return False
+        return WRAPPED in self.moves.placement(func)
 
     def report(self, element: Element, use: cst.CSTNode, sink: cst.CSTNode, kind: str) -> None:
         lineage = element.lineage()

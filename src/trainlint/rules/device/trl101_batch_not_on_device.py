@@ -72,6 +72,8 @@ class BatchNotOnDevice(Rule):
     `DistributedDataParallel(device_ids=[...])` wrapper are moved by the wrapper, so they are
     not reported when only the wrapper can reach the call; they are when the unwrapped model can
     too (`if args.distributed: model = DDP(model, ...)` leaves the single-GPU path unwrapped).
+    A loss module wrapped in DataParallel on some path (`criterion = nn.DataParallel(criterion)`)
+    scatters its CPU labels too, so labels beside device features are not reported there.
 
     Not reported: elements moved by a helper (`to_device(batch, device)`, `send_to_device`,
     `move_to_device`, `batch_to_device`, `recursive_to`, `move_to`, any function of the same file
@@ -87,7 +89,9 @@ class BatchNotOnDevice(Rule):
     tensor it built with `torch.tensor(..., device=device)`, and a producer of the batches
     handed the device the file moves things to: `d2l.data_iter_consecutive(corpus, bs, steps,
     device)`, `MyDataset(root, device)`, or a fastai loader, which moves every batch to the GPU
-    itself: `MixUpLoader(data.trn_dl)` with `data = ImageClassifierData.from_paths(...)`); a call in the `else` of `if isinstance(net,
+    itself: `MixUpLoader(data.trn_dl)` with `data = ImageClassifierData.from_paths(...)`, or a
+    Hugging Face dataset formatted onto the device, `encoded.set_format(type="torch",
+    device="cuda")`); a call in the `else` of `if isinstance(net,
     nn.Module):` (there `net` is a plain function, a from-scratch model on the CPU), and a
     model of unknown placement whose only evidence is a move of another item on a branch that
     excludes the call (`if use_gpu: images = images.cuda() ... else: model(images)`); values
