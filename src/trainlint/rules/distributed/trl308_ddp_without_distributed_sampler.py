@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import argument, has_star_args, is_none
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
@@ -39,7 +40,9 @@ class DdpWithoutDistributedSampler(Rule):
     Not reported: loaders with any sampler or batch sampler (custom distributed samplers
     included), loaders built on the non-distributed branch of the script, datasets that shard by
     rank themselves (an `IterableDataset` that reads the rank, `split_dataset_by_node`,
-    `dataset.shard(...)`, `Subset(ds, range(rank, n, world_size))`), and framework-managed code
+    `dataset.shard(...)`, `Subset(ds, range(rank, n, world_size))`) or are built from items
+    split by rank (MONAI's `partition_dataset(files, num_partitions=world_size)[rank]`, through
+    the names they pass on), and framework-managed code
     (Accelerate, Lightning, ... shard the loaders they prepare).
 
     ## Example
@@ -124,8 +127,10 @@ class DdpWithoutDistributedSampler(Rule):
     # -- datasets that split themselves -------------------------------------------------------
 
     def _sharded(self, dataset: cst.BaseExpression, depth: int = 0) -> bool:
-        """Does the dataset shard by rank itself, or is it one we cannot judge (iterable)?"""
-        if depth > 3:
+        """Does the dataset shard by rank itself, or is it one we cannot judge (iterable)? Also
+        when what it is built from was split by rank: `CacheDataset(data=train_files)` with
+        `train_files = partition_dataset(files, num_partitions=world_size)[rank]`."""
+        if depth > 4:
             return False
         if _SHARDED.search(self._identifiers(dataset)):
             return True
@@ -139,15 +144,37 @@ class DdpWithoutDistributedSampler(Rule):
             # A dataset class of this file: does it split its items by rank itself?
             if _SHARDED.search(self._identifiers(cls.body)):
                 return True
-        if type(dataset) is cst.Name:
-            for binding in self.ctx.scopes.lookup(dataset.value, dataset):
-                value = binding.value
-                if value is not None and self._sharded(value, depth + 1):
+        if type(dataset) is cst.Call:
+            # the items the dataset is built from (its arguments' names, through their values)
+            arguments = [a.value for a in dataset.args]
+            names = [n for a in arguments for n in [a, *self.ctx.tree.descendants(a)]]
+            for name in names:
+                if type(name) is cst.Name and self._bound_sharded(name, depth):
                     return True
+        if type(dataset) is cst.Name:
+            if self._bound_sharded(dataset, depth):
+                return True
             # `ds = ds.shard(...)` after the first assignment
             for binding in self.ctx.scopes.lookup(dataset.value, dataset):
                 if binding.kind in ("augassign", "param") and _SHARDED.search(dataset.value):
                     return True
+        return False
+
+    def _bound_sharded(self, name: cst.Name, depth: int) -> bool:
+        """Is a value bound to `name` (`x = ...`, or `a, b = split(...)`) split by rank?"""
+        for binding in self.ctx.scopes.lookup(name.value, name):
+            value = binding.value
+            if binding.kind == "unpack" and type(binding.statement) is cst.Assign:
+                value = binding.statement.value  # train_files, val_files = partition(...)
+            if value is not None and self._sharded(value, depth + 1):
+                return True
+            if binding.kind == "param" and type(binding.statement) is cst.FunctionDef:
+                # `def prepare_data(train_files, ...)`: what the file's callers pass for it
+                callgraph: CallGraph = self.ctx.analysis(CallGraph)
+                for call in callgraph.callers(binding.statement):
+                    passed = callgraph.argument_for(call, binding.statement, name.value)
+                    if passed is not None and self._sharded(passed, depth + 1):
+                        return True
         return False
 
     def _identifiers(self, node: cst.CSTNode) -> str:
