@@ -652,7 +652,11 @@ class BatchFlow(Analysis):
         return self.names.is_(call.func, *TORCH_JOIN)
 
     def is_torch_function(self, call: cst.Call) -> bool:
-        return any(q.startswith("torch.") for q in self.names.qualified(call.func))
+        """Is the callee surely PyTorch's? A name two star imports may provide (`from
+        torch.utils.data import *` then `from idlmam import *`: `moveTo` is the later module's)
+        is not known to be."""
+        qualified = self.names.qualified(call.func)
+        return bool(qualified) and all(q.startswith("torch.") for q in qualified)
 
 
 # -- helpers for the dataflow -----------------------------------------------------------------
