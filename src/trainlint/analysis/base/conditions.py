@@ -455,14 +455,18 @@ class Conditions(Analysis):
         return self.ctx.module
 
 
-def _constant(ctx, node: cst.CSTNode) -> Optional[str]:
-    """The constant's value, spelled one way (`'a'` and `"a"`, `-1` and `- 1` compare equal)."""
-    literal = type(node) in _CONSTANTS or (
+def is_constant(node: cst.CSTNode) -> bool:
+    """A constant a flag can hold: `True`/`False`/`None`, a string, a (negative) number."""
+    return type(node) in _CONSTANTS or (
         type(node) is cst.UnaryOperation
         and type(node.operator) is cst.Minus
         and type(node.expression) in (cst.Integer, cst.Float)
-    ) or (type(node) is cst.Name and node.value in ("None", "True", "False"))
-    if not literal:
+    ) or (type(node) is cst.Name and node.value in _LITERAL_NAMES)
+
+
+def _constant(ctx, node: cst.CSTNode) -> Optional[str]:
+    """The constant's value, spelled one way (`'a'` and `"a"`, `-1` and `- 1` compare equal)."""
+    if not is_constant(node):
         return None
     try:
         value = ast.literal_eval(ctx.code(node).strip())

@@ -48,7 +48,7 @@ import libcst as cst
 
 from ...walk import SCOPE_NODE_TYPES, children, own_nodes
 from ..base.calls import is_true, keyword, positional
-from ..base.conditions import Conditions
+from ..base.conditions import Conditions, is_constant
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
@@ -559,9 +559,10 @@ class TrainingSteps(AutogradGraphs, Analysis):
             else:
                 continue
             passed.add(name)
-            text = self._map(arg.value, mapping) if not _is_literal(arg.value) else None
-            if text is None and _is_literal(arg.value):
-                text = self.ctx.code(arg.value)  # `mode="eval"`: settles `if mode == ...`
+            if is_constant(arg.value):
+                text: Optional[str] = self.ctx.code(arg.value)  # `mode="eval"` settles `if mode`
+            else:
+                text = self._map(arg.value, mapping)
             if text is not None:
                 out[name] = text
         for param in params + list(target.params.kwonly_params):
@@ -569,7 +570,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if (
                 param.name.value not in passed
                 and default is not None
-                and _is_literal(default)
+                and is_constant(default)
                 and not any(a.star for a in call.args)
             ):
                 # `def run_epoch(self, epoch, cross_valid=False)` (or `mode="train"`) called
@@ -910,15 +911,6 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if source.node is loop:
                 return source.loader_text
         return None
-
-
-def _is_literal(expr: cst.CSTNode) -> bool:
-    """A constant a flag can hold: `True`/`False`/`None`, a string, a (negative) number."""
-    if type(expr) is cst.Name:
-        return expr.value in ("True", "False", "None")
-    if type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Minus:
-        return type(expr.expression) in (cst.Integer, cst.Float)
-    return type(expr) in (cst.SimpleString, cst.Integer, cst.Float)
 
 
 def _mapped(text: str, mapping: Optional[Dict[str, str]]) -> str:
