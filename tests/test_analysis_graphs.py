@@ -133,3 +133,85 @@ def numpy_element(code: str) -> bool:
 )
 def test_numpy_element(code, expected):
     assert numpy_element(code) is expected
+
+
+def written_without_graph(code: str) -> bool:
+    """Is the loss-keyed slot or attribute read by the file's last `append(...)` known to hold
+    no graph (written by the file only with values that hold none)?"""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    append = [c for c in ctx.nodes(cst.Call) if ctx.code(c.func).endswith(".append")][-1]
+    read = append.args[0].value
+    return not list(ctx.analysis(TrainingSteps).argument_leaves(read, set()))
+
+
+STEP = """
+import torch
+class Runner:
+    def train(self, loader):
+        values = []
+        for x, y in loader:
+            loss = self.criterion(self.model(x), y)
+            loss.backward()
+            {write}
+            values.append({read})
+"""
+
+
+@pytest.mark.parametrize(
+    "write, read, expected",
+    [
+        ('self.info["loss"] = loss.data.item()', 'self.info["loss"]', True),
+        ("self.info['loss'] = loss.item()", 'self.info["loss"]', True),
+        ('self.info["loss"] = loss', 'self.info["loss"]', False),
+        ("self.loss_avg = loss.detach()", "self.loss_avg", True),
+        ("self.loss_avg = loss", "self.loss_avg", False),
+        # a slot the file never writes keeps its name's meaning
+        ("pass", 'self.info["loss"]', False),
+        # another slot than the one written
+        ('self.info["acc"] = loss.item()', 'self.info["loss"]', False),
+    ],
+)
+def test_loss_named_slot_written_without_graph(write, read, expected):
+    assert written_without_graph(STEP.format(write=write, read=read)) is expected
+
+
+def test_last_write_in_the_iteration_is_the_one_read():
+    # another method stores a tensor in the same slot; the read follows this loop's own write
+    code = STEP.format(write='self.info["loss"] = loss.item()', read='self.info["loss"]')
+    test = '\n    def test(self, x, y):\n        self.info["loss"] = self.criterion(x, y)\n'
+    assert written_without_graph(code + test)
+
+
+def holds_no_graph(code: str) -> bool:
+    """holds_no_graph of the value of the file's last assignment."""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    value = list(ctx.nodes(cst.Assign))[-1].value
+    return ctx.analysis(TrainingSteps).holds_no_graph(value)
+
+
+HELPER = """
+import torch
+def batch_loss(criterion, out, y):
+    loss = criterion(out, y)
+    loss.backward()
+    return {returned}
+part, other = batch_loss(criterion, model(x), y)
+"""
+
+
+@pytest.mark.parametrize(
+    "returned, expected",
+    [
+        ("loss.item(), None", True),
+        ("loss.item(), (out.argmax(1) == y).sum().item()", True),
+        ("loss.item(), True", True),
+        ("loss, None", False),
+        ("loss.item(), out", False),
+    ],
+)
+def test_helper_pair_holds_no_graph(returned, expected):
+    assert holds_no_graph(HELPER.format(returned=returned)) is expected

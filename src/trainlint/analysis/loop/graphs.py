@@ -272,7 +272,9 @@ class AutogradGraphs:
             if self.grad_disabled(statement):
                 continue
             value = getattr(statement, "value", None)
-            if binding.kind == "assign" and value is not None:
+            if binding.kind in ("assign", "unpack") and value is not None:
+                # `loss_b, metric_b = loss_batch(...)` with `return loss.item(), metric_b`:
+                # no part of a value that holds no graph as a whole holds one.
                 if self.holds_no_graph(value, _depth - 1):
                     continue
             return False
@@ -287,6 +289,8 @@ class AutogradGraphs:
         if _depth < 0:
             return False
         if type(value) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString):
+            return True
+        if type(value) is cst.Name and value.value in ("None", "True", "False"):
             return True
         if type(value) is cst.UnaryOperation:
             return self.holds_no_graph(value.expression, _depth)
@@ -437,7 +441,8 @@ class AutogradGraphs:
                     yield node
                 continue
             if type(node) is cst.Subscript and is_loss_key(node):
-                yield node
+                if not self._written_without_graph(node):
+                    yield node
                 continue
             if type(node) in (cst.Lambda, cst.FunctionDef):
                 continue
@@ -467,12 +472,13 @@ class AutogradGraphs:
                 continue
             stack.extend(children(node))
 
-    def _written_without_graph(self, attribute: cst.Attribute) -> bool:
+    def _written_without_graph(self, attribute: cst.Attribute | cst.Subscript) -> bool:
         """Does the file write this loss-named attribute (`self.p_loss_avg`, `self.loss_counter`)
-        itself, and only with values that hold no graph (`0.0`, `loss.data.numpy()`, `+= 1`)?
-        Its name then says what it counts, not that it is a loss tensor. An attribute the file
-        never writes (`outputs.loss` from a library's model) keeps its name's meaning."""
-        text = dotted_name(attribute)
+        or slot (`self.iter_info["loss"]`) itself, and only with values that hold no graph
+        (`0.0`, `loss.data.numpy()`, `loss.data.item()`, `+= 1`)? Its name then says what it
+        counts, not that it is a loss tensor. One the file never writes (`outputs.loss` from a
+        library's model) keeps its name's meaning."""
+        text = _written_text(attribute)
         if text is None:
             return False
         writes = self._attribute_writes().get(text, [])
@@ -483,6 +489,21 @@ class AutogradGraphs:
             writes = [w for w in writes if self._enclosing_class(w[0]) is own_class]
         if not writes:
             return False
+        loops = self.loops.enclosing_loops(attribute)
+        if loops:
+            # Written earlier in the same iteration (`info["loss"] = loss.item()` two lines up):
+            # that write is the one read, whatever other methods store there.
+            index = self.ctx.tree.index
+            at = index.get(attribute, -1)
+            earlier = [
+                w
+                for w in writes
+                if type(w[0]) is cst.Assign
+                and index.get(w[0], -1) < at
+                and loops[0] in set(self.ctx.ancestors(w[0]))
+            ]
+            if earlier:
+                writes = [max(earlier, key=lambda w: index.get(w[0], -1))]
         return all(
             value is not None and (self.grad_disabled(write) or self.holds_no_graph(value))
             for write, value in writes
@@ -537,8 +558,8 @@ class AutogradGraphs:
                         add(element.value, statement, value)
                 elif type(target) is cst.StarredElement:
                     add(target.value, statement, value)
-                elif type(target) is cst.Attribute:
-                    text = dotted_name(target)
+                elif type(target) in (cst.Attribute, cst.Subscript):
+                    text = _written_text(target)
                     if text:
                         found.setdefault(text, []).append((statement, value))
 
@@ -607,6 +628,21 @@ class AutogradGraphs:
     def _tensor_function(self, call: cst.Call) -> bool:
         dotted = dotted_name(call.func) or ""
         return dotted in ("sum", "torch.stack", "torch.cat", "torch.sum", "torch.mean")
+
+
+def _written_text(node: cst.CSTNode) -> Optional[str]:
+    """The text that names an attribute (`self.loss_avg`) or a string-keyed slot of one
+    (`self.iter_info["loss"]`, whatever its quotes) wherever the file writes or reads it."""
+    if type(node) is not cst.Subscript:
+        return dotted_name(node)
+    owner = dotted_name(node.value)
+    if owner is None or len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    key = getattr(index, "value", None)
+    if type(key) is not cst.SimpleString or not isinstance(key.evaluated_value, str):
+        return None
+    return f"{owner}[{key.evaluated_value!r}]"
 
 
 def _read_names(expr: cst.CSTNode) -> Set[str]:

@@ -55,7 +55,8 @@ class LossAccumulatedWithGraph(Rule):
     per key over the loss dict (`for k, v in losses.items(): totals[k] += v`), and a meter
     method or function that adds its argument's values to state that outlives the call
     (`meter.update(loss_dict)` whose body does `self.sum[k] += v`). A helper whose returns
-    hold no graph (`.item()`, floats, a dict computed under `no_grad()`) is not reported; one
+    hold no graph (`.item()`, floats, a dict computed under `no_grad()`, a pair such as
+    `return loss.item(), correct` unpacked into `batch_loss, batch_correct`) is not reported; one
     whose summary is unknown (a library, a mixed return) is not either.
 
     **Preview rule.** Measured on public repositories it was never tuned on, it has found no
