@@ -3,7 +3,7 @@ the names an assignment target binds, `self.<attr>`, code no run reaches."""
 
 from __future__ import annotations
 
-from typing import Iterator, Set
+from typing import Callable, Iterator, Set
 
 import libcst as cst
 
@@ -84,4 +84,68 @@ def follows_exit(ctx, node: cst.CSTNode) -> bool:
         elif type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             return False
         child = ancestor
+    return False
+
+
+def bound_on_every_path(
+    ctx, node: cst.CSTNode, within: cst.CSTNode, binds: Callable[[cst.CSTNode], bool]
+) -> bool:
+    """Does every path from the start of `within` (a loop, a function) to `node` run a small
+    statement for which `binds` holds? A statement before `node` in a block around it counts
+    when it always binds: an assignment, an `if` whose every arm binds or leaves (`if kind ==
+    "l1": loss = ... elif ...: loss = ... else: raise ValueError(kind)`), a `with` or `try`
+    block that binds. A loop body may run zero times, so it never counts."""
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if type(ancestor) in (cst.IndentedBlock, cst.Module):
+            for statement in ancestor.body:
+                if statement is child:
+                    break
+                if _always_binds(statement, binds):
+                    return True
+        elif type(ancestor) is cst.SimpleStatementLine:
+            for small in ancestor.body:
+                if small is child:
+                    break
+                if binds(small):
+                    return True
+        if ancestor is within:
+            return False
+        child = ancestor
+    return False
+
+
+def _always_binds(statement: cst.CSTNode, binds: Callable[[cst.CSTNode], bool]) -> bool:
+    if type(statement) is cst.SimpleStatementLine:
+        return any(binds(small) for small in statement.body)
+    if type(statement) is cst.If:
+        orelse = statement.orelse
+        if orelse is None or not _binds_or_leaves(statement.body, binds):
+            return False
+        if type(orelse) is cst.If:
+            return _always_binds(orelse, binds)
+        return _binds_or_leaves(orelse.body, binds)
+    if type(statement) is cst.With:
+        return _binds_or_leaves(statement.body, binds)
+    if type(statement) is cst.Try:
+        return _binds_or_leaves(statement.body, binds, leaving=False) and all(
+            _binds_or_leaves(handler.body, binds) for handler in statement.handlers
+        )
+    return False
+
+
+def _binds_or_leaves(
+    block: cst.BaseSuite, binds: Callable[[cst.CSTNode], bool], leaving: bool = True
+) -> bool:
+    """Does every path through `block` bind (or, when `leaving`, leave the enclosing code with
+    `raise`/`return`/`continue`/`break` first)? (A `raise` in a `try` body may be caught.)"""
+    if type(block) is cst.SimpleStatementSuite:  # `if fast: loss = l1(x, y)`
+        return any(binds(small) or (leaving and type(small) in _EXITS) for small in block.body)
+    for statement in block.body:
+        if _always_binds(statement, binds):
+            return True
+        if leaving and type(statement) is cst.SimpleStatementLine and any(
+            type(small) in _EXITS for small in statement.body
+        ):
+            return True
     return False

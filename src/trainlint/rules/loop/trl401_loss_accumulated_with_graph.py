@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.dataflow import events_of
-from ...analysis.base.names import dotted_name
+from ...analysis.base.names import dotted_name, dotted_targets
+from ...analysis.base.nodes import bound_on_every_path
 from ...analysis.loop.graphtensors import GraphTensors
 from ...analysis.loop.stepexprs import name_leaves
 from ...analysis.loop.steps import TrainingSteps
@@ -141,7 +142,9 @@ class LossAccumulatedWithGraph(Rule):
     ```
 
     Not reported: accumulating under `torch.no_grad()`/`inference_mode()` (also when every
-    caller of the function runs it there), a total reset every iteration before it is used, and
+    caller of the function runs it there), a total reset on every path through the iteration
+    before it is used (`loss = l1(...)` in each arm of an `if`/`elif`/`else: raise`, then
+    `loss += stft_loss`), and
     the deliberate multi-step loss: terms summed in a loop and backpropagated once after it, or
     returned to be backpropagated by the caller (`loss = 0; for t in ...: loss += crit(...)`
     then `loss.backward()`), including windowed sums backpropagated and reset inside the loop,
@@ -594,25 +597,21 @@ class LossAccumulatedWithGraph(Rule):
         return found
 
     def _carried(self, node, target: str, loop) -> bool:
-        """Does the accumulator keep its value from one iteration to the next? Not when it is
-        unconditionally re-bound in the loop before this accumulation."""
-        index = self.ctx.tree.index
-        at = index[node]
-        enclosing = set(self.ctx.ancestors(node))
-        assigns = self._assignments(target, loop)
-        if "[" in target:
-            # `totals[k] += v`: a fresh `totals = {}` earlier in the iteration resets it too
-            assigns += self._assignments(target.split("[", 1)[0], loop)
-        for assign in assigns:
-            if index[assign] >= at or assign is node:
-                continue
-            if type(assign) is cst.Assign and self._is_self_accumulation(assign, target):
-                continue
-            line = self.ctx.parent(assign)
-            statement_block = self.ctx.parent(line) if line is not None else None
-            if statement_block in enclosing:
+        """Does the accumulator keep its value from one iteration to the next? Not when every
+        path through the iteration re-binds it before this accumulation (`loss = l1(...)` in
+        each arm of an `if`/`elif`/`else: raise`, then `loss += stft_loss`)."""
+        container = target.split("[", 1)[0] if "[" in target else None
+
+        def binds(small: cst.CSTNode) -> bool:
+            if type(small) is cst.AnnAssign:
+                return small.value is not None and dotted_name(small.target) == target
+            if type(small) is not cst.Assign or self._is_self_accumulation(small, target):
                 return False
-        return True
+            bound = {n for t in small.targets for n in dotted_targets(t.target)}
+            # `totals[k] += v`: a fresh `totals = {}` earlier in the iteration resets it too
+            return target in bound or (container is not None and container in bound)
+
+        return not bound_on_every_path(self.ctx, node, loop, binds)
 
     def _is_self_accumulation(self, assign: cst.Assign, target: str) -> bool:
         value = assign.value
