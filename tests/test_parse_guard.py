@@ -70,3 +70,44 @@ def test_too_deep_is_reported_where_nesting_depth_says():
     assert verdict.tree is None
     assert verdict.problem.row == 2
     assert "nested more than 200 levels" in verdict.problem.message
+
+
+# An indent of spaces then a tab: Python resolves it at tab stops of 8 (the same block as the
+# 8-space lines around it); libcst's tokenizer refuses the file.
+SPACES_THEN_TAB = (
+    "import torch\n"
+    "\n"
+    "def fit(model, loader):\n"
+    "    for x, y in loader:\n"
+    "        if x is None:\n"
+    "    \t    continue\n"
+    '        model = torch.nn.DataParallel(model).to("cuda:1")\n'
+)
+
+
+def test_a_tab_indent_python_reads_is_analysed_with_rows_kept_and_no_fix(tmp_path):
+    from fixture_support import lint
+
+    compile(SPACES_THEN_TAB, "spaces_then_tab.py", "exec")  # Python reads it
+    with pytest.raises(cst.ParserSyntaxError):
+        cst.parse_module(SPACES_THEN_TAB)  # libcst does not
+    path = tmp_path / "spaces_then_tab.py"
+    path.write_text(SPACES_THEN_TAB, encoding="utf-8")
+    result = lint([path], ["ALL"], fix=True, unsafe=True)
+    found = {(d.code, d.row) for d in result.diagnostics}
+    assert ("TRL201", 7) in found and ("TRL102", 7) in found
+    assert not any(d.code == "TRL001" for d in result.diagnostics)
+    assert all(d.fix is None for d in result.diagnostics)
+    assert path.read_text(encoding="utf-8") == SPACES_THEN_TAB  # nothing written
+
+
+def test_a_tab_indent_python_refuses_is_still_a_syntax_error(tmp_path):
+    from fixture_support import lint
+
+    text = "def f():\n        x = 1\n\treturn x\n"  # TabError: ambiguous at tab size 1
+    with pytest.raises(SyntaxError):
+        compile(text, "t.py", "exec")
+    path = tmp_path / "tab_error.py"
+    path.write_text(text, encoding="utf-8")
+    result = lint([path], ["TRL001"])
+    assert [d.code for d in result.diagnostics] == ["TRL001"]

@@ -93,6 +93,13 @@ def _check(source: Source, selection: "Selection", rules: Sequence[Type[Rule]]) 
             result.diagnostics.append(_problem(source, too_large))
         return result
     module, python_tree, why_not = _parse(source, file_rules)
+    analysed = source
+    if module is None and python_tree is not None:
+        # Python reads the file but libcst's tokenizer does not: an indent of spaces then a
+        # tab that Python resolves at tab stops of 8. The same text with those indents
+        # expanded has the same blocks, so it is analysed instead; its findings keep their
+        # rows but offer no fix, since edits of the expanded text are not edits of the file.
+        analysed, module = _with_indent_tabs_expanded(source)
     if module is None:
         if why_not is not None and report_syntax_errors:
             broken = why_not()
@@ -101,13 +108,32 @@ def _check(source: Source, selection: "Selection", rules: Sequence[Type[Rule]]) 
         return result
     try:
         tree = Tree(module)
-        ctx = FileContext(source, module, tree, selection.settings)
+        ctx = FileContext(analysed, module, tree, selection.settings)
         ctx.positions.ast_tree = python_tree
     except Exception as exc:  # the engine's own bug: this file is lost, the run goes on
         result.crashes.append(RuleCrash.of(source.path, "engine", exc))
         return result
-    run_rules(ctx, rules_to_run(source.text, file_rules), result)
+    run_rules(ctx, rules_to_run(analysed.text, file_rules), result)
+    if analysed is not source:
+        for diagnostic in result.diagnostics:
+            diagnostic.fix = None
     return result
+
+
+_INDENT_WITH_TAB = re.compile(r"^[ \t]*\t[ \t]*", re.MULTILINE)
+
+
+def _with_indent_tabs_expanded(source: Source) -> Tuple[Source, Optional[cst.Module]]:
+    """`source` with every indent that holds a tab expanded to Python's tab stops (8
+    columns), and its libcst module; (source, None) when there is no such indent or libcst
+    still cannot parse it."""
+    if source.notebook is not None or not _INDENT_WITH_TAB.search(source.text):
+        return source, None
+    text = _INDENT_WITH_TAB.sub(lambda m: m.group(0).expandtabs(8), source.text)
+    try:
+        return source.with_text(text), parse_guard.parse_checked(text)
+    except Exception:  # still not libcst's: the TRL001 of the original text stands
+        return source, None
 
 
 # Why a file was not parsed, as the TRL001 finding to report when the user asked for it (None:
@@ -119,7 +145,7 @@ def _parse(
     source: Source, file_rules: Sequence[Type[Rule]]
 ) -> Tuple[Optional[cst.Module], Any, Optional[WhyNotParsed]]:
     """(libcst module, Python's ast of the text, None) for a file worth analysing, else
-    (None, None, why it was not parsed)."""
+    (None, Python's ast when only libcst refused the text, else None, why it was not parsed)."""
     if not might_match(source.text, file_rules):
         # Cannot match, but a broken file is still worth a TRL001 if the user asked for it
         # (it is cheap to learn with Python's own compiler).
@@ -133,7 +159,9 @@ def _parse(
         return parse_guard.parse_checked(source.text), verdict.tree, None
     except cst.ParserSyntaxError as exc:
         error = exc
-        return None, None, lambda: _syntax_error(source, error)
+        # Python's tree goes back with the refusal: the caller may retry libcst on a text of
+        # the same blocks (`_with_indent_tabs_expanded`).
+        return None, verdict.tree, lambda: _syntax_error(source, error)
     except RecursionError:
         message = "the file is nested too deeply for the parser (RecursionError); not analysed"
     except Exception as exc:  # libcst failing in a way it does not document
