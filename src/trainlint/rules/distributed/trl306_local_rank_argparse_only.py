@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
@@ -39,9 +41,14 @@ class LocalRankArgparseOnly(Rule):
     does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts).
     Nor is a parser copied into a script nobody launches per process: the file is not
     distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
-    comparisons that decide who logs (`args.local_rank > 0`), and hands the namespace to no
-    function of another file (`init_distributed(args)` could start the process group from
-    it). A parser built by a factory that returns it unparsed (`get_args_parser()`) is still
+    comparisons that decide who logs (`args.local_rank > 0`) and in device arguments
+    (`map_location=f"cuda:{args.local_rank}"`, `torch.device(...)`), and hands the rank or
+    the namespace to no function that may start a process group (`init_distributed(args)`
+    could). A function of the project may not when its module and the project files that
+    module imports (two levels) name neither `DistributedDataParallel` nor
+    `init_process_group` (a model zoo's `get_model(name, local_rank=args.local_rank)`); a
+    library's function may, and under flake8, which sees one file, any may. A parser built by
+    a factory that returns it unparsed (`get_args_parser()`) is still
     reported: the script importing it may well be launched per process. Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
     another).
@@ -85,6 +92,10 @@ class LocalRankArgparseOnly(Rule):
         self.parallel: Parallel = ctx.analysis(Parallel)
         self.frameworks: Frameworks = ctx.analysis(Frameworks)
         self._is_distributed: Optional[bool] = None
+        # candidate key -> the imported functions a file that is not distributed itself hands
+        # the rank to (`get_model(..., local_rank=args.local_rank)`): the project phase reports
+        # it only if one of them may start the process group.
+        self._handoffs: Dict[str, List[str]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_call(node, "add_argument") is None:
@@ -94,8 +105,11 @@ class LocalRankArgparseOnly(Rule):
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
             return
-        if not self._distributed() and self._flag_only_gates() and not self._parser_leaves(node):
-            return  # a copied parser in a script nobody launches per process
+        handoffs: Optional[List[str]] = None
+        if not self._distributed() and not self._parser_leaves(node):
+            handoffs = self._flag_handoffs()
+            if handoffs == []:
+                return  # a copied parser in a script nobody launches per process
         spellings = {_string(a.value) for a in flags} | self._other_spellings(node)
         default = keyword(node, "default")
         default_text = self.ctx.code(default) if default is not None else "None"
@@ -111,8 +125,11 @@ class LocalRankArgparseOnly(Rule):
             "torchrun passes no flag at all, so `local_rank` stays "
             f"`{default_text}` on every rank"
         )
+        key = f"flag:{len(self.candidates)}"
+        if handoffs:
+            self._handoffs[key] = handoffs
         self.candidate(
-            f"flag:{len(self.candidates)}",
+            key,
             node,
             "`--local_rank` comes only from the command line; nothing here reads the LOCAL_RANK "
             "environment variable",
@@ -125,6 +142,7 @@ class LocalRankArgparseOnly(Rule):
         return {
             "imports": import_qualnames(self.ctx),
             "reads_local_rank": self.parallel.reads_env("LOCAL_RANK"),
+            "handoffs": self._handoffs,
         }
 
     @classmethod
@@ -132,7 +150,10 @@ class LocalRankArgparseOnly(Rule):
         for hierarchy, display, path, keys in candidate_files(project, cls.code):
             if _imports_a_local_rank_reader(hierarchy, path):
                 continue  # `init_distributed()` of dist_utils.py reads LOCAL_RANK for it
+            handoffs = (hierarchy.facts_at(path) or {}).get("handoffs") or {}
             for key in keys:
+                if key in handoffs and not _may_distribute(hierarchy, path, handoffs[key]):
+                    continue  # the rank only reaches project code that starts no process group
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic
@@ -147,29 +168,83 @@ class LocalRankArgparseOnly(Rule):
             )
         return self._is_distributed
 
-    def _flag_only_gates(self) -> bool:
-        """Does the file use the parsed flag at most to gate main-process chores? Every read
-        is compared (`args.local_rank > 0` deciding who logs), and the namespace holding it is
-        handed to no function of another file (where `init_distributed(args)` could launch the
-        process group from it). A file that passes the rank on (`set_device(args.local_rank)`,
-        `Trainer(local_rank=...)`) means to run once per process."""
+    def _flag_handoffs(self) -> Optional[List[str]]:
+        """In a file that is not distributed itself: does it use the parsed rank at most to
+        gate main-process chores and to place tensors, handing it (or the namespace holding
+        it) to nothing but functions imported from elsewhere? Then those functions' qualified
+        names (empty: nothing leaves the file, a copied parser nobody launches per process);
+        None when the rank is used in a way that means one process per GPU.
+
+        Gates are comparisons (`args.local_rank > 0` deciding who logs); placement is a
+        `map_location`, `torch.device(...)`, `set_device` or `.cuda()`/`.to()` argument (an
+        evaluation script loading weights onto its GPU). A file that passes the rank to a
+        library (`Trainer(local_rank=...)`) or to a function of its own that is not followed
+        means to run once per process."""
         holders: Set[str] = set()
+        handoffs: List[str] = []
         for node in self.ctx.nodes(cst.Attribute):
             if node.attr.value != "local_rank" or _is_store(self.ctx, node):
                 continue
-            if not self._compared(node):
-                return False
             if type(node.value) is cst.Name:
                 holders.add(node.value.value)
+            if self._compared(node) or self._placement(node):
+                continue
+            callee = self._imported_callee(node)
+            if callee is None:
+                return None
+            handoffs.append(callee)
         for call in self.ctx.nodes(cst.Call):
             if not any(type(a.value) is cst.Name and a.value.value in holders for a in call.args):
                 continue
             if self.ctx.analysis(CallGraph).callee(call) is not None:
                 continue  # main_worker(args): its reads are this file's reads
             leaf = (dotted_name(call.func) or "").split(".")[-1]
-            if leaf not in _ONLY_SHOWS:
+            if leaf in _ONLY_SHOWS:
+                continue
+            qualified = self._qualified_import(call.func)
+            if qualified is None:
+                return None
+            handoffs.append(qualified)  # `init_distributed(args)` may start the group
+        return sorted(set(handoffs))
+
+    def _placement(self, node: cst.CSTNode) -> bool:
+        """Is `node` part of a device argument: `map_location=...`, `torch.device(...)`,
+        `torch.cuda.set_device(...)`, `.cuda(...)`, `.to(...)` (also inside an f-string or a
+        dict of locations)?"""
+        for ancestor in self.ctx.ancestors(node):
+            if type(ancestor) is cst.Arg:
+                if ancestor.keyword is not None and ancestor.keyword.value == "map_location":
+                    return True
+                call = self.ctx.parent(ancestor)
+                if type(call) is not cst.Call:
+                    return False
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in ("cuda", "to"):
+                    return True
+                if type(func) is cst.Attribute and func.attr.value == "format":
+                    continue  # `"cuda:{}".format(args.local_rank)`: the text is the argument
+                return bool(self.ctx.names.qualified(func) & _PLACEMENT_CALLS)
+            if type(ancestor) in (cst.SimpleStatementLine, cst.FunctionDef, cst.Lambda):
                 return False
-        return True
+        return False
+
+    def _imported_callee(self, node: cst.CSTNode) -> Optional[str]:
+        """The qualified name of the imported function whose argument `node` is directly
+        (`get_model(name, local_rank=args.local_rank)`); None otherwise."""
+        arg = self.ctx.parent(node)
+        if type(arg) is not cst.Arg:
+            return None
+        call = self.ctx.parent(arg)
+        if type(call) is not cst.Call or self.ctx.analysis(CallGraph).callee(call) is not None:
+            return None
+        return self._qualified_import(call.func)
+
+    def _qualified_import(self, func: cst.BaseExpression) -> Optional[str]:
+        """`pkg.mod.fn` for a function name the file imports (not torch's); else None."""
+        qualified = [q for q in self.ctx.names.qualified(func) if "." in q]
+        if len(qualified) != 1 or qualified[0].startswith("torch."):
+            return None
+        return qualified[0]
 
     def _parser_leaves(self, call: cst.Call) -> bool:
         """Is the parser built by a factory that returns it unparsed (`get_args_parser()`,
@@ -250,6 +325,9 @@ class LocalRankArgparseOnly(Rule):
         )
 
 
+# Calls whose argument places tensors on a device: the rank picks a GPU there.
+_PLACEMENT_CALLS = frozenset({"torch.device", "torch.cuda.set_device", "torch.cuda.device"})
+
 # Calls that only show a namespace (`logging.info("args: %s", args)`).
 _ONLY_SHOWS = frozenset(
     {"print", "pprint", "str", "repr", "vars", "format", "info", "debug", "warning", "log"}
@@ -272,6 +350,26 @@ def _is_store(ctx, node: cst.CSTNode) -> bool:
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _may_distribute(hierarchy: Hierarchy, path, callees: List[str]) -> bool:
+    """May one of `callees` (functions `path` hands the rank to) start a process group? Not
+    when each is defined in a project module whose text, and that of the project files it
+    imports (two levels), names neither `DistributedDataParallel` nor `init_process_group`. A
+    library's function, or a module whose text is not at hand (flake8), may."""
+    for callee in callees:
+        module = callee.rsplit(".", 1)[0]
+        start = hierarchy.module_file(module, Path(path))
+        if start is None:
+            return True
+        for file in [start, *hierarchy.imported_closure(start, depth=2)]:
+            text = hierarchy.project.text_of(file)
+            if text is None or _STARTS_PROCESSES.search(text):
+                return True
+    return False
+
+
+_STARTS_PROCESSES = re.compile(r"DistributedDataParallel|init_process_group")
 
 
 def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
