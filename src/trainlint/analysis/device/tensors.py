@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Set
 
 import libcst as cst
@@ -505,6 +506,69 @@ class DeviceTensors(Analysis):
             return any(self._on_device(e.value, names, scope, depth + 1) for e in expr.elements)
         return False
 
+    def on_cpu_twin(self, node: cst.CSTNode) -> bool:
+        """Is `node` in the arm of an `if`/`else` that is the CPU twin of the other arm? Both
+        arms bind the same names, the other arm's values for them are moved to the device
+        (`.cuda()`, `.to(device)`, `device=`) and this arm's are not: `if self.gpu_mode: alpha =
+        torch.rand(n).cuda() else: alpha = torch.rand(n)`. Whatever the test is (`gpu_id >=
+        0`, a flag), the author wrote this arm for the run without the device, where the
+        tensors it makes meet nothing on the GPU."""
+        child = node
+        for ancestor in self.ctx.ancestors(node):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return False
+            orelse = getattr(ancestor, "orelse", None)
+            if type(ancestor) is cst.If and type(orelse) is cst.Else:
+                if child is ancestor.body and self._twin_arms(ancestor.body, orelse.body, node):
+                    return True
+                if child is orelse and self._twin_arms(orelse.body, ancestor.body, node):
+                    return True
+            child = ancestor
+        return False
+
+    def _twin_arms(self, mine: cst.CSTNode, other: cst.CSTNode, node: cst.CSTNode) -> bool:
+        mine_values = self._arm_bindings(mine)
+        other_values = self._arm_bindings(other)
+        shared = set(mine_values) & set(other_values)
+        holder = next(
+            (
+                name
+                for name, values in mine_values.items()
+                if any(v is node or v in set(self.ctx.ancestors(node)) for v in values)
+            ),
+            None,
+        )
+        if holder is None or holder not in shared:
+            return False  # the tensor is not one of the values the two arms both make
+        # The other arm makes the same value and moves it, nothing else: `torch.rand(n)` against
+        # `torch.rand(n).cuda()`. Arms that differ otherwise (`torch.ones(n)` against
+        # `torch.full((n,), 0.9, device=dev)` under `if label_smoothing:`) test something else.
+        mine_texts = {_unmoved_text(self.ctx.code(v)) for v in mine_values[holder]}
+        return not any(self._moves_in(v) for v in mine_values[holder]) and any(
+            self._moves_in(v) and _unmoved_text(self.ctx.code(v)) in mine_texts
+            for v in other_values[holder]
+        )
+
+    def _arm_bindings(self, arm: cst.CSTNode) -> Dict[str, List[cst.CSTNode]]:
+        """Simple names an arm assigns (also inside its `with` blocks), with their values."""
+        found: Dict[str, List[cst.CSTNode]] = {}
+        for node in self.ctx.tree.descendants(arm):
+            if type(node) is cst.Assign:
+                for target in node.targets:
+                    if type(target.target) is cst.Name:
+                        found.setdefault(target.target.value, []).append(node.value)
+        return found
+
+    def _moves_in(self, value: cst.CSTNode) -> bool:
+        return any(
+            type(n) is cst.Call
+            and (
+                self.moves_to_device(n)
+                or any(a.keyword is not None and a.keyword.value == "device" for a in n.args)
+            )
+            for n in [value, *self.ctx.tree.descendants(value)]
+        )
+
     def moves_to_device(self, call: cst.Call) -> bool:
         """Is this method call a move of its receiver to the device? `.to(device)`, `.cuda()`,
         `.type_as(t)`, and the legacy `.type(T)` where `T` is a CUDA tensor type
@@ -601,3 +665,11 @@ class DeviceTensors(Analysis):
                 return False
             current = ancestor
         return False
+
+
+_MOVE_TEXT = re.compile(r"\.(?:cuda|to)\([^()]*\)|,\s*device\s*=\s*[\w.]+(?:\([^()]*\))?")
+
+
+def _unmoved_text(code: str) -> str:
+    """A value's code without its moves (`.cuda()`, `.to(device)`, `, device=dev`) or spaces."""
+    return re.sub(r"\s+", "", _MOVE_TEXT.sub("", code))

@@ -59,8 +59,14 @@ class NewTensorOffDevice(Rule):
     Not reported: straight-line top-level code of a script or notebook (a smoke test of the
     model on a CPU sample before `model.to(device)` further down or in a later cell: at the top
     level a model counts as on the device only after the statement that moves it), a tensor
-    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:`, `w =
-    helper(w, gpu)`, or the legacy `z = Variable(z).to(device)` earlier in the same loop body),
+    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:` or as `w =
+    w.cuda() if use_cuda else w`, `w = helper(w, gpu)`, or the legacy `z =
+    Variable(z).to(device)` earlier in the same loop body), a tensor made on the side of the
+    code that runs without CUDA (the `else` of `if torch.cuda.is_available():`, or of an `if`
+    whose other arm makes the same value and only moves it: `if self.gpu_mode: alpha =
+    torch.rand(n).cuda() else: alpha = torch.rand(n)`; arms that differ otherwise, such as
+    `torch.full(..., device=dev)` against `torch.ones(n)` under `if label_smoothing:`, still
+    are),
     `device=None` (the CPU: nothing meets a device tensor), calls of
     functions only named like losses (`plot_losses`: a loss is a torch loss function or an
     `nn.*Loss` object), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
@@ -132,6 +138,8 @@ class NewTensorOffDevice(Rule):
                 continue
             if frameworks.managed(call) in _DEFAULT_DEVICE_CONTEXTS:
                 continue
+            if self.tensors.devices.cuda_declined(call) or self.tensors.on_cpu_twin(call):
+                continue  # the run without CUDA: `else` of `if torch.cuda.is_available():`
             scope = self.tensors.scope_node(call)
             if type(scope) is not cst.FunctionDef and not self._in_loop(call):
                 # A script's or notebook's straight-line top level (a smoke test on a CPU
@@ -283,6 +291,12 @@ class NewTensorOffDevice(Rule):
         else:
             return False
         holder = self.ctx.parent(expr)
+        if type(holder) is cst.IfExp:
+            # `x = x.cuda() if use_cuda else x`: moved wherever the device is used
+            other = holder.orelse if holder.body is expr else holder.body
+            if not (type(other) is cst.Name and other.value == name):
+                return False
+            expr, holder = holder, self.ctx.parent(holder)
         return (
             type(holder) is cst.Assign
             and holder.value is expr
