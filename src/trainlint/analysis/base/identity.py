@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .calls import argument
-from .names import Names
+from .names import Names, dotted_name
 
 # nn.Module methods that return the module they are called on.
 RETURNS_RECEIVER = frozenset(
@@ -89,7 +89,9 @@ def same_module(expr: cst.CSTNode, names: Names) -> cst.CSTNode:
 def aliases(name: str, at: cst.CSTNode, scopes, names: Names, depth: int = 4) -> Set[str]:
     """The names that hold the same module as `name` where it is read at `at`: `name` itself
     and, when every binding of it is a plain alias (`model = srgan_generator`, also through a
-    call of the table: `model = net.to(device)`), the aliased names, a few levels deep."""
+    call of the table: `model = net.to(device)`, of an attribute, `model = self.model`, or of
+    the module a wrapper holds, `model = self.model.module`), the aliased names, a few levels
+    deep."""
     found = {name}
     todo = [(name, at, depth)]
     while todo:
@@ -104,14 +106,20 @@ def aliases(name: str, at: cst.CSTNode, scopes, names: Names, depth: int = 4) ->
                 sources = []
                 break
             value = same_module(value, names)
-            if type(value) is not cst.Name:
+            if type(value) is cst.Attribute and value.attr.value == "module":
+                # `model = self.model.module`: the module a DataParallel/DDP wrapper holds,
+                # whose layers the wrapper's `eval()`/`train()` switch too
+                value = same_module(value.value, names)
+            dotted = dotted_name(value) if type(value) in (cst.Name, cst.Attribute) else None
+            if dotted is None:
                 sources = []
                 break
-            sources.append((value.value, value))
+            sources.append((dotted, value))
         for source, node in sources:
             if source not in found:
                 found.add(source)
-                todo.append((source, node, left - 1))
+                if "." not in source:  # an attribute's bindings are not scoped names
+                    todo.append((source, node, left - 1))
     return found
 
 

@@ -627,6 +627,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
             return False
         if is_true(keyword(value, "volatile")):
             return True
+        if type(value.func) is cst.Attribute and self._volatile_value(value.func.value, depth + 1):
+            return True  # `Variable(x, volatile=True).cuda()`: a method keeps the flag
         return any(
             self._volatile_value(arg.value, depth + 1) for arg in value.args if not arg.keyword
         )

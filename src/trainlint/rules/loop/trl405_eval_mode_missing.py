@@ -98,8 +98,10 @@ class EvalModeMissing(Rule):
     loop calls), never leaves eval mode on while training; nor does an epoch helper whose update
     sits under `if not cross_valid:` when it is called with `cross_valid=True` after `eval()`.
     `eval()` on the name a model is evaluated under counts through plain aliases
-    (`generator.eval()`, then `model = generator`). PyTorch 0.3-era evaluation that wraps
-    its inputs in `Variable(x, volatile=True)` (or a helper given the flag,
+    (`generator.eval()`, then `model = generator`; `self.model.eval()`, then `model =
+    self.model.module`, the module a DataParallel or DDP wrapper holds). PyTorch 0.3-era evaluation that wraps
+    its inputs in `Variable(x, volatile=True)` (also moved on, `Variable(x,
+    volatile=True).cuda()`, or a helper given the flag,
     `make_variable(x, volatile=True)`; what a model computes from such an input is volatile
     too) turned the graph off the way that version asked and is not reported for a missing `no_grad()`, when the file uses none of 0.4's API (`.item()`,
     `.to(...)`, `torch.device`, `no_grad`): from 0.4 on the flag is ignored and the finding
