@@ -3,7 +3,7 @@ the names an assignment target binds, `self.<attr>`, code no run reaches."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Set
+from typing import Callable, Iterator, List, Set, Tuple
 
 import libcst as cst
 
@@ -71,20 +71,33 @@ _EXITS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 def follows_exit(ctx, node: cst.CSTNode) -> bool:
     """Does `node` come after a bare `return`/`raise`/`continue`/`break` of a block around it,
     within its function (`def test(): return` above a loop nobody reaches)?"""
+    for ancestor, before in _statements_before(ctx, node):
+        if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            return False
+        if any(
+            type(statement) is cst.SimpleStatementLine
+            and any(type(small) in _EXITS for small in statement.body)
+            for statement in before
+        ):
+            return True
+    return False
+
+
+def _statements_before(
+    ctx, node: cst.CSTNode
+) -> Iterator[Tuple[cst.CSTNode, List[cst.CSTNode]]]:
+    """Each ancestor of `node`, innermost first, with the statements of its body that come before
+    the one holding `node` (a block's statements, a line's small statements; none for others)."""
     child = node
     for ancestor in ctx.ancestors(node):
-        if type(ancestor) in (cst.IndentedBlock, cst.Module):
+        before: List[cst.CSTNode] = []
+        if type(ancestor) in (cst.IndentedBlock, cst.Module, cst.SimpleStatementLine):
             for statement in ancestor.body:
                 if statement is child:
                     break
-                if type(statement) is cst.SimpleStatementLine and any(
-                    type(small) in _EXITS for small in statement.body
-                ):
-                    return True
-        elif type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            return False
+                before.append(statement)
+        yield ancestor, before
         child = ancestor
-    return False
 
 
 def bound_on_every_path(
@@ -95,23 +108,12 @@ def bound_on_every_path(
     when it always binds: an assignment, an `if` whose every arm binds or leaves (`if kind ==
     "l1": loss = ... elif ...: loss = ... else: raise ValueError(kind)`), a `with` or `try`
     block that binds. A loop body may run zero times, so it never counts."""
-    child = node
-    for ancestor in ctx.ancestors(node):
-        if type(ancestor) in (cst.IndentedBlock, cst.Module):
-            for statement in ancestor.body:
-                if statement is child:
-                    break
-                if _always_binds(statement, binds):
-                    return True
-        elif type(ancestor) is cst.SimpleStatementLine:
-            for small in ancestor.body:
-                if small is child:
-                    break
-                if binds(small):
-                    return True
+    for ancestor, before in _statements_before(ctx, node):
+        line = type(ancestor) is cst.SimpleStatementLine
+        if any(binds(s) if line else _always_binds(s, binds) for s in before):
+            return True
         if ancestor is within:
             return False
-        child = ancestor
     return False
 
 

@@ -250,21 +250,14 @@ class AutogradGraphs:
         bindings = [b for b in self.scopes.lookup(root.value, root) if b.statement is not None]
         if not bindings:
             return False
-        loops = self.loops.enclosing_loops(root)
-        if loops:
-            # Bound earlier in the same iteration: that binding is the one in effect.
+        # Bound earlier in the same iteration: that binding is the one in effect.
+        earlier = self._earlier_in_iteration(root, [b.statement for b in bindings])
+        inside = [b for b in bindings if b.statement in earlier]
+        if inside:
             index = self.ctx.tree.index
-            at = index.get(root, -1)
-            inside = [
-                b
-                for b in bindings
-                if index.get(b.statement, -1) < at
-                and loops[0] in set(self.ctx.ancestors(b.statement))
-            ]
-            if inside:
-                last = max(inside, key=lambda b: index.get(b.statement, -1))
-                # `total += x` adds to what came before: every binding in the iteration counts.
-                bindings = inside if last.kind == "augassign" else [last]
+            last = max(inside, key=lambda b: index.get(b.statement, -1))
+            # `total += x` adds to what came before: every binding in the iteration counts.
+            bindings = inside if last.kind == "augassign" else [last]
         for binding in bindings:
             if binding.kind not in ("assign", "augassign", "unpack", "annassign", "with", "for"):
                 return False
@@ -279,6 +272,22 @@ class AutogradGraphs:
                     continue
             return False
         return True
+
+    def _earlier_in_iteration(
+        self, node: cst.CSTNode, statements: List[cst.CSTNode]
+    ) -> List[cst.CSTNode]:
+        """Those of `statements` that come before `node` inside the innermost loop around it
+        (none outside a loop): in one iteration, the last of them is what `node` reads."""
+        loops = self.loops.enclosing_loops(node)
+        if not loops:
+            return []
+        index = self.ctx.tree.index
+        at = index.get(node, -1)
+        return [
+            s
+            for s in statements
+            if index.get(s, -1) < at and loops[0] in set(self.ctx.ancestors(s))
+        ]
 
     def holds_no_graph(self, value: cst.CSTNode, _depth: int = 2) -> bool:
         """Is `value` known to hold no autograd graph: a number, a detaching read, a name bound
@@ -489,21 +498,14 @@ class AutogradGraphs:
             writes = [w for w in writes if self._enclosing_class(w[0]) is own_class]
         if not writes:
             return False
-        loops = self.loops.enclosing_loops(attribute)
-        if loops:
-            # Written earlier in the same iteration (`info["loss"] = loss.item()` two lines up):
-            # that write is the one read, whatever other methods store there.
+        # Written earlier in the same iteration (`info["loss"] = loss.item()` two lines up):
+        # that write is the one read, whatever other methods store there.
+        earlier = self._earlier_in_iteration(
+            attribute, [w[0] for w in writes if type(w[0]) is cst.Assign]
+        )
+        if earlier:
             index = self.ctx.tree.index
-            at = index.get(attribute, -1)
-            earlier = [
-                w
-                for w in writes
-                if type(w[0]) is cst.Assign
-                and index.get(w[0], -1) < at
-                and loops[0] in set(self.ctx.ancestors(w[0]))
-            ]
-            if earlier:
-                writes = [max(earlier, key=lambda w: index.get(w[0], -1))]
+            writes = [max((w for w in writes if w[0] in earlier), key=lambda w: index[w[0]])]
         return all(
             value is not None and (self.grad_disabled(write) or self.holds_no_graph(value))
             for write, value in writes
