@@ -15,10 +15,14 @@ from trainlint.source import Source
 from trainlint.walk import Tree
 
 
-def records(code: str) -> bool:
+def _context(code: str) -> FileContext:
     code = textwrap.dedent(code)
     module = cst.parse_module(code)
-    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    return FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+
+
+def records(code: str) -> bool:
+    ctx = _context(code)
     return ctx.analysis(TrainingSteps).records_autograd_graphs()
 
 
@@ -95,9 +99,7 @@ def test_plain_tensor_code(line):
 
 def numpy_element(code: str) -> bool:
     """numpy_element of the target of the file's last `+=`."""
-    code = textwrap.dedent(code)
-    module = cst.parse_module(code)
-    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    ctx = _context(code)
     target = list(ctx.nodes(cst.AugAssign))[-1].target
     return ctx.analysis(TrainingSteps).numpy_element(target)
 
@@ -138,9 +140,7 @@ def test_numpy_element(code, expected):
 def written_without_graph(code: str) -> bool:
     """Is the loss-keyed slot or attribute read by the file's last `append(...)` known to hold
     no graph (written by the file only with values that hold none)?"""
-    code = textwrap.dedent(code)
-    module = cst.parse_module(code)
-    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    ctx = _context(code)
     append = [c for c in ctx.nodes(cst.Call) if ctx.code(c.func).endswith(".append")][-1]
     read = append.args[0].value
     return not list(ctx.analysis(TrainingSteps).argument_leaves(read, set()))
@@ -186,9 +186,7 @@ def test_last_write_in_the_iteration_is_the_one_read():
 
 def holds_no_graph(code: str) -> bool:
     """holds_no_graph of the value of the file's last assignment."""
-    code = textwrap.dedent(code)
-    module = cst.parse_module(code)
-    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    ctx = _context(code)
     value = list(ctx.nodes(cst.Assign))[-1].value
     return ctx.analysis(TrainingSteps).holds_no_graph(value)
 
