@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set
@@ -42,12 +43,19 @@ class LocalRankArgparseOnly(Rule):
     Nor is a parser copied into a script nobody launches per process: the file is not
     distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
     comparisons that decide who logs (`args.local_rank > 0`) and in device arguments
-    (`map_location=f"cuda:{args.local_rank}"`, `torch.device(...)`), and hands the rank or
-    the namespace to no function that may start a process group (`init_distributed(args)`
-    could). A function of the project may not when its module and the project files that
-    module imports (two levels) name neither `DistributedDataParallel` nor
-    `init_process_group` (a model zoo's `get_model(name, local_rank=args.local_rank)`); a
-    library's function may, and under flake8, which sees one file, any may. A parser built by
+    (`map_location=f"cuda:{args.local_rank}"`, `torch.device(...)`, a dict of locations bound
+    to a name and passed as `map_location`), and hands the rank or the parsed namespace to no
+    function that may start a process group (`init_distributed(args)` could). A function
+    defined in a project module may not when its code, the code of the functions of its
+    module it calls or hands on, and the project functions those call (two levels) name
+    neither `DistributedDataParallel` nor `init_process_group`: an evaluation script's
+    `train.get_loaders(args)` is not suspect because train.py's `create_trainer` starts the
+    group, while `train.create_validator(args)`, which does, makes the script one launched per
+    process. Another name of a project module (a class, a re-export) may not when the module
+    and the project files it imports (two levels) name neither (a model zoo's
+    `get_model(name, local_rank=args.local_rank)`); a library's function may, and under
+    flake8, which sees one file, any may. Builtins (`getattr(args, name)` while logging the
+    options) start nothing. A parser built by
     a factory that returns it unparsed (`get_args_parser()`) is still
     reported: the script importing it may well be launched per process. Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
@@ -143,7 +151,46 @@ class LocalRankArgparseOnly(Rule):
             "imports": import_qualnames(self.ctx),
             "reads_local_rank": self.parallel.reads_env("LOCAL_RANK"),
             "handoffs": self._handoffs,
+            "functions": self._function_facts(),
         }
+
+    def _function_facts(self) -> Dict[str, Dict[str, object]]:
+        """For each function defined at the top of the file: does its code, or that of a
+        function of the file it calls or hands on (`mp.spawn(main_worker, ...)`), name
+        `DistributedDataParallel` or `init_process_group` ("starts"), and which imported
+        functions of other modules does that code call ("calls", for the project phase to
+        follow)? Another file handing the rank to `train.get_loaders(args)` asks this, so that
+        a module that starts the group in `create_trainer` does not make every helper beside
+        it suspect."""
+        top = {
+            statement.name.value: statement
+            for statement in self.ctx.tree.module.body
+            if type(statement) is cst.FunctionDef
+        }
+        reached: Dict[str, Set[str]] = {}
+        own_calls: Dict[str, Set[str]] = {}
+        for name, function in top.items():
+            reached[name] = set()
+            own_calls[name] = set()
+            for node in self.ctx.tree.descendants(function):
+                if type(node) is cst.Name and node.value in top and node.value != name:
+                    reached[name].add(node.value)  # called, or handed on to a spawner
+                elif type(node) is cst.Call:
+                    qualified = self._qualified_import(node.func)
+                    if qualified is not None and not qualified.startswith("<"):
+                        own_calls[name].add(qualified)
+        out: Dict[str, Dict[str, object]] = {}
+        for name in top:
+            closure, todo = {name}, [name]
+            while todo:
+                for other in reached[todo.pop()]:
+                    if other not in closure:
+                        closure.add(other)
+                        todo.append(other)
+            starts = any(_STARTS_PROCESSES.search(self.ctx.code(top[f])) for f in closure)
+            calls = sorted(set().union(*(own_calls[f] for f in closure)))
+            out[name] = {"starts": starts, "calls": calls}
+        return out
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
@@ -180,7 +227,9 @@ class LocalRankArgparseOnly(Rule):
         evaluation script loading weights onto its GPU). A file that passes the rank to a
         library (`Trainer(local_rank=...)`) or to a function of its own that is not followed
         means to run once per process."""
-        holders: Set[str] = set()
+        # the namespace the parser fills, also where the file never reads the rank itself
+        # (`args = parser.parse_args()` ... `train.create_validator(args)`)
+        holders: Set[str] = set(self._parsed_namespaces())
         handoffs: List[str] = []
         for node in self.ctx.nodes(cst.Attribute):
             if node.attr.value != "local_rank" or _is_store(self.ctx, node):
@@ -199,19 +248,24 @@ class LocalRankArgparseOnly(Rule):
             if self.ctx.analysis(CallGraph).callee(call) is not None:
                 continue  # main_worker(args): its reads are this file's reads
             leaf = (dotted_name(call.func) or "").split(".")[-1]
-            if leaf in _ONLY_SHOWS:
-                continue
+            if leaf in _ONLY_SHOWS or self._builtin(call.func):
+                continue  # `getattr(args, name)` while logging the options
             qualified = self._qualified_import(call.func)
             if qualified is None:
                 return None
             handoffs.append(qualified)  # `init_distributed(args)` may start the group
         return sorted(set(handoffs))
 
-    def _placement(self, node: cst.CSTNode) -> bool:
+    def _placement(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """Is `node` part of a device argument: `map_location=...`, `torch.device(...)`,
         `torch.cuda.set_device(...)`, `.cuda(...)`, `.to(...)` (also inside an f-string or a
-        dict of locations)?"""
+        dict of locations, and in a name bound to one that is read only there:
+        `locations = {"cuda:0": "cuda:{}".format(args.local_rank)}` ...
+        `torch.load(path, map_location=locations)`)?"""
         for ancestor in self.ctx.ancestors(node):
+            if type(ancestor) is cst.Assign and depth < 2:
+                reads = self._reads_of(ancestor)
+                return bool(reads) and all(self._placement(read, depth + 1) for read in reads)
             if type(ancestor) is cst.Arg:
                 if ancestor.keyword is not None and ancestor.keyword.value == "map_location":
                     return True
@@ -227,6 +281,43 @@ class LocalRankArgparseOnly(Rule):
             if type(ancestor) in (cst.SimpleStatementLine, cst.FunctionDef, cst.Lambda):
                 return False
         return False
+
+    def _parsed_namespaces(self) -> Iterator[str]:
+        """Names bound to `parser.parse_args()` / `parse_known_args()` (the first of the pair)."""
+        for assign in self.ctx.nodes(cst.Assign):
+            value = assign.value
+            if type(value) is not cst.Call or type(value.func) is not cst.Attribute:
+                continue
+            if value.func.attr.value not in ("parse_args", "parse_known_args"):
+                continue
+            for target in assign.targets:
+                bound = target.target
+                if type(bound) is cst.Tuple and bound.elements:
+                    bound = bound.elements[0].value
+                if type(bound) is cst.Name:
+                    yield bound.value
+
+    def _builtin(self, func: cst.BaseExpression) -> bool:
+        """Is `func` a builtin the file does not rebind (`getattr`, `vars`, `sorted`)?"""
+        return (
+            type(func) is cst.Name
+            and hasattr(builtins, func.value)
+            and not self.ctx.scopes.lookup(func.value, func)
+        )
+
+    def _reads_of(self, assign: cst.Assign) -> List[cst.Name]:
+        """The reads of the one name `assign` binds that see that binding (none for other
+        targets: `self.x = ...`, tuples, chains)."""
+        if len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
+            return []
+        target = assign.targets[0].target
+        reads = []
+        for name in self.ctx.nodes(cst.Name):
+            if name.value != target.value or name is target or _is_store(self.ctx, name):
+                continue
+            if any(b.statement is assign for b in self.ctx.scopes.lookup(name.value, name)):
+                reads.append(name)
+        return reads
 
     def _imported_callee(self, node: cst.CSTNode) -> Optional[str]:
         """The qualified name of the imported function whose argument `node` is directly
@@ -352,20 +443,43 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _may_distribute(hierarchy: Hierarchy, path, callees: List[str]) -> bool:
-    """May one of `callees` (functions `path` hands the rank to) start a process group? Not
-    when each is defined in a project module whose text, and that of the project files it
-    imports (two levels), names neither `DistributedDataParallel` nor `init_process_group`. A
-    library's function, or a module whose text is not at hand (flake8), may."""
+def _may_distribute(hierarchy: Hierarchy, path, callees: List[str], levels: int = 2) -> bool:
+    """May one of `callees` (functions `path` hands the rank to) start a process group? A
+    function defined at the top of a project module may not when its code and the code of the
+    module's functions it calls name neither `DistributedDataParallel` nor `init_process_group`,
+    and the project functions that code calls (`levels` deep) may not either; the other
+    functions of its module do not count (`train.get_loaders(args)` beside `create_trainer`,
+    which starts the group). Any other name of a project module (a class, a re-export) may not
+    when the module's text, and that of the project files it imports (two levels), names
+    neither. A library's function, or a module whose text is not at hand (flake8), may."""
     for callee in callees:
-        module = callee.rsplit(".", 1)[0]
-        start = hierarchy.module_file(module, Path(path))
+        start = hierarchy.module_file(callee.rpartition(".")[0], Path(path))
         if start is None:
             return True
-        for file in [start, *hierarchy.imported_closure(start, depth=2)]:
+        if _function_may_distribute(hierarchy, start, callee.rpartition(".")[2], levels):
+            return True
+    return False
+
+
+def _function_may_distribute(hierarchy: Hierarchy, module: Path, name: str, levels: int) -> bool:
+    functions = (hierarchy.facts_at(module) or {}).get("functions")
+    entry = functions.get(name) if isinstance(functions, dict) else None
+    if not isinstance(entry, dict):
+        for file in [module, *hierarchy.imported_closure(module, depth=2)]:
             text = hierarchy.project.text_of(file)
             if text is None or _STARTS_PROCESSES.search(text):
                 return True
+        return False
+    if entry.get("starts"):
+        return True
+    for call in entry.get("calls") or ():
+        other = hierarchy.module_file(str(call).rpartition(".")[0], module)
+        if other is None:
+            continue  # a library function the helper calls (monai's DataLoader, numpy, ...)
+        if levels == 0 or _function_may_distribute(
+            hierarchy, other, str(call).rpartition(".")[2], levels - 1
+        ):
+            return True
     return False
 
 
