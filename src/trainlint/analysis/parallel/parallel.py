@@ -27,6 +27,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ..base.callgraph import CallGraph
 from ..base.calls import string_value
 from ..base.identity import RETURNS_RECEIVER, returned_module, same_module
 from ..base.names import Names, dotted_name
@@ -388,6 +389,14 @@ class Parallel(Analysis):
 
     def _is_env_read(self, string: cst.SimpleString) -> bool:
         parent = self.ctx.parent(string)
+        if type(parent) is cst.Element:
+            # `env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"], 0)`: one of the names a
+            # helper of the file looks up in turn
+            sequence = self.ctx.parent(parent)
+            if sequence is None or type(sequence) not in (cst.List, cst.Tuple):
+                return False
+            arg = self.ctx.parent(sequence)
+            return type(arg) is cst.Arg and self._handed_to_env_reader(arg)
         if type(parent) is cst.Index:
             element = self.ctx.parent(parent)
             subscript = self.ctx.parent(element) if element is not None else None
@@ -399,10 +408,32 @@ class Parallel(Analysis):
             call = self.ctx.parent(parent)
             if type(call) is cst.Call:
                 func = dotted_name(call.func) or ""
-                return func.endswith(("environ.get", "getenv", "environ.setdefault"))
+                if func.endswith(_ENV_GETTERS):
+                    return True
+                return self._handed_to_env_reader(parent)  # `env_int("LOCAL_RANK", 0)`
             return False
         if type(parent) is cst.Comparison:
             return any("environ" in self.ctx.code(c.comparator) for c in parent.comparisons)
+        return False
+
+    def _handed_to_env_reader(self, arg: cst.Arg) -> bool:
+        """Is `arg` an argument of a function of this file that reads the environment with a
+        key it does not spell out (`os.environ.get(name, -1)` for each name it is given)?"""
+        call = self.ctx.parent(arg)
+        if type(call) is not cst.Call:
+            return False
+        function = self.ctx.analysis(CallGraph).callee(call)
+        if function is None:
+            return False
+        for node in self.ctx.tree.descendants(function):
+            if type(node) is cst.Call and (dotted_name(node.func) or "").endswith(_ENV_GETTERS):
+                key = node.args[0].value if node.args else None
+                if key is not None and type(key) is not cst.SimpleString:
+                    return True
+            elif type(node) is cst.Subscript and "environ" in self.ctx.code(node.value):
+                index = node.slice[0].slice if node.slice else None
+                if type(index) is cst.Index and type(index.value) is not cst.SimpleString:
+                    return True
         return False
 
     def sets_device(self) -> bool:
@@ -569,3 +600,6 @@ def module_root(expr: cst.CSTNode) -> cst.CSTNode:
             continue
         break
     return expr
+
+
+_ENV_GETTERS = ("environ.get", "getenv", "environ.setdefault")

@@ -39,7 +39,9 @@ class LocalRankArgparseOnly(Rule):
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
     `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
-    does (`init_distributed()` of dist_utils.py; under flake8 only the file itself counts).
+    does (`init_distributed()` of dist_utils.py, also through a helper of that file that looks
+    each launcher's name up in turn: `env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"])`;
+    under flake8 only the file itself counts).
     Nor is a parser copied into a script nobody launches per process: the file is not
     distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
     comparisons that decide who logs (`args.local_rank > 0`) and in device arguments
