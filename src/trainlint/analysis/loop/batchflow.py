@@ -305,7 +305,7 @@ class BatchFlow(Analysis):
                         # `def evaluate(model, iterator)`: what the file's callers pass for it
                         out.extend(self._passed_loaders(binding.statement, node.value, depth))
             elif type(node) is cst.Attribute and _is_self(node.value):
-                for value in self._self_assignments(node):
+                for value in self.loops.self_assigned(node):
                     out.extend(self._loader_chain(value, depth + 1))
         return out
 
@@ -342,33 +342,6 @@ class BatchFlow(Analysis):
             passed = callgraph.argument_for(call, function, param)
             if passed is not None:
                 out.extend(self._loader_chain(passed, depth + 1))
-        return out
-
-    def _self_assignments(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
-        cls = next((a for a in self.ctx.ancestors(attr) if type(a) is cst.ClassDef), None)
-        if cls is None:
-            return []
-        out = []
-        for node in self.ctx.tree.descendants(cls.body):
-            if type(node) is cst.Assign:
-                for target in node.targets:
-                    pairs: List[Tuple[cst.CSTNode, cst.BaseExpression]] = [
-                        (target.target, node.value)
-                    ]
-                    if type(target.target) is cst.Tuple and type(node.value) is cst.Tuple:
-                        # `self.dl, self.alpha = dl, alpha`
-                        if len(target.target.elements) == len(node.value.elements):
-                            pairs = [
-                                (t.value, v.value)
-                                for t, v in zip(target.target.elements, node.value.elements)
-                            ]
-                    for t, value in pairs:
-                        if (
-                            type(t) is cst.Attribute
-                            and _is_self(t.value)
-                            and t.attr.value == attr.attr.value
-                        ):
-                            out.append(value)
         return out
 
     def _dataloader_moves(self, call: cst.Call, flow: Flow) -> Optional[str]:

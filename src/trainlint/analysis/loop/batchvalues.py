@@ -88,6 +88,12 @@ NOT_TENSOR_RESULTS = frozenset(
 NOT_TENSOR_ATTRS = frozenset(
     {"shape", "device", "dtype", "ndim", "is_cuda", "requires_grad", "grad_fn", "layout"}
 )
+# Attributes a tensor has that are not methods: reading any other attribute of a batch item
+# (`graph.ndata["feat"]`, `data.edge_index`) says the item is an object holding tensors.
+TENSOR_ATTRS = NOT_TENSOR_ATTRS | frozenset(
+    {"data", "grad", "T", "mT", "H", "mH", "real", "imag", "names", "is_leaf", "is_sparse",
+     "is_quantized", "is_meta", "itemsize", "nbytes", "output_nr", "_version"}
+)
 BINARY_METHODS = frozenset(
     {
         "eq",
@@ -254,6 +260,8 @@ class Element:
     # the call that handed it to a helper of this file
     via: Optional[cst.Call] = field(default=None, repr=False)
     moved_keys: Set[str] = field(default_factory=set)
+    # keys whose item was replaced by a value of unknown placement (`batch["x"] = prep(x)`)
+    rebound_keys: Set[str] = field(default_factory=set)
     children: Dict[str, "Element"] = field(default_factory=dict, repr=False)
 
     def lineage(self) -> List["Element"]:

@@ -5,7 +5,7 @@ elements (moved, derived, on the device), branches joined conservatively.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple
+from typing import Dict, List, Optional, Sequence, Set, TYPE_CHECKING, Tuple, Union, cast
 
 import libcst as cst
 
@@ -24,6 +24,7 @@ from .batchvalues import (
     NOT_TENSOR_ATTRS,
     NOT_TENSOR_RESULTS,
     TENSOR_ID_WORDS,
+    TENSOR_ATTRS,
     TENSOR_PRESERVING,
     TEXT_CALLEE,
     TEXT_METHODS,
@@ -95,7 +96,7 @@ class BatchWalker:
             self.state[name] = Element(
                 name, source, bound_at, fix_target=fix, helper=self.flow.helper
             )
-        self.structured = self._structured_roots()
+        self.structured = self._structured_names()
         self.batch_moves = self._batch_item_moves()
 
     # -- statements ---------------------------------------------------------------------------
@@ -142,6 +143,7 @@ class BatchWalker:
             self.sinks_in(stmt.iter)
             for name in target_names(stmt.target):
                 self.state.pop(name, None)
+            self._bind_batch_items(stmt)
             self.nesting += 1
             self.block(statements_of(stmt.body))
             if stmt.orelse is not None:
@@ -163,6 +165,26 @@ class BatchWalker:
             self.nesting += 1  # a `raise` or `return` in it may be caught or run `finally`
             self._try(stmt)
             self.nesting -= 1
+
+    def _bind_batch_items(self, loop: cst.For) -> None:
+        """`for k, v in batch.items():` / `for v in batch.values():` over the whole batch: `v`
+        is each item as the loader gave it (so `batch[k] = v.float()` still leaves it on the
+        CPU, and `batch[k] = v.cuda()` moves it)."""
+        call = loop.iter
+        if type(call) is not cst.Call or type(call.func) is not cst.Attribute or call.args:
+            return
+        batch = self.value(call.func.value)
+        if not isinstance(batch, Element) or not batch.root:
+            return
+        method = call.func.attr.value
+        item: Optional[cst.BaseExpression] = loop.target
+        if method == "items" and type(loop.target) in (cst.Tuple, cst.List):
+            elements = cast(Union[cst.Tuple, cst.List], loop.target).elements
+            item = elements[1].value if len(elements) == 2 else None
+        elif method != "values":
+            return
+        if type(item) is cst.Name:
+            self.state[item.value] = batch.derive(item.value, loop)
 
     def _try(self, stmt: cst.Try) -> None:
         before = dict(self.state)
@@ -275,9 +297,22 @@ class BatchWalker:
             type(target) is cst.Subscript or type(target) is cst.Attribute
         ) and type(target.value) is cst.Name:
             base = self.state.get(target.value.value)
-            if not isinstance(base, Element) or self.value(value) is not DEVICE:
+            if not isinstance(base, Element):
                 return
+            placed = self.value(value)
             key = _key_text(self.ctx, target)
+            if placed is None and base.root:
+                # `batch[k] = to_var(v)` for every item, `batch["x"] = prepare(x)`: a value the
+                # walk cannot place (a helper of another module may move it) replaces the item
+                if key is None:
+                    self.state.pop(target.value.value, None)
+                else:
+                    changed = _copy(base)
+                    changed.rebound_keys = set(base.rebound_keys) | {key}
+                    self.state[target.value.value] = changed
+                return
+            if placed is not DEVICE:
+                return
             self.moved_here = True
             if key is None:
                 self.state[target.value.value] = DEVICE  # batch[k] = v.to(dev) for every k
@@ -394,6 +429,8 @@ class BatchWalker:
     def _child(self, root: Element, display: str, key, fix) -> object:
         if key is not None and key in root.moved_keys:
             return DEVICE
+        if key is not None and key in root.rebound_keys:
+            return None
         found = root.children.get(display)
         if found is None:
             found = root.children[display] = Element(
@@ -499,8 +536,10 @@ class BatchWalker:
                 continue
             if arg.star == "*":
                 continue
-            if v.root and arg.star != "**" and v.name in self.structured:
-                continue  # the model gets the whole structured batch and may place it itself
+            if arg.star != "**" and v.name in self.structured:
+                # the model gets the whole structured batch, or an item the loop takes tensors
+                # out of (`graph.ndata["feat"].to(device)`, a DGL graph), and may place it itself
+                continue
             self.report(v, arg.value, call, "model")
 
     def _scattered(self, call: cst.Call) -> bool:
@@ -628,16 +667,26 @@ class BatchWalker:
                     found.append(node)
         return found
 
-    def _structured_roots(self) -> Set[str]:
-        """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`)."""
+    def _structured_names(self) -> Set[str]:
+        """Whole-batch names the code takes apart (subscripts, unpacking, `.items()`), and
+        batch items it reads an attribute of that no tensor has (`batch_graphs.ndata`): objects
+        that hold tensors, not tensors."""
         roots = set(self.source.roots)
+        items = set(self.source.elements)
         found: Set[str] = set()
-        if not roots:
-            return found
         for node in self.body_nodes():
             if type(node) is cst.Subscript or type(node) is cst.Attribute:
                 value = node.value
-                if type(value) is cst.Name and value.value in roots:
+                if type(value) is not cst.Name:
+                    continue
+                if value.value in roots:
+                    found.add(value.value)
+                elif (
+                    value.value in items
+                    and type(node) is cst.Attribute
+                    and node.attr.value not in TENSOR_ATTRS
+                    and not self._called(node)
+                ):
                     found.add(value.value)
             elif type(node) is cst.Assign and type(node.value) is cst.Name:
                 if node.value.value in roots and any(
@@ -645,6 +694,11 @@ class BatchWalker:
                 ):
                     found.add(node.value.value)
         return found
+
+    def _called(self, attribute: cst.Attribute) -> bool:
+        """`images.float()`: the attribute is a method being called."""
+        parent = self.ctx.parent(attribute)
+        return type(parent) is cst.Call and parent.func is attribute
 
 
 _EXITS = (cst.Continue, cst.Break, cst.Return, cst.Raise)
@@ -680,7 +734,9 @@ def _walk_names(node: cst.CSTNode):
 def _copy(element: Element) -> Element:
     from dataclasses import replace
 
-    return replace(element, moved_keys=set(element.moved_keys))
+    return replace(
+        element, moved_keys=set(element.moved_keys), rebound_keys=set(element.rebound_keys)
+    )
 
 
 def _combine(left: object, right: object) -> object:

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
 from ..base.callgraph import CallGraph
 from ..base.names import Names, dotted_name
+from ..base.nodes import is_self_attr
 from ..base.scopes import Scopes
 from ..base.vocabulary import disables_grad
 from .. import Analysis
@@ -42,6 +43,8 @@ from .. import Analysis
 Path = Tuple[Union[int, str], ...]  # position inside a batch: (1,), (1, 0), ("labels",)
 
 _LOADER_NAME = re.compile(r"(loader|dataloader|(^|_)dls?$|(^|_)dl_|_iter$|^batches$)", re.I)
+# A name for several loaders, kept in a dict or list (`dataloaders[phase]`).
+_LOADERS_NAME = re.compile(r"(loaders|(^|_)dls)$", re.I)
 _NOT_LOADER_NAME = re.compile(
     r"(loader_(kwargs|args|cfg|config|params)|_fn$|_cls$|_class$|_factory$)", re.I
 )
@@ -103,6 +106,9 @@ class Loops(Analysis):
             if inner is not None:
                 return self.is_loader(inner, _depth + 1)
             return False
+        if type(expr) is cst.Subscript:
+            # `for inputs, labels in dataloaders[phase]`, `self.loaders["test"]`
+            return self._holds_loaders(expr.value, _depth + 1)
         if type(expr) is cst.Attribute:
             if _LOADER_NAME.search(expr.attr.value) and not _NOT_LOADER_NAME.search(
                 expr.attr.value
@@ -126,27 +132,76 @@ class Loops(Analysis):
                 return not any(b.kind in ("class", "def", "import") for b in bindings)
         return False
 
+    def _holds_loaders(self, container: cst.BaseExpression, depth: int) -> bool:
+        """Is `container` a dict or list of loaders: built from them (`{x: DataLoader(...) for
+        x in ("train", "val")}`, `{"train": train_loader, ...}`, `dict(train=...)`), bound to
+        one, or a parameter or attribute named for several (`dataloaders`, `self.loaders`)?"""
+        if depth > 4:
+            return False
+        if type(container) is cst.Dict:
+            return any(
+                type(e) is cst.DictElement and self.is_loader(e.value, depth)
+                for e in container.elements
+            )
+        if type(container) is cst.DictComp:
+            return self.is_loader(container.value, depth)
+        if type(container) in (cst.List, cst.Tuple):
+            return any(
+                self.is_loader(e.value, depth)
+                for e in cast(Union[cst.List, cst.Tuple], container).elements
+            )
+        if type(container) is cst.ListComp:
+            return self.is_loader(container.elt, depth)
+        if type(container) is cst.Call and dotted_name(container.func) == "dict":
+            return any(
+                a.keyword is not None and self.is_loader(a.value, depth) for a in container.args
+            )
+        if type(container) is cst.Name:
+            bindings = self.scopes.lookup(container.value, container)
+            for binding in bindings:
+                if binding.kind in ("assign", "annassign") and binding.value is not None:
+                    if self._holds_loaders(binding.value, depth + 1):
+                        return True
+            return bool(_LOADERS_NAME.search(container.value)) and not any(
+                b.kind in ("assign", "annassign", "class", "def", "import") for b in bindings
+            )
+        if type(container) is cst.Attribute and is_self_attr(container, container.attr.value):
+            values = self.self_assigned(container)
+            if values:
+                return any(self._holds_loaders(v, depth + 1) for v in values)
+            return bool(_LOADERS_NAME.search(container.attr.value))
+        return False
+
+    def self_assigned(self, attr: cst.Attribute) -> List[cst.BaseExpression]:
+        """What the class around `attr` assigns to `self.<attr>` (also by tuple: `self.dl,
+        self.alpha = dl, alpha`)."""
+        cls = next((a for a in self.ctx.ancestors(attr) if type(a) is cst.ClassDef), None)
+        if cls is None:
+            return []
+        out: List[cst.BaseExpression] = []
+        for node in self.ctx.tree.descendants(cls.body):
+            if type(node) is not cst.Assign:
+                continue
+            for target in node.targets:
+                pairs: List[Tuple[cst.CSTNode, cst.BaseExpression]] = [(target.target, node.value)]
+                if type(target.target) is cst.Tuple and type(node.value) is cst.Tuple:
+                    if len(target.target.elements) == len(node.value.elements):
+                        pairs = [
+                            (t.value, v.value)
+                            for t, v in zip(target.target.elements, node.value.elements)
+                        ]
+                out.extend(value for t, value in pairs if is_self_attr(t, attr.attr.value))
+        return out
+
     def _self_attribute_is_loader(self, expr: cst.Attribute, depth: int) -> bool:
         """`self.train_data` assigned a loader in the class (`self.train_data = train_data`
         with `train_data: DataLoader`, or `= DataLoader(...)`)."""
         if not (type(expr.value) is cst.Name and expr.value.value == "self"):
             return False
-        cls = next((a for a in self.ctx.ancestors(expr) if type(a) is cst.ClassDef), None)
-        if cls is None:
-            return False
-        for node in self.ctx.tree.descendants(cls.body):
-            if type(node) is cst.Assign and any(
-                type(t.target) is cst.Attribute
-                and type(t.target.value) is cst.Name
-                and t.target.value.value == "self"
-                and t.target.attr.value == expr.attr.value
-                for t in node.targets
-            ):
-                if type(node.value) is not cst.Attribute and self.is_loader(
-                    node.value, depth + 1
-                ):
-                    return True
-        return False
+        return any(
+            type(value) is not cst.Attribute and self.is_loader(value, depth + 1)
+            for value in self.self_assigned(expr)
+        )
 
     def _is_loader_call(self, call: cst.Call) -> bool:
         func = call.func

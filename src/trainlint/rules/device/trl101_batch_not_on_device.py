@@ -27,6 +27,7 @@ class BatchNotOnDevice(Rule):
     `.to(device)` but hands `labels` to `criterion(logits, labels)` as it came from the loader.
 
     Batch elements are followed from the loop (`for x, y in loader`, `enumerate(...)`, `tqdm(...)`,
+    a dict or list of loaders such as `for inputs, labels in dataloaders[phase]`,
     nested and starred unpacking, `batch["labels"]`, `batch[2]`, `batch.labels`,
     `x, y = batch`, `next(iter(loader))`) through the names derived from them, and reported at
     their first use next to the device, also inside a function of the same file the loop hands
@@ -79,7 +80,9 @@ class BatchNotOnDevice(Rule):
     `move_to_device`, `batch_to_device`, `recursive_to`, `move_to`, any function of the same file
     whose body moves its argument or maps a mover over it, and the names listed in the
     `device-movers` option), by a comprehension (`{k: v.to(device) for k, v in batch.items()}`),
-    by `batch = batch.to(device)`, or by the loader itself (a collate_fn or dataset that moves,
+    by `batch = batch.to(device)`, items replaced one by one with what an imported helper
+    returns (`for k, v in batch.items(): batch[k] = to_var(v)`: the helper may move them;
+    `batch[k] = v.long()` still leaves them on the CPU), or by the loader itself (a collate_fn or dataset that moves,
     a prefetcher, a loader given `device=` such as legacy torchtext's `BucketIterator.splits(...,
     device=device)`, and a legacy torchtext iterator given no `device` at all, whose batches
     were built on the current GPU before torchtext 0.3 and on the CPU after: the code does not
@@ -98,7 +101,9 @@ class BatchNotOnDevice(Rule):
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
     CPU, also when bound to a name, `std = self.std.to(inputs.device)`, in a helper the item is
     handed to); items that are not tensors (paths, ids, captions, lengths, or names used as
-    text); labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
+    text); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
+    whose `batch_graphs.ndata["feat"]` is moved: an object holding tensors, not a tensor);
+    labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
     handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
     from outside its class such a call runs a submodule only when a class of the file assigns
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
