@@ -96,7 +96,10 @@ class HiddenStateNotDetached(Rule):
     a name imported or defined as a function or class, or, in a notebook with cells that do not
     parse, a name nothing analysed binds: the helper's cell may be one of them): what such a
     call hands back as the state may be an environment observation or a counter object, not a
-    tensor with a graph.
+    tensor with a graph. Nor a value that starts as a number and goes through a method of the
+    file other than `forward` (`gpu_mem = 0` ... `gpu_mem = net.gpu_memory(gpu_mem)`, the peak
+    memory); a state that starts as a tensor does not escape that way (`hidden =
+    torch.zeros(...)` ... `logits, hidden = model.step(tokens, hidden)` is reported).
 
     ## Fix safety
     The fix inserts a line that detaches the state before the call (with the file's own
@@ -122,7 +125,7 @@ class HiddenStateNotDetached(Rule):
             if type(call) is not cst.Call:
                 continue
             carried = self._fed_back(assign, call)
-            if not carried:
+            if not carried or self._number_through_a_method(assign, call, carried):
                 continue
             if self.steps.library_owned(assign) or self.steps.grad_disabled(assign):
                 continue
@@ -180,6 +183,23 @@ class HiddenStateNotDetached(Rule):
                 return notebook is not None and bool(notebook.broken)
             return all(b.kind in ("import", "def", "class") for b in bindings)
         return False
+
+    def _number_through_a_method(
+        self, assign: cst.Assign, call: cst.Call, names: List[str]
+    ) -> bool:
+        """`gpu_mem = net.gpu_memory(gpu_mem)` after `gpu_mem = 0`: a value that starts as a
+        number and goes through a method of the file other than `forward` (the peak memory, a
+        counter) is no recurrent state of a module."""
+        func = call.func
+        if type(func) is not cst.Attribute or func.attr.value in ("forward", "__call__"):
+            return False
+        if not self.ctx.analysis(CallGraph).functions_named(func.attr.value):
+            return False
+        for name in names:
+            values = self._initial_values(name, assign)  # the bindings before this one
+            if not values or not all(type(v) in (cst.Integer, cst.Float) for v in values):
+                return False
+        return True
 
     def _rebound_in(self, names: List[str], loop, assign) -> bool:
         """Is the state re-bound (reset, detached) somewhere else in the loop?"""
