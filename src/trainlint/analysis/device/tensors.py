@@ -278,6 +278,11 @@ class DeviceTensors(Analysis):
         func = call.func
         if type(func) is cst.Name:
             moves = self.moved_models().get(func.value)
+            if moves and self._local_model(func):
+                # `gen = Generator(z).get_gen()` inside a test function: a model of that
+                # function, which a move of another `gen` elsewhere in the file does not reach
+                function = self.scopes.enclosing_function(call)
+                moves = [m for m in moves if self.scopes.enclosing_function(m) is function]
             if moves:
                 if type(scope) is not cst.Module:
                     return True
@@ -288,6 +293,20 @@ class DeviceTensors(Analysis):
         if layer is not None and self.is_forward_like(scope):
             return layer not in _PARAMETERLESS_LAYERS
         return False
+
+    def _local_model(self, name: cst.Name) -> bool:
+        """Is `name` (at a call) a variable its function binds itself (assignments, loops,
+        `with`), not a parameter, a global or a name of an enclosing scope?"""
+        function = self.scopes.enclosing_function(name)
+        if function is None:
+            return False
+        bindings = self.scopes.lookup(name.value, name)
+        return bool(bindings) and all(
+            b.kind in ("assign", "annassign", "unpack", "for", "with")
+            and b.scope is not None
+            and b.scope.node is function
+            for b in bindings
+        )
 
     def moved_models(self) -> Dict[str, List[cst.CSTNode]]:
         """Names of models moved to a device (`model.to(device)`, `model = Net().cuda()`,

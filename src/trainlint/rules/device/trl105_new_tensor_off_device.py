@@ -58,7 +58,9 @@ class NewTensorOffDevice(Rule):
 
     Not reported: straight-line top-level code of a script or notebook (a smoke test of the
     model on a CPU sample before `model.to(device)` further down or in a later cell: at the top
-    level a model counts as on the device only after the statement that moves it), a tensor
+    level a model counts as on the device only after the statement that moves it), a model a
+    function builds for itself (`gen = Generator(z).get_gen()` in a shape test) which only a
+    move of another `gen` elsewhere in the file would place, a tensor
     moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:` or as `w =
     w.cuda() if use_cuda else w`, `w = helper(w, gpu)`, or the legacy `z =
     Variable(z).to(device)` earlier in the same loop body), a tensor made on the side of the
