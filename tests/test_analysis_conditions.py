@@ -14,8 +14,7 @@ from trainlint.source import Source
 from trainlint.walk import Tree
 
 
-def exclusive(code: str) -> bool:
-    """Are the calls `a()` and `b()` of `code` exclusive?"""
+def _conditions_and_calls(code: str):
     code = textwrap.dedent(code)
     module = cst.parse_module(code)
     ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
@@ -24,7 +23,55 @@ def exclusive(code: str) -> bool:
         for call in ctx.nodes(cst.Call)
         if type(call.func) is cst.Name and call.func.value in ("a", "b")
     }
-    return ctx.analysis(Conditions).exclusive(calls["a"], calls["b"])
+    return ctx.analysis(Conditions), calls["a"], calls["b"]
+
+
+def exclusive(code: str) -> bool:
+    """Are the calls `a()` and `b()` of `code` exclusive?"""
+    conditions, a, b = _conditions_and_calls(code)
+    return conditions.exclusive(a, b)
+
+
+def runs_whenever(code: str) -> bool:
+    """Does `b()` run whenever `a()` has run?"""
+    conditions, a, b = _conditions_and_calls(code)
+    return conditions.runs_whenever(a, b)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f():\n    a()\n    x = 1\n    b()\n",
+        "def f(d):\n    if d is not None:\n        a()\n    go()\n    if d is not None:\n"
+        "        b()\n",
+        "def f(self):\n    if self.m:\n        a()\n    with ctx():\n        go()\n"
+        "    if self.m:\n        b()\n",
+        "def f(x):\n    if x:\n        a()\n        b()\n",
+        "def f(x, y):\n    if x:\n        if y:\n            a()\n    if x:\n        b()\n",
+    ],
+)
+def test_runs_whenever(code):
+    assert runs_whenever(code)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f(x, y):\n    if x:\n        a()\n    if y:\n        b()\n",
+        "def f(d):\n    if d is not None:\n        a()\n    d = None\n    if d is not None:\n"
+        "        b()\n",
+        "def f(x):\n    if x:\n        a()\n    if not x:\n        b()\n",
+        "def f(x):\n    if x:\n        a()\n    if x:\n        pass\n    else:\n"
+        "        b()\n",
+        "def f(x):\n    a()\n    if x:\n        return\n    b()\n",
+        "def f(xs):\n    a()\n    for x in xs:\n        b()\n",
+        "def f(d):\n    if d.ready():\n        a()\n    if d.ready():\n        b()\n",
+        "def f():\n    b()\n    a()\n",
+        "def f():\n    a()\n\ndef g():\n    b()\n",
+    ],
+)
+def test_does_not_run_whenever(code):
+    assert not runs_whenever(code)
 
 
 @pytest.mark.parametrize(

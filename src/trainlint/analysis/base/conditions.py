@@ -315,6 +315,45 @@ class Conditions(Analysis):
                             return True
         return False
 
+    def runs_whenever(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """Does `b` run whenever `a` has run? `b` comes after `a` in the same function, every
+        `if` around `b` that is not around `a` too tests the same text (no call in it) on the
+        same side as an `if` around `a`, with nothing it reads assigned in between, and nothing
+        between them can leave (return, raise, break, continue) or skip `b` (a loop or `try`
+        around `b` only): `if self.decoder is not None: self.decoder.eval()` ... `if
+        self.decoder is not None: self.decoder.train()`."""
+        index = self.ctx.tree.index
+        at_a, at_b = index.get(a, -1), index.get(b, -1)
+        scope = self._scope(a)
+        if not 0 <= at_a < at_b or scope is not self._scope(b):
+            return False
+        around_a = {id(n) for n in self.ctx.ancestors(a)}
+        sides_a = {}
+        for branch, test, holds in self.branch_tests(a):
+            sides_a[(" ".join(self.ctx.code(test).split()), holds)] = branch
+        for ancestor in self.ctx.ancestors(b):
+            if ancestor is scope or id(ancestor) in around_a:
+                break
+            if type(ancestor) in (cst.For, cst.While, cst.Try, cst.TryStar, cst.Match):
+                return False  # a loop may run no time, a handler may not run
+        for branch, test, holds in self.branch_tests(b):
+            if id(branch) in around_a:
+                continue
+            if any(type(n) is cst.Call for n in descendants(test)) or type(test) is cst.Call:
+                return False
+            if (" ".join(self.ctx.code(test).split()), holds) not in sides_a:
+                return False
+            for node in [test, *descendants(test)]:
+                if type(node) in (cst.Name, cst.Attribute) and self._reassigned(
+                    self.ctx.code(node), a, b
+                ):
+                    return False
+        for node in descendants(scope):
+            if type(node) in (cst.Return, cst.Raise, cst.Break, cst.Continue):
+                if at_a < index.get(node, -1) < at_b:
+                    return False
+        return True
+
     def guards(self, node: cst.CSTNode) -> List[Tuple[cst.CSTNode, Set[Atom]]]:
         """The `if`s around `node` (innermost first) with what holds inside the branch taken."""
         found = self._guards.get(node)

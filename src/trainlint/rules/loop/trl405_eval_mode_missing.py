@@ -7,6 +7,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.base.conditions import Conditions
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.identity import aliases
 from ...analysis.base.names import dotted_name
@@ -90,7 +91,9 @@ class EvalModeMissing(Rule):
     reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
     has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
-    model.train() else: model.eval()`) is a deliberate choice, and a module only called under
+    model.train() else: model.eval()`) is a deliberate choice; an `eval()` the helper undoes
+    under the same test (`if self.emb_decoder is not None:` around both its `eval()` and, at the
+    end, its `train()`) leaves the module as it was; and a module only called under
     `no_grad()` in the loop (an EMA copy used for samples) is not trained there. An `eval()`
     under a branch the code before the loop settles is judged on the branch that runs: an agent
     whose `select_action` calls `self.dqn.eval()` only `if self.is_test:`, in a `train()` that
@@ -455,6 +458,7 @@ class EvalModeMissing(Rule):
                 continue
             found: List[Tuple[str, Event]] = []
             chosen = self._eval_chosen_for_training(flow) | self._eval_chosen_by_branch(flow)
+            restored = self._eval_undone_under_the_same_guard(flow)
 
             # A state is the set of (module, its eval event, ran since): the modules left in
             # eval mode, and whether a forward has run one of them since. The mode matters when
@@ -467,7 +471,7 @@ class EvalModeMissing(Rule):
                     # BatchNorm in linear probing): whatever mode came before does not matter.
                     receiver = _strip(event.receiver)
                     return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
-                if event.kind == "eval" and event.receiver is not None:
+                if event.kind == "eval" and event.receiver is not None and event not in restored:
                     receiver = _strip(event.receiver)
                     if receiver in trained or _strip(_unparam(receiver)) in trained:
                         return (state | {(receiver, event, False)},)
@@ -519,6 +523,29 @@ class EvalModeMissing(Rule):
             if any(where < at for at in backward_at.get(event.via[-1], ())):
                 chosen.add(event)
         return chosen
+
+    def _eval_undone_under_the_same_guard(self, flow) -> Set[Event]:
+        """`if self.decoder is not None: self.decoder.eval()` ... `if self.decoder is not None:
+        self.decoder.train()` at the end of the same validation helper: the `train()` runs
+        whenever the `eval()` did, so the helper leaves that module as it found it."""
+        events = list(events_of(flow))
+        conditions: Conditions = self.ctx.analysis(Conditions)
+        undone: Set[Event] = set()
+        for event in events:
+            if event.kind != "eval" or event.receiver is None:
+                continue
+            for other in events:
+                if (
+                    other.kind == "train"
+                    and other.site is event.site  # the same call of the helper
+                    and other.via == event.via
+                    and other.receiver is not None
+                    and _same_module(other.receiver, event.receiver)
+                    and conditions.runs_whenever(event.node, other.node)
+                ):
+                    undone.add(event)
+                    break
+        return undone
 
     def _eval_chosen_by_branch(self, flow) -> Set[Event]:
         """`if phase == "train": model.train() else: model.eval()`: an `eval()` in one branch
