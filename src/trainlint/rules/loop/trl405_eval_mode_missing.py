@@ -598,6 +598,8 @@ class EvalModeMissing(Rule):
         else:
             where = f"`{shown}.eval()` is not undone"
         message = f"{where} and the loop trains it again without `{shown}.train()`"
+        if len(message) > 100:  # long attribute chains: the headline names the module once
+            message = f"{where}; the loop trains it on without `train()`"
         help = (
             "later training steps run with dropout off and BatchNorm statistics frozen; "
             f"nothing raises, the results are silently worse. Call `{shown}.train()` after "
