@@ -13,6 +13,7 @@ from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import keyword, method_call
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
+from ...analysis.base.scopes import reads_of_binding
 from ...analysis.parallel.parallel import Parallel
 from ...analysis.parallel.wraps import Wraps
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
@@ -181,6 +182,8 @@ class LocalRankArgparseOnly(Rule):
                     qualified = self._qualified_import(node.func)
                     if qualified is not None and not qualified.startswith("<"):
                         own_calls[name].add(qualified)
+        # each function's own text, once: `starts` below is whether any function it reaches names one
+        starts_here = {n: bool(_STARTS_PROCESSES.search(self.ctx.code(f))) for n, f in top.items()}
         out: Dict[str, Dict[str, object]] = {}
         for name in top:
             closure, todo = {name}, [name]
@@ -189,7 +192,7 @@ class LocalRankArgparseOnly(Rule):
                     if other not in closure:
                         closure.add(other)
                         todo.append(other)
-            starts = any(_STARTS_PROCESSES.search(self.ctx.code(top[f])) for f in closure)
+            starts = any(starts_here[f] for f in closure)
             calls = sorted(set().union(*(own_calls[f] for f in closure)))
             out[name] = {"starts": starts, "calls": calls}
         return out
@@ -308,18 +311,11 @@ class LocalRankArgparseOnly(Rule):
         )
 
     def _reads_of(self, assign: cst.Assign) -> List[cst.Name]:
-        """The reads of the one name `assign` binds that see that binding (none for other
-        targets: `self.x = ...`, tuples, chains)."""
+        """The reads of the one name `assign` binds (none for other targets: `self.x = ...`,
+        tuples, chains)."""
         if len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
             return []
-        target = assign.targets[0].target
-        reads = []
-        for name in self.ctx.nodes(cst.Name):
-            if name.value != target.value or name is target or _is_store(self.ctx, name):
-                continue
-            if any(b.statement is assign for b in self.ctx.scopes.lookup(name.value, name)):
-                reads.append(name)
-        return reads
+        return reads_of_binding(self.ctx, assign.targets[0].target, assign)
 
     def _imported_callee(self, node: cst.CSTNode) -> Optional[str]:
         """The qualified name of the imported function whose argument `node` is directly
