@@ -74,6 +74,16 @@ def test_does_not_run_whenever(code):
     assert not runs_whenever(code)
 
 
+def test_runs_whenever_past_a_raise_only_when_asked():
+    code = "def f(x):\n    a()\n    if x:\n        raise ValueError\n    b()\n"
+    conditions, a, b = _conditions_and_calls(code)
+    assert not conditions.runs_whenever(a, b)
+    assert conditions.runs_whenever(a, b, past_raise=True)
+    code = "def f(x):\n    a()\n    if x:\n        return\n    b()\n"
+    conditions, a, b = _conditions_and_calls(code)
+    assert not conditions.runs_whenever(a, b, past_raise=True)  # a return still skips b
+
+
 @pytest.mark.parametrize(
     "code",
     [

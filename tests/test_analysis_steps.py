@@ -333,3 +333,47 @@ def test_mode_free_model(layers, forward, expected):
 def test_file_may_update_weights(body, expected):
     ctx, steps = steps_for(body + "\n")
     assert steps.file_may_update_weights() is expected
+
+
+def _train_calls(ctx):
+    return [
+        call
+        for call in ctx.nodes(cst.Call)
+        if type(call.func) is cst.Attribute and call.func.attr.value == "train"
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "was = model.training\nmodel.eval()\nmodel.train(was)\n",
+        "was = model.training\nmodel.eval()\nmodel.train(mode=was)\n",
+        "t = self.net.training\nself.net.eval()\nif t:\n    self.net.train()\n",
+    ],
+)
+def test_a_train_call_that_puts_back_a_saved_mode_is_a_restore(body):
+    code = "def helper(self, model):\n" + textwrap.indent(body, "    ")
+    ctx, steps = steps_for(code)
+    (call,) = _train_calls(ctx)
+    saved = steps.saved_mode(call)
+    assert saved is not None and type(saved[0]) is cst.Assign
+    assert steps.event(call).kind == "restore"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "model.eval()\nmodel.train()\n",  # nothing saved
+        "was = other.training\nmodel.eval()\nmodel.train(was)\n",  # another module's mode
+        "was = model.training\nwas = True\nmodel.train(was)\n",  # rebound
+        "was = model.training\nif was:\n    pass\nelse:\n    model.train()\n",  # else side
+        "was = model.training\nif was:\n    if other:\n        model.train()\n",  # nested test
+    ],
+)
+def test_a_train_call_without_a_saved_mode_is_no_restore(body):
+    code = "def helper(self, model):\n" + textwrap.indent(body, "    ")
+    ctx, steps = steps_for(code)
+    for call in _train_calls(ctx):
+        assert steps.saved_mode(call) is None
+        event = steps.event(call)
+        assert event is None or event.kind != "restore"

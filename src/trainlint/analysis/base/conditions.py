@@ -315,13 +315,15 @@ class Conditions(Analysis):
                             return True
         return False
 
-    def runs_whenever(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    def runs_whenever(self, a: cst.CSTNode, b: cst.CSTNode, past_raise: bool = False) -> bool:
         """Does `b` run whenever `a` has run? `b` comes after `a` in the same function, every
         `if` around `b` that is not around `a` too tests the same text (no call in it) on the
         same side as an `if` around `a`, with nothing it reads assigned in between, and nothing
         between them can leave (return, raise, break, continue) or skip `b` (a loop or `try`
         around `b` only): `if self.decoder is not None: self.decoder.eval()` ... `if
-        self.decoder is not None: self.decoder.train()`."""
+        self.decoder is not None: self.decoder.train()`. With `past_raise`, a `raise` between
+        them does not count: the question is then what runs after both, which a raise skips
+        too (`raise ValueError("loss is nan")` in a validation that restores the mode)."""
         index = self.ctx.tree.index
         at_a, at_b = index.get(a, -1), index.get(b, -1)
         scope = self._scope(a)
@@ -350,6 +352,8 @@ class Conditions(Analysis):
                     return False
         for node in descendants(scope):
             if type(node) in (cst.Return, cst.Raise, cst.Break, cst.Continue):
+                if past_raise and type(node) is cst.Raise:
+                    continue
                 if at_a < index.get(node, -1) < at_b:
                     return False
         return True

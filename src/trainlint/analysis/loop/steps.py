@@ -310,6 +310,12 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if attr == "eval" and not call.args:
                 return Event("eval", call, self._mode_receiver(call, owner, mapping), site, via)
             if attr == "train":
+                if self.saved_mode(call) is not None:
+                    # `model.train(was_training)`, `if training: model.train()`: the mode the
+                    # helper found, put back; whatever it was, this call does not choose it
+                    return Event(
+                        "restore", call, self._mode_receiver(call, owner, mapping), site, via
+                    )
                 mode = positional(call, 0) or keyword(call, "mode")
                 if mode is None or (type(mode) is cst.Name and mode.value == "True"):
                     return Event(
@@ -348,6 +354,48 @@ class TrainingSteps(AutogradGraphs, Analysis):
                     return True
             return False
         return False
+
+    def saved_mode(self, call: cst.Call) -> Optional[Tuple[cst.CSTNode, cst.CSTNode]]:
+        """For a `module.train(...)` that puts back a mode saved from `module.training`: (the
+        statement that saved it, the node that restores it). Two shapes:
+        `was_training = model.training` ... `model.train(was_training)` (or `mode=`), and
+        `training = self.model.training` ... `if training: self.model.train()` (the `if`). The
+        flag must be bound once in the function, to the same module's `.training`."""
+        func = call.func
+        if type(func) is not cst.Attribute or func.attr.value != "train":
+            return None
+        module = dotted_name(func.value)
+        if module is None:
+            return None
+        flag = positional(call, 0) or keyword(call, "mode")
+        restoring: cst.CSTNode = call
+        if flag is None:
+            statement = self.ctx.parent(self.ctx.parent(call))
+            block = self.ctx.parent(statement) if statement is not None else None
+            holder = self.ctx.parent(block) if block is not None else None
+            if (
+                type(statement) is not cst.SimpleStatementLine
+                or type(holder) is not cst.If
+                or holder.body is not block
+            ):
+                return None
+            flag, restoring = holder.test, holder
+        if type(flag) is not cst.Name:
+            return None
+        bindings = self.scopes.lookup(flag.value, flag)
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return None
+        saved, statement = bound_value(bindings[0]), bindings[0].statement
+        if (
+            statement is None
+            or type(saved) is not cst.Attribute
+            or saved.attr.value != "training"
+            or dotted_name(saved.value) != module
+            or self.scopes.enclosing_function(bindings[0].node)
+            is not self.scopes.enclosing_function(call)
+        ):
+            return None
+        return statement, restoring
 
     def _mode_receiver(self, call, owner, mapping) -> Optional[str]:
         """`model.eval()` -> "model"; `model = Net().eval()` -> "model";

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple, cast
 
 import libcst as cst
 
@@ -93,7 +93,10 @@ class EvalModeMissing(Rule):
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
     model.train() else: model.eval()`) is a deliberate choice; an `eval()` the helper undoes
     under the same test (`if self.emb_decoder is not None:` around both its `eval()` and, at the
-    end, its `train()`) leaves the module as it was; and a module only called under
+    end, its `train()`) leaves the module as it was, and so does a helper that saves the mode
+    before its `eval()` and puts it back at its end (`training = self.model.training` ... `if
+    training: self.model.train()`, or `model.train(was_training)`; a `raise` between them ends
+    the run, a `return` skips the restore and is reported); and a module only called under
     `no_grad()` in the loop (an EMA copy used for samples) is not trained there. An `eval()`
     under a branch the code before the loop settles is judged on the branch that runs: an agent
     whose `select_action` calls `self.dqn.eval()` only `if self.is_test:`, in a `train()` that
@@ -527,22 +530,33 @@ class EvalModeMissing(Rule):
     def _eval_undone_under_the_same_guard(self, flow) -> Set[Event]:
         """`if self.decoder is not None: self.decoder.eval()` ... `if self.decoder is not None:
         self.decoder.train()` at the end of the same validation helper: the `train()` runs
-        whenever the `eval()` did, so the helper leaves that module as it found it."""
+        whenever the `eval()` did, so the helper leaves that module as it found it. So does a
+        helper that saves the mode before its `eval()` and puts it back at its end (`training =
+        self.model.training` ... `if training: self.model.train()`). A `raise` between them
+        ends the run as well (`raise ValueError("loss is nan")` inside the validation)."""
         events = list(events_of(flow))
         conditions: Conditions = self.ctx.analysis(Conditions)
+        index = self.ctx.tree.index
         undone: Set[Event] = set()
         for event in events:
             if event.kind != "eval" or event.receiver is None:
                 continue
             for other in events:
-                if (
-                    other.kind == "train"
+                if not (
+                    other.kind in ("train", "restore")
                     and other.site is event.site  # the same call of the helper
                     and other.via == event.via
                     and other.receiver is not None
                     and _same_module(other.receiver, event.receiver)
-                    and conditions.runs_whenever(event.node, other.node)
                 ):
+                    continue
+                after = other.node
+                if other.kind == "restore":
+                    saved = self.steps.saved_mode(cast(cst.Call, other.node))
+                    if saved is None or index.get(saved[0], -1) > index.get(event.node, -1):
+                        continue  # the mode was saved after the eval(): eval is put back
+                    after = saved[1]
+                if conditions.runs_whenever(event.node, after, past_raise=True):
                     undone.add(event)
                     break
         return undone
