@@ -341,3 +341,59 @@ def test_functions_that_return_a_model_in_eval_mode():
     )
     steps = context(code).analysis(TrainingSteps)
     assert eval_mode_returners(steps) == ["get_model", "frozen_teacher"]
+
+
+_POOL = """
+    import torch
+    import torch.nn as nn
+    class AttentionPool(nn.Module):
+        def __init__(self, size, attention_size):
+            super().__init__()
+            self.attention_size = attention_size
+            self.weight = nn.Linear(size, attention_size)
+            self.context = nn.Linear(attention_size, 1){extra_init}
+        def forward(self, x):
+            w = torch.softmax(self.context(torch.tanh(self.weight(x))), dim=1){extra_forward}
+            return (w * x).sum(1)
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(300, 128, 2, batch_first=True)
+            self.attention = AttentionPool(128, 64)
+            self.out = nn.Linear(128, 1)
+        def forward(self, x):
+            return self.forward_with_attention(x)
+        def forward_with_attention(self, x):
+            outputs, _ = self.lstm(x)
+            return self.out(self.attention(outputs))
+    """
+
+
+@pytest.mark.parametrize(
+    "extra_init, extra_forward, free",
+    [
+        ("", "", ["AttentionPool", "Classifier"]),
+        # a dropout in the submodule class makes both mode-dependent
+        ("\n        self.drop = nn.Dropout(0.1)", "\n        w = self.drop(w)", []),
+        # a setting named like a layer that the class calls is a layer after all
+        ("", "\n        w = self.attention_size(w)", []),
+    ],
+)
+def test_a_class_is_judged_with_the_classes_of_the_file_it_builds(extra_init, extra_forward, free):
+    code = textwrap.dedent(_POOL).format(extra_init=extra_init, extra_forward=extra_forward)
+    ctx = context(code)
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == free
+
+
+def test_a_class_that_builds_itself_is_not_followed_forever():
+    ctx = context("""
+        import torch.nn as nn
+        class Tree(nn.Module):
+            def __init__(self, depth):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.child = Tree(depth - 1) if depth else None
+            def forward(self, x):
+                return self.fc(x) if self.child is None else self.child(self.fc(x))
+        """)
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == []

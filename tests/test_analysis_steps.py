@@ -276,7 +276,7 @@ def test_eval_loops():
         ("self.fc = nn.Linear(4, 2)\n        self.drop = nn.Dropout(0.1)", "self.fc(x)", False),
         ("self.fc = nn.Linear(4, 2)\n        self.bn = nn.BatchNorm1d(2)", "self.fc(x)", False),
         ("self.fc = nn.Linear(4, 2)", "F.dropout(self.fc(x), 0.1, self.training)", False),
-        ("self.fc = Block(4, 2)", "self.fc(x)", False),  # a user class may hide a Dropout
+        ("self.fc = Block(4, 2)", "self.fc(x)", False),  # a class of the file holds a Dropout
         # An RNN's dropout runs between stacked layers, in train mode only.
         ("self.rnn = nn.LSTM(4, 2, num_layers=2, dropout=0.1)", "self.rnn(x)[0]", False),
         ("self.rnn = nn.LSTM(4, 2)", "self.rnn(x)[0]", True),
@@ -289,7 +289,13 @@ def test_mode_free_model(layers, forward, expected):
     import torch.nn.functional as F
 
     class Block(nn.Module):
-        pass
+        def __init__(self, n_in, n_out):
+            super().__init__()
+            self.fc = nn.Linear(n_in, n_out)
+            self.drop = nn.Dropout(0.1)
+
+        def forward(self, x):
+            return self.drop(self.fc(x))
 
     class Net(nn.Module):
         def __init__(self):

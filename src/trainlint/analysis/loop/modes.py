@@ -3,8 +3,9 @@ layers behave differently in the two modes.
 
 A model has no modes worth setting when it is a built-in layer without mode-dependent behaviour
 (`nn.Linear(784, 10)`, a convolution, an embedding), an `nn.Sequential` of such layers, or a
-same-file `nn.Module` whose submodules are all such layers and that reads no `self.training` and
-calls no dropout or normalisation function (the CIFAR-10 tutorial's `Net`). A missing
+same-file `nn.Module` whose submodules are all such layers (or such classes of the file) and that
+reads no `self.training` and calls no dropout or normalisation function (the CIFAR-10
+tutorial's `Net`). A missing
 `model.eval()` around such a model changes no result (TRL405 stays quiet about the mode).
 
 Mode-dependent: dropout of every kind, normalisation with running statistics (BatchNorm,
@@ -17,12 +18,13 @@ layers only, and only in train mode).
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...walk import own_nodes
 from ..base.calls import has_star_args, keyword, positional
+from ..base.nodes import descendants, is_self_attr
 from .steps import TrainingSteps
 
 
@@ -39,6 +41,9 @@ _MODE_DEPENDENT_LAYER = re.compile(
 # Recurrent layers: (position of `dropout` among the positional arguments). `num_layers` is the
 # third positional argument of all three.
 _STACKED_RNNS = {"LSTM": 5, "GRU": 5, "RNN": 6}
+# Method names that override the mode switch itself (`def train(self, mode=True)`).
+_MODE_SWITCH = re.compile(r"^(train|eval|training|apply)$")
+_MAX_NESTED_CLASSES = 6  # classes of the file built inside one another, followed that deep
 _CONTAINERS = ("Sequential", "ModuleList")
 _MOVES = ("to", "cuda", "cpu", "float", "double", "half")
 _WRAPPERS = ("DataParallel", "DistributedDataParallel", "DDP")
@@ -293,25 +298,40 @@ def _unpacked_lambda(statement, name: str) -> bool:
     return False
 
 
-def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -> bool:
-    """A same-file `nn.Module` class whose every call is a torch call or a call of its own
-    submodules, whose layers are all mode-free (`mode_dependent_layer`), that reads no
-    `self.training`, overrides no `train`/`eval` and calls no dropout or normalisation function.
-    A submodule attribute named like a mode-dependent layer (`self.lstm`) is fine when every
-    assignment to it builds a mode-free layer (`nn.LSTM(28, 128, 2)`)."""
+def _mode_free_class(
+    steps: "TrainingSteps", class_name: str, at: cst.CSTNode, seen: FrozenSet[str] = frozenset()
+) -> bool:
+    """A same-file `nn.Module` class whose every call is a torch call, a call of its own
+    submodules or methods, or builds another such class of the file, whose layers are all
+    mode-free (`mode_dependent_layer`), that reads no `self.training`, overrides no
+    `train`/`eval` and calls no dropout or normalisation function. A submodule attribute named
+    like a mode-dependent layer (`self.lstm`, `self.attention`) is fine when every assignment
+    to it builds a mode-free layer (`nn.LSTM(28, 128, 2)`) or a mode-free class of the file (an
+    attention built of `nn.Linear` layers), and so is a method of the class named so
+    (`self.forward_with_attention(x)`: its body is part of what is read here) and an attribute
+    that only holds a plain value the class never calls (`self.attention_size = size`)."""
+    if class_name in seen or len(seen) >= _MAX_NESTED_CLASSES:
+        return False  # a class that builds itself, or nesting too deep to follow: unknown
+    seen = seen | {class_name}
     classes = [b for b in steps.scopes.lookup(class_name, at) if b.kind == "class"]
     if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
         return False
     node: cst.ClassDef = classes[0].node
     if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
         return False
-    free_layers = _mode_free_attributes(steps, node)
+    free_layers = _mode_free_attributes(steps, node, seen)
+    plain_values = _plain_value_attributes(steps, node)
+    methods = {
+        statement.name.value
+        for statement in getattr(node.body, "body", ())
+        if type(statement) is cst.FunctionDef
+    }
     found_ok = True
 
     class Scan(cst.CSTVisitor):
         def visit_FunctionDef(self, function: cst.FunctionDef) -> None:
             nonlocal found_ok
-            if _MODE_DEPENDENT.search(function.name.value):
+            if _MODE_SWITCH.search(function.name.value):
                 found_ok = False  # def train(self, mode=True): ... overrides the mode switch
 
         def visit_Param(self, param: cst.Param) -> bool:
@@ -326,7 +346,8 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
             attr = attribute.attr.value
             if _MODE_DEPENDENT.search(attr):
                 own = type(attribute.value) is cst.Name and attribute.value.value == "self"
-                if not (own and attr in free_layers):
+                known = attr in free_layers or attr in methods or attr in plain_values
+                if not (own and known):
                     found_ok = False  # self.training, F.dropout, self.bn (not a free layer)
             attribute.value.visit(self)
             return False
@@ -359,6 +380,8 @@ def _mode_free_class(steps: "TrainingSteps", class_name: str, at: cst.CSTNode) -
             local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
             if type(func) is not cst.Name and local:
                 return None
+            if type(func) is cst.Name and _mode_free_class(steps, func.value, call, seen):
+                return False  # a mode-free class of the file; its arguments are sizes
             if not torch_layer:
                 found_ok = False
             return None
@@ -374,18 +397,56 @@ def _constructs_layer(steps: "TrainingSteps", call: cst.Call) -> bool:
     )
 
 
-def _mode_free_attributes(steps: "TrainingSteps", node: cst.ClassDef) -> Dict[str, bool]:
-    """`self.<attr>` names of the class whose every assignment builds a mode-free torch layer."""
+def _self_assignments(
+    steps: "TrainingSteps", node: cst.ClassDef
+) -> Dict[str, List[cst.BaseExpression]]:
+    """`self.<attr>` names of the class, each with the values the class assigns to it."""
     assigned: Dict[str, List[cst.BaseExpression]] = {}
     for child in steps.ctx.tree.descendants(node):
-        if type(child) is not cst.Assign:
-            continue
-        for target in child.targets:
-            t = target.target
-            if type(t) is cst.Attribute and type(t.value) is cst.Name and t.value.value == "self":
-                assigned.setdefault(t.attr.value, []).append(child.value)
+        if type(child) is cst.Assign:
+            for target in child.targets:
+                t = target.target
+                if type(t) is cst.Attribute and is_self_attr(t, t.attr.value):
+                    assigned.setdefault(t.attr.value, []).append(child.value)
+    return assigned
+
+
+def _plain_value_attributes(steps: "TrainingSteps", node: cst.ClassDef) -> Set[str]:
+    """`self.<attr>` names of the class assigned only values that build nothing (a size, a
+    flag, a parameter: `self.attention_size = attention_size`) and never called as
+    `self.<attr>(...)`: settings, not layers."""
+    called = {
+        child.func.attr.value
+        for child in steps.ctx.tree.descendants(node)
+        if type(child) is cst.Call
+        and type(child.func) is cst.Attribute
+        and is_self_attr(child.func, child.func.attr.value)
+    }
+    return {
+        attr
+        for attr, values in _self_assignments(steps, node).items()
+        if attr not in called
+        and not any(type(n) is cst.Call for v in values for n in [v, *descendants(v)])
+    }
+
+
+def _mode_free_attributes(
+    steps: "TrainingSteps", node: cst.ClassDef, seen: FrozenSet[str]
+) -> Dict[str, bool]:
+    """`self.<attr>` names of the class whose every assignment builds a mode-free torch layer
+    or an instance of a mode-free class of the file."""
+
+    def mode_free(value: cst.BaseExpression) -> bool:
+        if type(value) is not cst.Call:
+            return False
+        layer = mode_dependent_layer(steps, value)
+        if layer is not None:
+            return not layer
+        func = value.func
+        return type(func) is cst.Name and _mode_free_class(steps, func.value, value, seen)
+
     return {
         attr: True
-        for attr, values in assigned.items()
-        if all(type(v) is cst.Call and mode_dependent_layer(steps, v) is False for v in values)
+        for attr, values in _self_assignments(steps, node).items()
+        if all(mode_free(v) for v in values)
     }

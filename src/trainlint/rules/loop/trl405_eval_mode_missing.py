@@ -81,8 +81,9 @@ class EvalModeMissing(Rule):
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
-    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers),
-    or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
+    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers;
+    its submodules may be such classes of the file too, an attention pooling of two linear
+    layers), or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
     counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
     may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
     pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
