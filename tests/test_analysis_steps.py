@@ -8,6 +8,7 @@ import libcst as cst
 import pytest
 
 from trainlint.analysis.base.dataflow import Repeat, events_of, own_events, run
+from trainlint.analysis.base.names import dotted_name as dotted
 from trainlint.analysis.loop.modes import mode_free_model
 from trainlint.analysis.loop.steps import TrainingSteps
 from trainlint.config import Settings
@@ -383,3 +384,51 @@ def test_a_train_call_without_a_saved_mode_is_no_restore(body):
         assert steps.saved_mode(call) is None
         event = steps.event(call)
         assert event is None or event.kind != "restore"
+
+
+@pytest.mark.parametrize(
+    "construct, expected",
+    [
+        ("opt = torch.optim.Adam(model.parameters())", {"model"}),
+        ("opt = torch.optim.Adam([latent])", set()),
+        ("opt = torch.optim.Adam([latent] + list(decoder.parameters()))", {"decoder"}),
+        (
+            "opt = torch.optim.SGD([{'params': net.backbone.parameters(), 'lr': 1e-3},"
+            " {'params': head.parameters()}], lr=0.1)",
+            {"net.backbone", "head"},
+        ),
+        ("opt = torch.optim.Adam(itertools.chain(g.parameters(), e.parameters()))", {"g", "e"}),
+        ("opt = torch.optim.Adam(filter(lambda p: p.requires_grad, net.parameters()))", {"net"}),
+        ("opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad])", {"net"}),
+        ("opt = torch.optim.Adam(params)", None),  # what `params` holds is not read
+        ("opt = torch.optim.Adam([latent, group])", None),  # `group` is no tensor of torch's
+        ("opt = make_optimizer(model)", None),
+    ],
+)
+def test_stepped_modules(construct, expected):
+    code = (
+        "import itertools\nimport torch\n"
+        "latent = torch.ones(1, 8).normal_().cuda()\n"
+        "group = build_group()\n"
+        f"{construct}\n"
+        "opt.step()\n"
+    )
+    ctx, steps = steps_for(code)
+    step = [c for c in ctx.nodes(cst.Call) if dotted(c.func) == "opt.step"][0]
+    assert steps.stepped_modules("opt", step) == expected
+
+
+def test_stepped_modules_reads_the_optimizer_of_the_function():
+    code = (
+        "import torch\n"
+        "def fit_latent(decoder, latent):\n"
+        "    optimizer = torch.optim.Adam([latent])\n"
+        "    optimizer.step()\n"
+        "def train(decoder):\n"
+        "    optimizer = torch.optim.Adam(decoder.parameters())\n"
+        "    optimizer.step()\n"
+    )
+    ctx, steps = steps_for(code)
+    first, second = [c for c in ctx.nodes(cst.Call) if dotted(c.func) == "optimizer.step"]
+    assert steps.stepped_modules("optimizer", first) is None  # `latent` is a parameter
+    assert steps.stepped_modules("optimizer", second) == {"decoder"}

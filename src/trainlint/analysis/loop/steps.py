@@ -47,7 +47,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from ...walk import SCOPE_NODE_TYPES, children, own_nodes
-from ..base.calls import is_true, keyword, positional
+from ..base.calls import is_true, keyword, positional, string_value
 from ..base.conditions import Conditions, is_constant
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
@@ -187,6 +187,99 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 return True
         leaf = (dotted_name(call.func) or "").split(".")[-1]
         return "Scheduler" in leaf or leaf.endswith("LR") or "schedule" in leaf
+
+    def stepped_modules(self, optimizer: str, at: cst.CSTNode) -> Optional[Set[str]]:
+        """The modules whose parameters an optimizer (its dotted text, a name looked up where
+        `at` is) holds, when every assignment to it shows all it holds: `.parameters()` of
+        modules, param-group dicts, lists, `list(...)`, `chain(...)`, `+`, a comprehension
+        over `.parameters()`, and single tensors of the file (`Adam([latent])` with `latent =
+        torch.ones(...).cuda()`: no module's). None when something it holds is not readable
+        (`Adam(params)`) or the optimizer is not built here."""
+        values: List[Optional[cst.BaseExpression]]
+        if "." not in optimizer:
+            values = [
+                bound_value(b) if b.kind == "assign" else None
+                for b in self.scopes.lookup(optimizer, at)
+            ]
+        else:
+            values = [
+                assign.value
+                for assign in self.ctx.nodes(cst.Assign)
+                if any(dotted_name(t.target) == optimizer for t in assign.targets)
+            ]
+        found: Set[str] = set()
+        for value in values:
+            if type(value) is not cst.Call or not self._optimizer_constructor(value):
+                return None
+            params = positional(value, 0) or keyword(value, "params")
+            if params is None or not self._held_parameters(params, found, 0):
+                return None
+        return found if values else None
+
+    def _held_parameters(self, expr: cst.BaseExpression, found: Set[str], depth: int) -> bool:
+        """Add the modules whose parameters `expr` (an optimizer's params) holds to `found`;
+        False when some part of it cannot be read."""
+        if depth > 6:
+            return False
+        if type(expr) is cst.Call and type(expr.func) is cst.Attribute:
+            if expr.func.attr.value in ("parameters", "named_parameters"):
+                owner = dotted_name(expr.func.value)
+                if owner is None:
+                    return False
+                found.add(strip_wrapper(owner))
+                return True
+        if type(expr) is cst.Call and (dotted_name(expr.func) or "").split(".")[-1] in (
+            "list", "tuple", "chain", "filter"
+        ):
+            parts = [a.value for a in expr.args if not a.keyword and not a.star]
+            if (dotted_name(expr.func) or "").endswith("filter"):
+                parts = parts[1:]  # filter(lambda p: p.requires_grad, model.parameters())
+            return bool(parts) and all(self._held_parameters(p, found, depth + 1) for p in parts)
+        if type(expr) is cst.BinaryOperation and type(expr.operator) is cst.Add:
+            return self._held_parameters(expr.left, found, depth + 1) and self._held_parameters(
+                expr.right, found, depth + 1
+            )
+        if type(expr) in (cst.ListComp, cst.GeneratorExp):
+            return self._held_parameters(expr.for_in.iter, found, depth + 1)  # type: ignore
+        if type(expr) is cst.Dict:
+            params = [
+                e.value
+                for e in expr.elements
+                if type(e) is cst.DictElement
+                and type(e.key) is cst.SimpleString
+                and string_value(e.key) == "params"
+            ]
+            return len(params) == 1 and self._held_parameters(params[0], found, depth + 1)
+        if type(expr) in (cst.List, cst.Tuple):
+            elements = expr.elements  # type: ignore[attr-defined]
+            if not elements or any(type(e) is not cst.Element for e in elements):
+                return False
+            for element in elements:
+                value = element.value
+                if type(value) is cst.Name and self._one_tensor(value):
+                    continue  # a tensor of the file's own, no module's parameter
+                if not self._held_parameters(value, found, depth + 1):
+                    return False
+            return True
+        return False
+
+    def _one_tensor(self, name: cst.Name) -> bool:
+        """Is every binding of `name` a tensor made by torch (`torch.ones(1, 256).normal_()
+        .cuda()`, `nn.Parameter(torch.zeros(8))`)?"""
+        bindings = self.scopes.lookup(name.value, name)
+        if not bindings:
+            return False
+        for binding in bindings:
+            value = bound_value(binding) if binding.kind == "assign" else None
+            while type(value) is cst.Call and type(value.func) is cst.Attribute:
+                if any(q.startswith("torch.") for q in self.names.qualified(value.func)):
+                    break
+                value = value.func.value  # `.cuda()`, `.normal_(...)`, `.to(device)`
+            if type(value) is not cst.Call or not any(
+                q.startswith("torch.") for q in self.names.qualified(value.func)
+            ):
+                return False
+        return True
 
     def optimizer_modules(self, optimizer: str) -> Set[str]:
         """Texts of the modules whose parameters an optimizer (by its dotted text) updates."""

@@ -92,13 +92,18 @@ class EvalModeMissing(Rule):
     reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
     has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
-    model.train() else: model.eval()`) is a deliberate choice; an `eval()` the helper undoes
+    model.train() else: model.eval()`, also deeper in that branch: `else: if (epoch + 1) % 10
+    == 0: net.eval() else: continue`) is a deliberate choice; an `eval()` the helper undoes
     under the same test (`if self.emb_decoder is not None:` around both its `eval()` and, at the
     end, its `train()`) leaves the module as it was, and so does a helper that saves the mode
     before its `eval()` and puts it back at its end (`training = self.model.training` ... `if
     training: self.model.train()`, or `model.train(was_training)`; a `raise` between them ends
     the run, a `return` skips the restore and is reported); and a module only called under
-    `no_grad()` in the loop (an EMA copy used for samples) is not trained there. An `eval()`
+    `no_grad()` in the loop (an EMA copy used for samples) is not trained there. Where the
+    loop steps an optimizer, a module left in eval mode is trained only by a step of one that
+    holds its parameters: a discriminator kept in eval mode to score the generator (its own
+    optimizer clears those gradients before its update in train mode), or a decoder frozen
+    while a latent code is fitted (`torch.optim.Adam([latent])`), is not updated there. An `eval()`
     under a branch the code before the loop settles is judged on the branch that runs: an agent
     whose `select_action` calls `self.dqn.eval()` only `if self.is_test:`, in a `train()` that
     sets `self.is_test = False` before its loop and never sets it in the loop (nor in what the
@@ -464,11 +469,17 @@ class EvalModeMissing(Rule):
             chosen = self._eval_chosen_for_training(flow) | self._eval_chosen_by_branch(flow)
             restored = self._eval_undone_under_the_same_guard(flow)
 
-            # A state is the set of (module, its eval event, ran since): the modules left in
-            # eval mode, and whether a forward has run one of them since. The mode matters when
+            # A state is the set of (module, its eval event, how far it got): the modules left
+            # in eval mode, whether a forward has run one of them since (_RAN), and whether a
+            # backward has then left gradients in its parameters (_GRAD). The mode matters when
             # the graph is recorded, so a backward is trained in eval mode only after such a
             # forward: an evaluation between a step's forward and its backward (a helper that
             # samples audio mid-step) changes nothing if the next step resets the mode first.
+            # Where the loop steps an optimizer, the module is trained only by a step of one
+            # that holds its parameters: a discriminator kept in eval mode for the generator's
+            # loss, or a decoder frozen while a latent code is fitted, is not updated there.
+            steps_here = any(e.kind == "step" for e in events_of(flow))
+
             def transfer(event: Event, state):
                 if event.kind == "eval" and event.receiver is not None and event in chosen:
                     # The training helper picks eval mode itself before its steps (frozen
@@ -478,23 +489,41 @@ class EvalModeMissing(Rule):
                 if event.kind == "eval" and event.receiver is not None and event not in restored:
                     receiver = _strip(event.receiver)
                     if receiver in trained or _strip(_unparam(receiver)) in trained:
-                        return (state | {(receiver, event, False)},)
+                        return (state | {(receiver, event, _SET)},)
                     return (state,)
                 if event.kind == "train" and event.receiver is not None:
                     receiver = _strip(event.receiver)
                     return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
                 if event.kind == "forward":
                     ran = frozenset(
-                        (r, e, True)
-                        for r, e, before in state
-                        if not before and any(_runs_module(run, r) for run in event.runs)
+                        (r, e, _RAN)
+                        for r, e, stage in state
+                        if stage == _SET and any(_runs_module(run, r) for run in event.runs)
                     )
                     if ran:
-                        kept = frozenset(s for s in state if (s[0], s[1], True) not in ran)
+                        kept = frozenset(s for s in state if (s[0], s[1], _RAN) not in ran)
                         return (kept | ran,)
                     return (state,)
                 if event.kind == "backward":
-                    found.extend((r, e) for r, e, ran in state if ran)
+                    if not steps_here:
+                        found.extend((r, e) for r, e, stage in state if stage != _SET)
+                        return (state,)
+                    return (frozenset((r, e, _GRAD if s == _RAN else s) for r, e, s in state),)
+                if event.kind in ("step", "zero") and event.receiver is not None:
+                    held = steps.stepped_modules(event.receiver, event.site)
+                    if event.kind == "step":
+                        found.extend(
+                            (r, e)
+                            for r, e, stage in state
+                            if stage == _GRAD and (held is None or _holds(held, r))
+                        )
+                    elif held is not None:  # gradients of the modules it holds are cleared
+                        return (
+                            frozenset(
+                                (r, e, _RAN if s == _GRAD and _holds(held, r) else s)
+                                for r, e, s in state
+                            ),
+                        )
                 return (state,)
 
             run(Repeat(flow, loop), {frozenset()}, transfer)
@@ -565,42 +594,50 @@ class EvalModeMissing(Rule):
     def _eval_chosen_by_branch(self, flow) -> Set[Event]:
         """`if phase == "train": model.train() else: model.eval()`: an `eval()` in one branch
         of an `if` whose other branch calls `train()` on the same module is a deliberate choice
-        of mode (phase loops, linear probing with frozen BatchNorm), not a forgotten one."""
+        of mode (phase loops, linear probing with frozen BatchNorm), not a forgotten one; also
+        when the `eval()` sits deeper in that branch (`else: if (epoch + 1) % 10 == 0:
+        net.eval() else: continue`, a phase loop that validates every tenth epoch)."""
         events = list(events_of(flow))
         chosen: Set[Event] = set()
         for event in events:
             if event.kind != "eval" or event.receiver is None:
                 continue
-            branch_if, side = self._enclosing_branch(event.node)
-            if branch_if is None:
-                continue
-            for other in events:
-                if other.kind != "train" or not _same_module(other.receiver, event.receiver):
-                    continue
-                other_if, other_side = self._enclosing_branch(other.node, top=branch_if)
-                if other_if is branch_if and other_side != side:
+            for branch_if, side in self._enclosing_branches(event.node):
+                if any(
+                    other.kind == "train"
+                    and _same_module(other.receiver, event.receiver)
+                    and self._branch_of(other.node, branch_if) not in (None, side)
+                    for other in events
+                ):
                     chosen.add(event)
                     break
         return chosen
 
-    def _enclosing_branch(self, node, top=None):
-        """The outermost `if` of the if/elif chain around `node` (or `top` when `node` is inside
-        it) and which of its branches holds `node` (the `if`/`elif`/`else` node itself)."""
+    def _branch_of(self, node, top) -> Optional[cst.CSTNode]:
+        """Which branch of the if/elif chain `top` holds `node` (None: it is not inside)."""
+        return next((side for chain, side in self._enclosing_branches(node) if chain is top), None)
+
+    def _enclosing_branches(self, node) -> List[Tuple[cst.CSTNode, cst.CSTNode]]:
+        """The if/elif chains around `node` within its loop body or function, innermost first:
+        the outermost `if` of each chain, with the branch that holds `node` (the `if`'s body,
+        an `elif`'s body, or the `else`)."""
+        found: List[Tuple[cst.CSTNode, cst.CSTNode]] = []
         child = node
         for ancestor in self.ctx.ancestors(node):
             if type(ancestor) in (cst.FunctionDef, cst.For, cst.While):
-                return None, None
-            if type(ancestor) is cst.If:
-                side = ancestor.body if child is ancestor.body else ancestor.orelse
-                if child is ancestor.body or child is ancestor.orelse:
-                    chain = ancestor
-                    parent = self.ctx.parent(chain)
-                    while type(parent) is cst.If and parent.orelse is chain:
-                        chain, parent = parent, self.ctx.parent(parent)
-                    if top is None or chain is top:
-                        return chain, side if type(side) is not cst.If else side.body
+                break
+            if type(ancestor) is cst.If and (child is ancestor.body or child is ancestor.orelse):
+                side: cst.CSTNode = ancestor.body
+                if child is not ancestor.body:
+                    side = cast(cst.CSTNode, child)  # the `elif` (its body below) or `else`
+                chain: cst.CSTNode = ancestor
+                parent = self.ctx.parent(chain)
+                while type(parent) is cst.If and parent.orelse is chain:
+                    chain, parent = parent, self.ctx.parent(parent)
+                if all(known is not chain for known, _ in found):
+                    found.append((chain, side.body if isinstance(side, cst.If) else side))
             child = ancestor
-        return None, None
+        return found
 
     def _report_restore(
         self, receiver: str, event: Event, imported_class: Optional[str] = None
@@ -717,6 +754,17 @@ def _returns_eval_mode(hierarchy: Hierarchy, qualname: str, importer) -> bool:
         return False
     facts = hierarchy.facts_at(found) or {}
     return name in facts.get("eval_mode_returners", ())
+
+
+# How far a module left in eval mode got: set, run by a forward, given gradients by a backward.
+_SET, _RAN, _GRAD = 0, 1, 2
+
+
+def _holds(held: Set[str], module: str) -> bool:
+    """Does an optimizer holding the parameters of `held` update `module` (or a part of it)?"""
+    return any(
+        m == module or module.startswith(m + ".") or m.startswith(module + ".") for m in held
+    )
 
 
 def _strip(text: str) -> str:
