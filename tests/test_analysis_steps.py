@@ -432,3 +432,20 @@ def test_stepped_modules_reads_the_optimizer_of_the_function():
     first, second = [c for c in ctx.nodes(cst.Call) if dotted(c.func) == "optimizer.step"]
     assert steps.stepped_modules("optimizer", first) is None  # `latent` is a parameter
     assert steps.stepped_modules("optimizer", second) == {"decoder"}
+
+
+def test_an_evaluation_loop_over_a_name_nothing_binds_is_none():
+    code = (
+        "import torch\n"
+        "val_loader = make_loader()\n"
+        "def test(model):\n"
+        "    for x, y in testing_loader:\n"
+        "        model(x)\n"
+        "def validate(model):\n"
+        "    for x, y in val_loader:\n"
+        "        model(x)\n"
+    )
+    ctx, steps = steps_for(code)
+    loops = list(ctx.nodes(cst.For))
+    assert steps.eval_loop_model_call(loops[0]) is None
+    assert steps.eval_loop_model_call(loops[1]) is not None

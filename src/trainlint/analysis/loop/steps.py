@@ -1023,6 +1023,11 @@ class TrainingSteps(AutogradGraphs, Analysis):
         if _TRAIN_WORD.search(function_name):
             return None
         iterable = peel_iterable(loop.iter)
+        root = iterable
+        while type(root) in (cst.Attribute, cst.Subscript):
+            root = root.value  # type: ignore[attr-defined]
+        if type(root) is cst.Name and self.scopes.unbound(root):
+            return None  # `for batch in testing_data_loader:` bound nowhere: NameError first
         loader_text = dotted_name(iterable) or self.ctx.code(iterable)
         over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
         eval_named = bool(EVAL_FUNCTION.search(function_name))

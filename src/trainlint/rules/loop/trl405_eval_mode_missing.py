@@ -123,7 +123,9 @@ class EvalModeMissing(Rule):
     train=False)`, whose body ends `model.eval(); return model`) has its mode set: the project
     phase asks that file (also when the evaluation function receives the model from such a
     call site of its own file). An evaluation loop after a bare `return` (a test the author
-    switched off with `return` as its first line) never runs and is not reported. A mode set on
+    switched off with `return` as its first line) never runs and is not reported, nor does
+    one over a loader nothing in the file binds (`for batch in testing_data_loader:` after the
+    test set was removed: NameError before the model runs). A mode set on
     the variable of a walk over a model's layers (`for m in net.backbone.modules(): if
     isinstance(m, nn.BatchNorm2d): m.eval()`, freezing a backbone's BatchNorm) is chosen layer
     by layer, on purpose, and is not the model's mode. A validation on a loop's last iteration
