@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import libcst as cst
 import pytest
 from fixture_support import REPO
@@ -111,3 +113,37 @@ def test_a_tab_indent_python_refuses_is_still_a_syntax_error(tmp_path):
     path.write_text(text, encoding="utf-8")
     result = lint([path], ["TRL001"])
     assert [d.code for d in result.diagnostics] == ["TRL001"]
+
+
+def test_a_notebook_cell_indented_with_a_tab_then_spaces_is_analysed_in_its_cell(tmp_path):
+    from fixture_support import lint
+
+    cell = (
+        "def fit(model, loader):\n"
+        "\t  for x, y in loader:\n"
+        "\t\t    if x is None:\n"
+        "\t\t\t      continue\n"
+        '\t  return torch.nn.DataParallel(model).to("cuda:1")\n'
+    )
+    compile(cell, "cell", "exec")  # Python reads it
+    with pytest.raises(cst.ParserSyntaxError):
+        cst.parse_module(cell)  # libcst does not
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Training\n"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": ["import torch\n", "!nvidia-smi"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": cell.splitlines(keepends=True)},
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    path = tmp_path / "train.ipynb"
+    text = json.dumps(notebook, indent=1)
+    path.write_text(text, encoding="utf-8")
+    result = lint([path], ["ALL"], fix=True, unsafe=True)
+    found = {(d.code, d.cell, d.row) for d in result.diagnostics}
+    assert ("TRL201", 3, 5) in found
+    assert not any(d.code == "TRL001" for d in result.diagnostics)
+    assert all(d.fix is None for d in result.diagnostics)
+    assert path.read_text(encoding="utf-8") == text  # nothing written

@@ -15,7 +15,7 @@ import libcst as cst
 
 from . import budget, noqa, parse_guard
 from .context import FileContext
-from .diagnostics import Diagnostic, FileResult, RuleCrash, Severity, make_diagnostic
+from .diagnostics import Diagnostic, Edit, FileResult, RuleCrash, Severity, make_diagnostic
 from .pending import resolve_reports
 from .rules.base import Rule
 from .source import Source
@@ -95,8 +95,8 @@ def _check(source: Source, selection: "Selection", rules: Sequence[Type[Rule]]) 
     module, python_tree, why_not = _parse(source, file_rules)
     analysed = source
     if module is None and python_tree is not None:
-        # Python reads the file but libcst's tokenizer does not: an indent of spaces then a
-        # tab that Python resolves at tab stops of 8. The same text with those indents
+        # Python reads the file but libcst's tokenizer does not: an indent mixing tabs and
+        # spaces that Python resolves at tab stops of 8. The same text with those indents
         # expanded has the same blocks, so it is analysed instead; its findings keep their
         # rows but offer no fix, since edits of the expanded text are not edits of the file.
         analysed, module = _with_indent_tabs_expanded(source)
@@ -126,12 +126,16 @@ _INDENT_WITH_TAB = re.compile(r"^[ \t]*\t[ \t]*", re.MULTILINE)
 def _with_indent_tabs_expanded(source: Source) -> Tuple[Source, Optional[cst.Module]]:
     """`source` with every indent that holds a tab expanded to Python's tab stops (8
     columns), and its libcst module; (source, None) when there is no such indent or libcst
-    still cannot parse it."""
-    if source.notebook is not None or not _INDENT_WITH_TAB.search(source.text):
+    still cannot parse it. A notebook's cells keep their rows: the edits only widen indents."""
+    edits = [
+        Edit(m.start(), m.end(), m.group(0).expandtabs(8))
+        for m in _INDENT_WITH_TAB.finditer(source.text)
+    ]
+    if not edits:
         return source, None
     text = _INDENT_WITH_TAB.sub(lambda m: m.group(0).expandtabs(8), source.text)
     try:
-        return source.with_text(text), parse_guard.parse_checked(text)
+        return source.with_text(text, edits), parse_guard.parse_checked(text)
     except Exception:  # still not libcst's: the TRL001 of the original text stands
         return source, None
 

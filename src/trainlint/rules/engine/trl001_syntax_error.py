@@ -10,9 +10,9 @@ class SyntaxErrorRule(Rule):
     """## What it does
     Reports a file that trainlint cannot analyse: it does not parse as Python, it cannot be
     decoded (bytes that are not valid in the file's encoding), or it contains NUL bytes.
-    A file Python reads is not reported for an indent libcst's tokenizer refuses (spaces then
-    a tab, read at tab stops of 8): it is analysed with those indents expanded, and its
-    findings offer no fix.
+    A file Python reads is not reported for an indent libcst's tokenizer refuses (tabs and
+    spaces mixed, `"    \t"` or `"\t  "`, read at tab stops of 8): it is analysed with those
+    indents expanded, a notebook's cells included, and its findings offer no fix.
 
     ## Why is this bad
     A file that does not parse cannot be checked, so every other rule is silent about it. The
