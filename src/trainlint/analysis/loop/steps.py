@@ -1023,10 +1023,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
         if _TRAIN_WORD.search(function_name):
             return None
         iterable = peel_iterable(loop.iter)
-        root = iterable
-        while type(root) in (cst.Attribute, cst.Subscript):
-            root = root.value  # type: ignore[attr-defined]
-        if type(root) is cst.Name and self.scopes.unbound(root):
+        root = _root_name(iterable)
+        if root is not None and self.scopes.unbound(root):
             return None  # `for batch in testing_data_loader:` bound nowhere: NameError first
         loader_text = dotted_name(iterable) or self.ctx.code(iterable)
         over_loader = self.loops.is_loader(iterable) or bool(self._loader_name_unwrapped(loop))
@@ -1111,7 +1109,13 @@ def _grad_owners(node: cst.CSTNode) -> Set[Optional[str]]:
     return found
 
 
-def _root(node: cst.CSTNode) -> Optional[str]:
+def _root_name(node: cst.CSTNode) -> Optional[cst.Name]:
+    """The name an attribute or subscript chain starts from (`loaders` of `loaders["val"].x`)."""
     while type(node) in (cst.Attribute, cst.Subscript):
         node = node.value  # type: ignore[attr-defined]
-    return node.value if type(node) is cst.Name else None
+    return node if type(node) is cst.Name else None
+
+
+def _root(node: cst.CSTNode) -> Optional[str]:
+    name = _root_name(node)
+    return name.value if name is not None else None

@@ -513,18 +513,16 @@ class EvalModeMissing(Rule):
                     return (frozenset((r, e, _GRAD if s == _RAN else s) for r, e, s in state),)
                 if event.kind in ("step", "zero") and event.receiver is not None:
                     held = steps.stepped_modules(event.receiver, event.site)
+
+                    def holds(module: str) -> bool:
+                        return held is None or any(_same_module(m, module) for m in held)
+
                     if event.kind == "step":
-                        found.extend(
-                            (r, e)
-                            for r, e, stage in state
-                            if stage == _GRAD and (held is None or _holds(held, r))
-                        )
-                    elif held is not None:  # gradients of the modules it holds are cleared
+                        found.extend((r, e) for r, e, s in state if s == _GRAD and holds(r))
+                    elif held is not None:  # the gradients of the modules it holds are cleared
                         return (
-                            frozenset(
-                                (r, e, _RAN if s == _GRAD and _holds(held, r) else s)
-                                for r, e, s in state
-                            ),
+                            frozenset((r, e, _RAN if s == _GRAD and holds(r) else s)
+                                      for r, e, s in state),
                         )
                 return (state,)
 
@@ -760,13 +758,6 @@ def _returns_eval_mode(hierarchy: Hierarchy, qualname: str, importer) -> bool:
 
 # How far a module left in eval mode got: set, run by a forward, given gradients by a backward.
 _SET, _RAN, _GRAD = 0, 1, 2
-
-
-def _holds(held: Set[str], module: str) -> bool:
-    """Does an optimizer holding the parameters of `held` update `module` (or a part of it)?"""
-    return any(
-        m == module or module.startswith(m + ".") or m.startswith(module + ".") for m in held
-    )
 
 
 def _strip(text: str) -> str:
