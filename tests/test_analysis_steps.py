@@ -143,6 +143,28 @@ def test_flow_paths_through_if_try_and_continue():
     assert set(seen) == {"grads"}
 
 
+def test_a_branch_on_a_module_mode_starts_with_that_mode():
+    ctx, steps = steps_for("""
+        def run_epoch(net, loader):
+            for x, y in loader:
+                loss = crit(net(x), y)
+                if net.training:
+                    loss.backward()
+                    opt.step()
+                elif not self.training:
+                    pass
+
+        for epoch in range(3):
+            run_epoch(model, train_loader)
+        """)
+    loop = steps.all_loops()[1]  # the epoch loop: the helper's body is followed
+    assert kinds(steps, loop)[:4] == [
+        ("in_train_mode", "model"), ("backward", "loss"), ("step", "opt"),
+        ("in_eval_mode", "model"),
+    ]
+    assert ("in_eval_mode", "self") in kinds(steps, loop)
+
+
 def test_own_events_skip_nested_loops():
     ctx, steps = steps_for("""
         for epoch in range(3):

@@ -561,6 +561,16 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if settled is False:
                 return Seq((test, orelse))  # `if self.is_test:` inside `train()`'s loop
             body = self._block(stmt.body, *args)
+            guard = _mode_guard(stmt.test)
+            if guard is not None:
+                # `if model.training: loss.backward()`: the branch runs only in that mode
+                module, training = guard
+                receiver = self._map(module, mapping)
+                site_of = site if site is not None else stmt
+                body = Seq((Ev(Event(_MODE_GUARDS[training], stmt.test, receiver, site_of, via)),
+                            body))
+                orelse = Seq((Ev(Event(_MODE_GUARDS[not training], stmt.test, receiver, site_of,
+                                       via)), orelse))
             if self.conditions.last_iteration(stmt):
                 body = Seq((body, Exit("break")))  # `if i == len(loader) - 1:` ends the loop
             if settled is True:
@@ -1107,6 +1117,20 @@ def _grad_owners(node: cst.CSTNode) -> Set[Optional[str]]:
             found.add(_root(current.value))
         stack.extend(children(current))
     return found
+
+
+# Events at the start of a branch whose test reads a module's mode (`if model.training:`).
+_MODE_GUARDS = {True: "in_train_mode", False: "in_eval_mode"}
+
+
+def _mode_guard(test: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, bool]]:
+    """`model.training` -> (model, True); `not self.training` -> (self, False)."""
+    polarity = True
+    while type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test, polarity = test.expression, not polarity
+    if type(test) is cst.Attribute and test.attr.value == "training":
+        return test.value, polarity
+    return None
 
 
 def _root_name(node: cst.CSTNode) -> Optional[cst.Name]:

@@ -131,7 +131,12 @@ class EvalModeMissing(Rule):
     by layer, on purpose, and is not the model's mode. A validation on a loop's last iteration
     (`if i == len(steps) - 1: model.eval(); validate(...)` as the last statement of `for i, ...
     in enumerate(loader)`) ends that loop: it is reported only when nothing sets `train()`
-    again before the next training step (the next epoch).
+    again before the next training step (the next epoch). A backward and step written under
+    `if model.training:` (a textbook's one `run_epoch` for training and testing) do not run
+    after `model.eval()`, so the test pass through that helper trains nothing; a check of the
+    mode that only picks where a loss is logged guards nothing and changes no finding. An
+    epoch helper that validates in the middle of its own batch loop is reported once, at that
+    validation call, and not again at the call of the helper in the loop around it.
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
@@ -460,7 +465,7 @@ class EvalModeMissing(Rule):
         trained = steps.trained_models()
         if not trained:
             return
-        reported: Set[cst.CSTNode] = set()
+        left_in_eval: List[Tuple[str, Event]] = []
         for loop in steps.all_loops():
             if steps.enclosing_loops(loop) or self.steps.library_owned(loop):
                 continue
@@ -496,6 +501,13 @@ class EvalModeMissing(Rule):
                 if event.kind == "train" and event.receiver is not None:
                     receiver = _strip(event.receiver)
                     return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
+                if event.kind == "in_train_mode" and event.receiver is not None:
+                    # `if model.training: loss.backward()` after `model.eval()`: this branch
+                    # does not run on this path
+                    guard = _strip(event.receiver)
+                    if any(_runs_module(r, guard) for r, _, _ in state):
+                        return ()
+                    return (state,)
                 if event.kind == "forward":
                     ran = frozenset(
                         (r, e, _RAN)
@@ -527,15 +539,23 @@ class EvalModeMissing(Rule):
                 return (state,)
 
             run(Repeat(flow, loop), {frozenset()}, transfer)
-            for receiver, event in found:
-                if event.site in reported:
-                    continue
-                reported.add(event.site)
-                if mode_free_model(self.steps, receiver, event.site):
-                    continue  # no dropout/BatchNorm/...: training in eval mode changes nothing
-                self._report_restore(
-                    receiver, event, imported_model_class(self.steps, receiver, event.site)
-                )
+            left_in_eval.extend(found)
+        # One cause, one finding: an epoch helper whose own batch loop validates mid-epoch is
+        # reported in that loop, at the validation call; the loop that calls the helper reaches
+        # the same `eval()` through one more call and does not report it again.
+        nearest: Dict[cst.CSTNode, int] = {}
+        for _, event in left_in_eval:
+            nearest[event.node] = min(nearest.get(event.node, len(event.via)), len(event.via))
+        reported: Set[cst.CSTNode] = set()
+        for receiver, event in left_in_eval:
+            if event.site in reported or len(event.via) > nearest[event.node]:
+                continue
+            reported.add(event.site)
+            if mode_free_model(self.steps, receiver, event.site):
+                continue  # no dropout/BatchNorm/...: training in eval mode changes nothing
+            self._report_restore(
+                receiver, event, imported_model_class(self.steps, receiver, event.site)
+            )
 
     def _eval_chosen_for_training(self, flow) -> Set[Event]:
         """`model.eval()` written in a helper before a backward in the same helper: MoCo's
