@@ -15,6 +15,7 @@ from trainlint.analysis.loop.modes import (
     mode_dependent_layer,
     mode_free_classes,
     mode_free_model,
+    plain_function,
 )
 from trainlint.analysis.loop.steps import TrainingSteps
 from trainlint.config import Settings
@@ -397,3 +398,22 @@ def test_a_class_that_builds_itself_is_not_followed_forever():
                 return self.fc(x) if self.child is None else self.child(self.fc(x))
         """)
     assert mode_free_classes(ctx.analysis(TrainingSteps)) == []
+
+
+@pytest.mark.parametrize(
+    "binding, plain",
+    [
+        ("def inferer(x):\n    return net(x)", True),
+        ("inferer = lambda x: net(x)", True),
+        ("inferer = partial(sliding_window_inference, predictor=net)", True),
+        ("inferer = functools.partial(net, scale=2)", True),
+        ("inferer = Net()", False),
+        ("inferer = make_inferer(net)", False),
+    ],
+)
+def test_plain_functions_have_no_modes(binding, plain):
+    ctx = context(
+        "import functools\nfrom functools import partial\n" + binding + "\ninferer\n"
+    )
+    use = ctx.module.body[-1].body[0].value
+    assert plain_function(ctx.analysis(TrainingSteps), "inferer", use) is plain

@@ -163,6 +163,9 @@ NO_GRAD_CONTEXTS = (
     "torch.inference_mode",
     "torch.autograd.no_grad",
     "torch.autograd.grad_mode.no_grad",
+    # MONAI's `with eval_mode(net):` sets eval mode and runs its body under `torch.no_grad()`
+    "monai.networks.utils.eval_mode",
+    "monai.networks.eval_mode",
 )
 # Switches that turn autograd off when given a literal False.
 GRAD_SWITCHES = (

@@ -264,8 +264,9 @@ def eval_mode_returners(steps: "TrainingSteps") -> List[str]:
 
 
 def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
-    """Is `name` a `def` or a lambda (`net = lambda X: linreg(X, w, b)`)? It has no train/eval
-    modes at all."""
+    """Is `name` a `def`, a lambda (`net = lambda X: linreg(X, w, b)`) or a `functools.partial`
+    (`model_inferer = partial(sliding_window_inference, predictor=model)`)? It has no
+    train/eval modes at all: whatever module it runs is set up by name elsewhere."""
     if not name or "." in name:
         return False
     bindings = steps.scopes.lookup(name, at)
@@ -275,6 +276,12 @@ def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
         if binding.kind == "def" and type(binding.node) is cst.FunctionDef:
             continue
         if binding.kind == "assign" and type(binding.value) is cst.Lambda:
+            continue
+        if (
+            binding.kind == "assign"
+            and type(binding.value) is cst.Call
+            and steps.names.is_(binding.value.func, "functools.partial")
+        ):
             continue
         if binding.kind == "unpack" and _unpacked_lambda(binding.statement, name):
             continue  # `net, loss = lambda X: linreg(X, w, b), squared_loss`

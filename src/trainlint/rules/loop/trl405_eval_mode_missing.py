@@ -79,7 +79,8 @@ class EvalModeMissing(Rule):
     evaluation function, an evaluation function whose callers are all in other files and that
     sets neither mode (the caller decides), loops that backpropagate (adversarial evaluation,
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
-    Trainer, ignite handlers), and a missing `eval()` for a model of a class in the same file
+    Trainer, ignite handlers), a loop inside MONAI's `with eval_mode(model):` (eval mode and
+    `no_grad()` both), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
     pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers;
     its submodules may be such classes of the file too, an attention pooling of two linear
@@ -88,7 +89,8 @@ class EvalModeMissing(Rule):
     may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
     pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
     `no_grad()` is still required. For such a model a missing `train()` is not reported either.
-    A "model" that is a plain `def` or lambda has no modes and is not reported, nor is a method
+    A "model" that is a plain `def`, a lambda or a `functools.partial` (a sliding-window
+    inferer handed the network) has no modes and is not reported, nor is a method
     reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
     has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
