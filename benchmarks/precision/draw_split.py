@@ -29,8 +29,8 @@ after holdout27's fixes; holdout29: after holdout28's;
 holdout30: at the start of the next session, before any rule change; holdout31: right after
 holdout30's first look; holdout32: after holdout30's preview fixes; holdout33: after holdout32's;
 holdout34: after holdout33's; holdout35: after the session's last mend; holdout36: at the start of
-the next session, before any rule change; holdout37: right after holdout36's first look; holdout38: after holdout36's
-fixes).
+the next session, before any rule change; holdout37: right after holdout36's first look;
+holdout38: after holdout36's fixes).
 They are outside this draw: all of them are held back.
 """
 
