@@ -502,6 +502,14 @@ class BatchFlow(Analysis):
         inputs = plain or (evidence and not wrapped)
         return on_device, inputs
 
+    def runs_a_named_model(self, call: cst.Call) -> bool:
+        """`self.model(data, target)`, `net.forward(x)`: a call that may run a module and is
+        named like a model. What it returns is the model's output, not an item of the batch."""
+        target = call.func
+        if type(target) is cst.Attribute and target.attr.value == "forward":
+            target = target.value
+        return _model_like(target) and self._may_be_model(target)
+
     def _no_module_here(self, call: cst.Call, target: cst.BaseExpression) -> bool:
         """`else:` of `if isinstance(net, nn.Module):` (or under `if not isinstance(...)`): the
         callee is a plain function there (a from-scratch model), whatever is moved elsewhere."""

@@ -651,8 +651,15 @@ class BatchWalker:
         """The moves of items of the batch in the code that sees it (anywhere, on any path)."""
         names = set(self.source.elements) | set(self.source.roots)
         nodes = self.body_nodes()
-        # What each assignment's value mentions does not change between the rounds.
-        assigns = [(node, _names_of(node.value)) for node in nodes if type(node) is cst.Assign]
+        # What each assignment's value mentions does not change between the rounds. A model's
+        # output is not an item of the batch: `loss(output.cuda(), label)` after `output =
+        # self.model(data)` moves the output, which says nothing about where the model is.
+        assigns = [
+            (node, _names_of(node.value))
+            for node in nodes
+            if type(node) is cst.Assign
+            and not (type(node.value) is cst.Call and self.a.runs_a_named_model(node.value))
+        ]
         for _ in range(2):  # names taken from the batch: `image, mask = batch["image"], ...`
             for assign, mentioned in assigns:
                 if mentioned & names:

@@ -34,7 +34,9 @@ class BatchNotOnDevice(Rule):
     them to (`train_step(model, images, labels)`):
     - an argument of a model that was moved (`model.to(device)`, `.cuda()`, a model passed into a
       function from a call site that moved it), or of a callee named like a model (`model`,
-      `net`, `self.encoder`, ...) while the loop moves other items of the same batch;
+      `net`, `self.encoder`, ...) while the loop moves other items of the same batch (a
+      move of the model's own output, `self.loss(output.cuda(), label)`, is not one: it says
+      nothing about where the model or the batch is);
     - a loss: a criterion object (named like one, or bound to an instance of a `...Loss` class
       such as `dice = smp.losses.DiceLoss(...)`), `nn.XxxLoss()(...)` or `F.*loss*` whose other
       argument is a model output or a moved tensor;
