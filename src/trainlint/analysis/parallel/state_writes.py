@@ -157,6 +157,7 @@ class StateWrites(Analysis):
                     self._replica_cache(write, node)
                     or self._scratch(write)
                     or self._reapplied(write, node)
+                    or self._recomputed_each_call(write, node)
                 ):
                     continue
                 yield write
@@ -564,6 +565,52 @@ class StateWrites(Analysis):
         return type(statement) is cst.Assign and self._mentions_attr(
             statement.value, write.attr
         )
+
+    def _recomputed_each_call(self, write: StateWrite, statement: cst.CSTNode) -> bool:
+        """`self.n_coarse = self.sched[1][self.last_sched.item() - 1]` in forward, under tests
+        of the module's own state, and read only later in forward or in the methods only that
+        later part of forward calls: every replica computes the value the original would, from
+        the state it copied, before it uses it. A replica losing it loses nothing; the original
+        keeps what its other methods set."""
+        if type(statement) is not cst.Assign or self._mentions_attr(statement.value, write.attr):
+            return False  # `self.n = self.n + 1` carries the previous call's value
+        func = write.function
+        cls = self._class_of(func)
+        if cls is None or type(func) is not cst.FunctionDef:
+            return False
+        if not self._invariant(statement.value, func, 0):
+            return False
+        for ancestor in self.ctx.ancestors(statement):
+            if ancestor is func:
+                break
+            if type(ancestor) is cst.If and not self._invariant(ancestor.test, func, 0):
+                return False  # written only when the inputs say so
+            if type(ancestor) in (cst.For, cst.While):
+                return False
+        index = self.ctx.tree.index
+        written = index.get(statement, -1)
+        later_callees: Set[str] = set()
+        elsewhere: Set[str] = set()
+        for node in self.ctx.tree.descendants(cls.body):
+            if type(node) is cst.Call and _is_self_attr_any(node.func):
+                name = node.func.attr.value  # type: ignore[attr-defined]
+                later = self._owner_function(node) is func and index.get(node, -1) > written
+                (later_callees if later else elsewhere).add(name)
+        only_from_here = later_callees - elsewhere
+        for node, store in self._self_attrs_of(cls).get(write.attr, ()):
+            if store:
+                continue
+            owner = self._owner_function(node)
+            at = index.get(node, -1)
+            if owner is func and at > written:
+                continue  # later in the same call
+            if type(owner) is cst.FunctionDef and owner is not func:
+                if owner.name.value in only_from_here:
+                    continue  # a method only that later part of this call runs
+                if any(s < at for s in self._stores_in(owner).get(write.attr, ())):
+                    continue  # a method that sets the attribute itself before reading it
+            return False
+        return True
 
     def _scratch(self, write: StateWrite) -> bool:
         """`self.t = f(x)` read back only later in the same function: a local variable kept

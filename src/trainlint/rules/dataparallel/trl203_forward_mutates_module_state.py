@@ -82,7 +82,10 @@ class ForwardMutatesModuleState(Rule):
     sets (`if max_pos > self.weights.size(0): self.make_weights(max_pos)`: a position table
     each replica rebuilds when it finds it too short), nor state that each call sets afresh and
     only that call reads (a decoder's recurrent state reset at the top of `forward` and read by
-    its step helper; another method that reads it must set it first too). Forward hooks are different: they keep the
+    its step helper; another method that reads it must set it first too), nor a value
+    computed only from the module's own state, under tests of that state, and read only later in
+    that call (`if self.last_sched.item() > 0: self.n_coarse = self.sched[1][...]` before the
+    sampling helpers: every replica computes what the original would). Forward hooks are different: they keep the
     `self` they were made with, the original module, so every write of a hook is shared.
 
     Under flake8, which sees one file, the DataParallel wrap must be in the same file.
