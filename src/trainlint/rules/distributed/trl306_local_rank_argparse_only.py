@@ -42,7 +42,11 @@ class LocalRankArgparseOnly(Rule):
     `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
     does (`init_distributed()` of dist_utils.py, also through a helper of that file that looks
     each launcher's name up in turn: `env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"])`;
-    under flake8 only the file itself counts).
+    under flake8 only the file itself counts), nor files whose workers take their rank from a
+    launcher instead: `def main_worker(local_rank, args): args.local_rank = local_rank` handed to
+    `mp.spawn(main_worker, ...)` (or a project's `launch(main_worker, ...)`) gets each process's
+    index, which replaces the parsed flag (a worker the file calls itself with
+    `args.local_rank` still gets the flag and is reported).
     Nor is a parser copied into a script nobody launches per process: the file is not
     distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
     comparisons that decide who logs (`args.local_rank > 0`) and in device arguments
@@ -115,6 +119,8 @@ class LocalRankArgparseOnly(Rule):
         if not flags:
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
+            return
+        if self._rank_from_a_spawner():
             return
         handoffs: Optional[List[str]] = None
         if not self._distributed() and not self._parser_leaves(node):
@@ -219,6 +225,32 @@ class LocalRankArgparseOnly(Rule):
                 signals & {"a DistributedDataParallel wrap", "init_process_group"}
             )
         return self._is_distributed
+
+    def _rank_from_a_spawner(self) -> bool:
+        """`def main_worker(local_rank, args): args.local_rank = local_rank`, where the file hands
+        `main_worker` to a launcher (`mp.spawn(main_worker, ...)`, `launch(main_worker, ...)`):
+        the launcher passes each process its index, which replaces the parsed flag. (A worker
+        the file calls itself, `main_worker(args.local_rank, args)`, still gets the flag.)"""
+        handed = {
+            arg.value.value
+            for call in self.ctx.nodes(cst.Call)
+            for arg in call.args
+            if type(arg.value) is cst.Name
+        }
+        for assign in self.ctx.nodes(cst.Assign):
+            value = assign.value
+            if type(value) is not cst.Name or not any(
+                type(t.target) is cst.Attribute and t.target.attr.value == "local_rank"
+                for t in assign.targets
+            ):
+                continue
+            function = self.ctx.scopes.enclosing_function(assign)
+            if function is None or function.name.value not in handed:
+                continue
+            params = list(function.params.posonly_params) + list(function.params.params)
+            if params and params[0].name.value == value.value:
+                return True
+        return False
 
     def _flag_handoffs(self) -> Optional[List[str]]:
         """In a file that is not distributed itself: does it use the parsed rank at most to
