@@ -417,3 +417,26 @@ def test_plain_functions_have_no_modes(binding, plain):
     )
     use = ctx.module.body[-1].body[0].value
     assert plain_function(ctx.analysis(TrainingSteps), "inferer", use) is plain
+
+
+def test_builtins_in_a_weight_init_method_build_no_layer():
+    template = """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                {extra}
+            def forward(self, x):
+                return self.fc(x)
+            def initialize_weights(self):
+                for m in self.modules():
+                    if isinstance(m, nn.BatchNorm2d) or hasattr(m, "bias"):
+                        print(len(list(m.parameters())))
+        model = Net()
+        model
+        """
+    for extra, free in (("self.drop = nn.Dropout(0.5)", False), ("self.scale = 2", True)):
+        ctx = context(template.format(extra=extra))
+        use = ctx.module.body[-1].body[0].value
+        assert mode_free_model(ctx.analysis(TrainingSteps), "model", use) is free

@@ -5,7 +5,8 @@ A model has no modes worth setting when it is a built-in layer without mode-depe
 (`nn.Linear(784, 10)`, a convolution, an embedding), an `nn.Sequential` of such layers, or a
 same-file `nn.Module` whose submodules are all such layers (or such classes of the file) and that
 reads no `self.training` and calls no dropout or normalisation function (the CIFAR-10
-tutorial's `Net`). A missing
+tutorial's `Net`; a weight-init method that tests `isinstance(m, nn.BatchNorm2d)` names a class
+and builds nothing). A missing
 `model.eval()` around such a model changes no result (TRL405 stays quiet about the mode).
 
 Mode-dependent: dropout of every kind, normalisation with running statistics (BatchNorm,
@@ -48,6 +49,14 @@ _CONTAINERS = ("Sequential", "ModuleList")
 _MOVES = ("to", "cuda", "cpu", "float", "double", "half")
 _WRAPPERS = ("DataParallel", "DistributedDataParallel", "DDP")
 _MAX_REBINDINGS = 8  # `model = wrap(model)` links followed back to the class that built it
+# Builtins a model class calls that build no layer and switch no mode.
+_PLAIN_BUILTINS = frozenset(
+    {
+        "super", "range", "len", "int", "float", "bool", "str", "isinstance", "issubclass",
+        "hasattr", "print", "min", "max", "abs", "round", "sum", "zip", "enumerate", "list",
+        "tuple", "dict", "set", "sorted", "reversed",
+    }
+)
 
 
 def mode_dependent_layer(steps: "TrainingSteps", call: cst.Call) -> Optional[bool]:
@@ -381,8 +390,14 @@ def _mode_free_class(
             # Submodules must be torch layers: a user class may hide a Dropout.
             func = call.func
             qualified = steps.names.qualified(func)
-            if type(func) is cst.Name and func.value in ("super", "range", "len", "int"):
-                return None
+            if (
+                type(func) is cst.Name
+                and func.value in _PLAIN_BUILTINS
+                and not steps.scopes.lookup(func.value, call)
+            ):
+                # `isinstance(m, nn.BatchNorm2d)` in a weight-init method names a class, builds
+                # no layer; what other builtins are given is still read
+                return False if func.value in ("isinstance", "issubclass") else None
             torch_layer = any(q.startswith("torch.") for q in qualified)
             local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
             if type(func) is not cst.Name and local:

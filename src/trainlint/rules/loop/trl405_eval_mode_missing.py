@@ -82,7 +82,8 @@ class EvalModeMissing(Rule):
     Trainer, ignite handlers), a loop inside MONAI's `with eval_mode(model):` (eval mode and
     `no_grad()` both), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
-    pooling, activations: the CIFAR-10 tutorial's `Net`, or an `nn.Sequential` of such layers;
+    pooling, activations: the CIFAR-10 tutorial's `Net`, also with a weight-init method that
+    tests `isinstance(m, nn.BatchNorm2d)`, or an `nn.Sequential` of such layers;
     its submodules may be such classes of the file too, an attention pooling of two linear
     layers), or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
     counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
