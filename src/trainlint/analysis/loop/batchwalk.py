@@ -536,6 +536,11 @@ class BatchWalker:
                 continue
             if arg.star == "*":
                 continue
+            if arg.star == "**" and (v.moved_keys or v.rebound_keys):
+                # `data["pixel_values"] = data["pixel_values"].to(device)`, then `model(**data)`:
+                # the items it moves by key are moved; which other keys the batch holds is
+                # unknown here (a collator's or tokenizer's output)
+                continue
             if arg.star != "**" and v.name in self.structured:
                 # the model gets the whole structured batch, or an item the loop takes tensors
                 # out of (`graph.ndata["feat"].to(device)`, a DGL graph), and may place it itself

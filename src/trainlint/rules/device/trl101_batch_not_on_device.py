@@ -105,7 +105,10 @@ class BatchNotOnDevice(Rule):
     handed to); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
     whose `batch_graphs.ndata["feat"]` is moved: an object holding tensors, not a tensor);
-    labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; an item
+    labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; a whole batch
+    handed over with `model(**data)` after the loop moved items of it by key
+    (`data["pixel_values"] = data["pixel_values"].to(device)`: which other keys a collator's
+    output holds is not visible, while a keyed item passed on unmoved is still reported); an item
     handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
     from outside its class such a call runs a submodule only when a class of the file assigns
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is

@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import libcst as cst
 
 from ...analysis.base.calls import argument, is_false, is_none
+from ...analysis.base.dataflow import events_of
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.base.vocabulary import EVAL_FUNCTION
@@ -39,7 +40,11 @@ class SamplerSetEpochMissing(Rule):
     when nothing in the file can change weights (no `step()`, no optimizer, no call named for
     training or updating, no gradient written into a weight by hand), as in a script that
     re-runs a sharded evaluation set after each round of head pruning, `backward()` for
-    importance scores included. A loader also handed to any other function is reported.
+    importance scores included, or iterated only in functions named for evaluation whose
+    loops neither backpropagate nor step (`def test(self): for batch in self.test_ds: ...`, its
+    helpers followed). A loader also handed to any other function is reported. When a
+    project builder returns several loaders (`train_ds, test_ds = load_data(...)`), the
+    message names the one whose sampler is never told the epoch.
 
     The loader is followed where it travels in the file: kept in a dict and read back with the
     same key (`self.data_loader["train"]`), through a same-file function that returns its
@@ -220,11 +225,13 @@ class SamplerSetEpochMissing(Rule):
                 loop, _use = found
                 key = f"built:{self.ctx.tree.index[call]}:{position}"
                 name = qualname.rsplit(".", 1)[-1]
+                # `train_ds, test_ds = load_data(...)`: say which of the loaders it is
+                which = f" `{self.ctx.code(refs[0])}`" if position is not None else ""
                 self.candidate(
                     key,
                     call,
-                    f"the DistributedSampler of `{name}()`'s loader is never told the epoch in "
-                    "the loop re-iterating it",
+                    f"the DistributedSampler of `{name}()`'s loader{which} is never told the "
+                    "epoch in the loop re-iterating it",
                     help=(
                         "Every epoch then shuffles into the same order on every rank (no error, "
                         "just a fixed batch sequence). Call `loader.sampler.set_epoch(epoch)` at "
@@ -269,7 +276,24 @@ class SamplerSetEpochMissing(Rule):
             return False
         if len(handed) == len(uses):
             return True
-        return not self.ctx.analysis(TrainingSteps).file_may_update_weights()
+        steps = self.ctx.analysis(TrainingSteps)
+        if not steps.file_may_update_weights():
+            return True
+        return all(self._evaluation_loop(steps, use.site) for use in uses if use.kind == "loop")
+
+    def _evaluation_loop(self, steps: TrainingSteps, site: cst.CSTNode) -> bool:
+        """`def test(self): for batch in self.test_ds: ...` with no backward and no step in what
+        the loop runs (its helpers followed): an evaluation pass, whose order changes no result,
+        in a file that trains elsewhere."""
+        if type(site) not in (cst.For, cst.While):
+            return False
+        function = steps.scopes.enclosing_function(site)
+        if function is None:
+            return False
+        name = function.name.value
+        if not EVAL_FUNCTION.search(name) or "train" in name.lower():
+            return False
+        return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
 
     def _evaluation_call(self, site: cst.CSTNode) -> bool:
         """`evaluate(...)`, `validate(...)`, `engine.test(...)`: a call of a function this file
