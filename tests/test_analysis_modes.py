@@ -295,24 +295,34 @@ def test_mode_free_classes_are_the_module_classes_without_mode_dependent_layers(
     assert mode_free_classes(ctx.analysis(TrainingSteps)) == ["Upscale"]
 
 
-def test_a_data_parallel_wrapper_is_judged_by_the_model_it_wraps():
-    template = """
-        import torch.nn as nn
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = nn.Linear(4, 2)
-                {extra}
-            def forward(self, x):
-                return self.fc(x)
-        model = Net()
-        model = nn.DataParallel(model)
-        model
-        """
+# A small class with one linear layer; `{extra}` adds a line to `__init__`, `{after}` code after
+# `forward` and `{use}` what the module does with the instance before the last line reads it.
+_NET_TEMPLATE = """
+import torch.nn as nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        {extra}
+    def forward(self, x):
+        return self.fc(x)
+{after}
+model = Net()
+{use}
+model
+"""
+
+
+def assert_free_unless_dropout(after: str = "", use: str = "") -> None:
+    """The class is mode-free with a plain setting added, and not with a Dropout added."""
     for extra, free in (("self.drop = nn.Dropout(0.5)", False), ("self.scale = 2", True)):
-        ctx = context(template.format(extra=extra))
-        use = ctx.module.body[-1].body[0].value
-        assert mode_free_model(ctx.analysis(TrainingSteps), "model", use) is free
+        ctx = context(_NET_TEMPLATE.format(extra=extra, after=after, use=use))
+        read = ctx.module.body[-1].body[0].value
+        assert mode_free_model(ctx.analysis(TrainingSteps), "model", read) is free
+
+
+def test_a_data_parallel_wrapper_is_judged_by_the_model_it_wraps():
+    assert_free_unless_dropout(use="model = nn.DataParallel(model)")
 
 
 def test_functions_that_return_a_model_in_eval_mode():
@@ -420,23 +430,9 @@ def test_plain_functions_have_no_modes(binding, plain):
 
 
 def test_builtins_in_a_weight_init_method_build_no_layer():
-    template = """
-        import torch.nn as nn
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = nn.Linear(4, 2)
-                {extra}
-            def forward(self, x):
-                return self.fc(x)
-            def initialize_weights(self):
-                for m in self.modules():
-                    if isinstance(m, nn.BatchNorm2d) or hasattr(m, "bias"):
-                        print(len(list(m.parameters())))
-        model = Net()
-        model
-        """
-    for extra, free in (("self.drop = nn.Dropout(0.5)", False), ("self.scale = 2", True)):
-        ctx = context(template.format(extra=extra))
-        use = ctx.module.body[-1].body[0].value
-        assert mode_free_model(ctx.analysis(TrainingSteps), "model", use) is free
+    assert_free_unless_dropout(after="""
+    def initialize_weights(self):
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d) or hasattr(m, "bias"):
+                print(len(list(m.parameters())))
+""")
