@@ -20,6 +20,7 @@ from ...walk import own_nodes
 from .calls import argument, has_star_args
 from .scopes import Scopes
 from .. import Analysis
+from .nodes import positional_params
 
 
 Chain = Tuple[cst.FunctionDef, ...]
@@ -163,7 +164,7 @@ class CallGraph(Analysis):
         """What `call` (a call that runs `function`) passes for the parameter `param`: by
         keyword, or by position (`self` skipped for a method called through an attribute).
         None when it is not passed, or a `*args`/`**kwargs` before it hides where it lands."""
-        params = list(function.params.posonly_params) + list(function.params.params)
+        params = positional_params(function)
         if params and params[0].name.value in ("self", "cls") and type(call.func) is cst.Attribute:
             params = params[1:]
         for arg in call.args:

@@ -50,6 +50,11 @@ def target_names(target: cst.CSTNode) -> Set[str]:
     return set()
 
 
+def positional_params(function: cst.FunctionDef) -> List[cst.Param]:
+    """A function's parameters that a call can fill by position, in order (`self` included)."""
+    return list(function.params.posonly_params) + list(function.params.params)
+
+
 def is_name(node: cst.CSTNode, name: str) -> bool:
     """The bare name `name`."""
     return type(node) is cst.Name and node.value == name

@@ -25,6 +25,7 @@ from ..base.scopes import Scopes
 from .choices import DeviceChoices
 from .expressions import USER_ROOTS, looks_rank, parse_device_string
 from .. import Analysis
+from ..base.nodes import positional_params
 
 # Calls whose `device=` is not where tensors or modules are put.
 _NOT_PLACEMENT = frozenset(
@@ -380,7 +381,7 @@ def _argument_for(
             return _UNKNOWN
         if arg.keyword is not None and arg.keyword.value == name:
             return arg.value
-    positional = list(function.params.posonly_params) + list(function.params.params)
+    positional = positional_params(function)
     if param not in positional:
         return None
     index = positional.index(param)

@@ -14,7 +14,7 @@ from ..base.memo import Summaries
 from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
-from ..base.nodes import is_self_attr, names_in, subtree, target_names
+from ..base.nodes import is_self_attr, names_in, positional_params, subtree, target_names
 from ..base.scopes import Scopes
 from ..base.vocabulary import DTYPE_WORDS
 from .expressions import Devices
@@ -702,7 +702,7 @@ def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> Li
 
 
 def _positional_params(function: cst.FunctionDef) -> List[cst.Param]:
-    return list(function.params.posonly_params) + list(function.params.params)
+    return positional_params(function)
 
 
 def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:

@@ -13,7 +13,7 @@ from ...walk import children
 from ..base.calls import argument, is_none
 from ..base.frameworks import Frameworks
 from ..base.names import Names, dotted_name
-from ..base.nodes import target_names
+from ..base.nodes import positional_params, target_names
 from ..base.scopes import Scopes
 from ..base.vocabulary import DTYPE_WORDS
 from .expressions import Devices
@@ -420,7 +420,7 @@ class DeviceTensors(Analysis):
         cls = self._class_of(method)
         if cls is None or self.is_forward_like(method):
             return set()
-        params = list(method.params.posonly_params) + list(method.params.params)
+        params = positional_params(method)
         if params and params[0].name.value in ("self", "cls"):
             params = params[1:]
         by_name = {p.name.value for p in params} | {

@@ -475,9 +475,7 @@ class BatchFlow(Analysis):
         moves other items of the same batch (docs/architecture.md, "Evidence model": the model
         or the siblings were moved). Inputs given to a DataParallel/DDP(device_ids)/FSDP wrapper
         are moved by it."""
-        target = call.func
-        if type(target) is cst.Attribute and target.attr.value == "forward":
-            target = target.value
+        target = _module_called(call)
         if self._no_module_here(call, target):
             return False, False
         # What the callee is does not depend on the call's arguments: the walk of each source
@@ -505,9 +503,7 @@ class BatchFlow(Analysis):
     def runs_a_named_model(self, call: cst.Call) -> bool:
         """`self.model(data, target)`, `net.forward(x)`: a call that may run a module and is
         named like a model. What it returns is the model's output, not an item of the batch."""
-        target = call.func
-        if type(target) is cst.Attribute and target.attr.value == "forward":
-            target = target.value
+        target = _module_called(call)
         return _model_like(target) and self._may_be_model(target)
 
     def _no_module_here(self, call: cst.Call, target: cst.BaseExpression) -> bool:
@@ -746,6 +742,14 @@ def _in_worker_processes(call: cst.Call) -> bool:
 
 def _is_self(node: cst.CSTNode) -> bool:
     return type(node) is cst.Name and node.value == "self"
+
+
+def _module_called(call: cst.Call) -> cst.BaseExpression:
+    """`model(x)` and `model.forward(x)` both call `model`."""
+    target = call.func
+    if type(target) is cst.Attribute and target.attr.value == "forward":
+        return target.value
+    return target
 
 
 def _model_like(target: cst.BaseExpression) -> bool:

@@ -13,6 +13,7 @@ from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from .structure import Loops, is_method_call
 from .. import Analysis
+from ..base.nodes import positional_params
 
 
 # -- where a DataLoader goes (the distributed rules: TRL303, TRL308) ---------------------------
@@ -228,7 +229,7 @@ class LoaderFlow(Analysis):
         function, skip_self = self._called_function(call)
         if function is None or arg.star:
             return []
-        params = list(function.params.posonly_params) + list(function.params.params)
+        params = positional_params(function)
         if skip_self and params:
             params = params[1:]
         target: Optional[cst.Param] = None

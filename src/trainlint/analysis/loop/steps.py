@@ -52,7 +52,7 @@ from ..base.conditions import Conditions, is_constant
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..base.nodes import follows_exit, target_names
+from ..base.nodes import follows_exit, positional_params, target_names
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import (
     EVAL_FUNCTION,
@@ -685,7 +685,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     def _parameter_map(self, call: cst.Call, target: cst.FunctionDef, mapping) -> Dict[str, str]:
         """Parameter name -> the caller's argument text (in the caller's own terms)."""
-        params = list(target.params.posonly_params) + list(target.params.params)
+        params = positional_params(target)
         out: Dict[str, str] = {}
         if (
             params

@@ -49,6 +49,7 @@ from ..base.scopes import Scopes
 from ..base.vocabulary import disables_grad
 from .parallel import MODULE_RETURNING
 from .. import Analysis
+from ..base.nodes import positional_params
 
 
 # Methods that change a Python container in place, whatever else holds them.
@@ -928,7 +929,7 @@ def _receiver(method: cst.FunctionDef) -> Optional[str]:
             "classmethod",
         ):
             return None
-    params = list(method.params.posonly_params) + list(method.params.params)
+    params = positional_params(method)
     return params[0].name.value if params else None
 
 

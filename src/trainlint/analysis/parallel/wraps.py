@@ -35,6 +35,7 @@ from ..project.modules import ALL, freezes, frozen_by_loop
 from .parallel import DDP_NAMES, INIT_PROCESS_GROUP, Parallel
 from .settings import OptionSources
 from .. import Analysis
+from ..base.nodes import positional_params
 
 
 DDP_KIND = "DistributedDataParallel"
@@ -153,7 +154,7 @@ class Wraps(Analysis):
             function = binding.statement
             if binding.kind != "param" or type(function) is not cst.FunctionDef:
                 continue
-            params = list(function.params.posonly_params) + list(function.params.params)
+            params = positional_params(function)
             index = next((i for i, p in enumerate(params) if p.name.value == name.value), None)
             for call in self.ctx.nodes(cst.Call):
                 if not (type(call.func) is cst.Name and call.func.value == function.name.value):

@@ -38,7 +38,7 @@ from ...walk import children
 from ..base.calls import is_false, keyword, positional, string_literal
 from ..base.identity import returned_module
 from ..base.names import Names, dotted_name
-from ..base.nodes import descendants, is_name, is_self_attr, self_and_descendants
+from ..base.nodes import descendants, is_name, is_self_attr, positional_params, self_and_descendants
 from .. import Analysis
 
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
@@ -571,7 +571,7 @@ def _self_param(function: cst.FunctionDef) -> Optional[str]:
     for decorator in function.decorators:
         if dotted_name(decorator.decorator) in ("staticmethod", "classmethod"):
             return None
-    params = list(function.params.posonly_params) + list(function.params.params)
+    params = positional_params(function)
     return params[0].name.value if params else None
 
 

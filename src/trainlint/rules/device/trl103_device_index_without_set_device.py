@@ -15,6 +15,7 @@ from ...analysis.parallel.parallel import Parallel
 from ...analysis.project.hierarchy import Hierarchy, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
+from ...analysis.base.nodes import positional_params
 
 # Stands for the custom ops in a candidate's help until the project phase names them.
 _OPS = "{custom-ops}"
@@ -230,7 +231,7 @@ class DeviceIndexWithoutSetDevice(Rule):
         function = choice.statement
         if type(function) is not cst.FunctionDef or choice.name is None:
             return False
-        params = list(function.params.posonly_params) + list(function.params.params)
+        params = positional_params(function)
         position = next((i for i, p in enumerate(params) if p.name.value == choice.name), None)
         if position is not None and params and params[0].name.value in ("self", "cls"):
             position -= 1

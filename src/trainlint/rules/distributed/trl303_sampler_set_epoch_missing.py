@@ -290,8 +290,7 @@ class SamplerSetEpochMissing(Rule):
         function = steps.scopes.enclosing_function(site)
         if function is None:
             return False
-        name = function.name.value
-        if not EVAL_FUNCTION.search(name) or "train" in name.lower():
+        if not _named_for_evaluation(function.name.value):
             return False
         return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
 
@@ -300,8 +299,7 @@ class SamplerSetEpochMissing(Rule):
         does not define whose name says it evaluates, and does not say it trains."""
         if type(site) is not cst.Call:
             return False
-        leaf = (dotted_name(site.func) or "").split(".")[-1]
-        return bool(EVAL_FUNCTION.search(leaf)) and "train" not in leaf.lower()
+        return _named_for_evaluation((dotted_name(site.func) or "").split(".")[-1])
 
     def _loader_fix(self, call: cst.Call, loop, position: Optional[int]) -> Optional[PendingFix]:
         """`loader.sampler.set_epoch(epoch)` first in the epoch loop, when the loader has one
@@ -567,6 +565,11 @@ class SamplerSetEpochMissing(Rule):
             if text is not None:
                 return f"`{text}`"
         return None
+
+
+def _named_for_evaluation(name: str) -> bool:
+    """`evaluate`, `validate`, `test`, not `train_and_evaluate`."""
+    return bool(EVAL_FUNCTION.search(name)) and "train" not in name.lower()
 
 
 def _arg_is(call: cst.Call, arg: cst.Arg, index: int, keyword: str) -> bool:

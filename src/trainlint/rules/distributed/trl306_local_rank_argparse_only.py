@@ -19,6 +19,7 @@ from ...analysis.parallel.wraps import Wraps
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
+from ...analysis.base.nodes import positional_params
 
 _FLAGS = ("--local_rank", "--local-rank")
 
@@ -247,7 +248,7 @@ class LocalRankArgparseOnly(Rule):
             function = self.ctx.scopes.enclosing_function(assign)
             if function is None or function.name.value not in handed:
                 continue
-            params = list(function.params.posonly_params) + list(function.params.params)
+            params = positional_params(function)
             if params and params[0].name.value == value.value:
                 return True
         return False

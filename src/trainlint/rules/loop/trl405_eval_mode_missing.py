@@ -27,6 +27,7 @@ from ...analysis.project.hierarchy import (
 )
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
+from ...analysis.base.nodes import positional_params
 
 
 class EvalModeMissing(Rule):
@@ -379,7 +380,7 @@ class EvalModeMissing(Rule):
     def _passed_as(self, call: cst.Call, function: cst.FunctionDef, model: str) -> str:
         """The caller's name for the callee's `model` (a parameter, or a global/attribute)."""
         root, _, rest = model.partition(".")
-        params = list(function.params.posonly_params) + list(function.params.params)
+        params = positional_params(function)
         if (
             params
             and params[0].name.value in ("self", "cls")
