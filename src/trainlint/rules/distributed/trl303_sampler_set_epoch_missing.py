@@ -43,8 +43,8 @@ class SamplerSetEpochMissing(Rule):
     importance scores included, or iterated only in functions named for evaluation whose
     loops neither backpropagate nor step (`def test(self): for batch in self.test_ds: ...`, its
     helpers followed). A loader also handed to any other function is reported. When a
-    project builder returns several loaders (`train_ds, test_ds = load_data(...)`), the
-    message names the one whose sampler is never told the epoch.
+    project builder returns several loaders (`train_ds, test_ds = load_data(...)`), the help
+    names the one whose sampler is never told the epoch.
 
     The loader is followed where it travels in the file: kept in a dict and read back with the
     same key (`self.data_loader["train"]`), through a same-file function that returns its
@@ -226,14 +226,18 @@ class SamplerSetEpochMissing(Rule):
                 key = f"built:{self.ctx.tree.index[call]}:{position}"
                 name = qualname.rsplit(".", 1)[-1]
                 # `train_ds, test_ds = load_data(...)`: say which of the loaders it is
-                which = f" `{self.ctx.code(refs[0])}`" if position is not None else ""
+                which = (
+                    f"This is `{self.ctx.code(refs[0])}`, one of the loaders `{name}()` returns. "
+                    if position is not None
+                    else ""
+                )
                 self.candidate(
                     key,
                     call,
-                    f"the DistributedSampler of `{name}()`'s loader{which} is never told the "
-                    "epoch in the loop re-iterating it",
+                    f"the DistributedSampler of `{name}()`'s loader is never told the epoch in "
+                    "the loop re-iterating it",
                     help=(
-                        "Every epoch then shuffles into the same order on every rank (no error, "
+                        which + "Every epoch then shuffles into the same order on every rank (no error, "
                         "just a fixed batch sequence). Call `loader.sampler.set_epoch(epoch)` at "
                         "the start of each epoch."
                     ),
