@@ -180,12 +180,26 @@ LOOP = """
     "body, expected",
     [
         ("loss = F.cross_entropy(model(images.to(device)), labels)", [("labels", "loss")]),
-        ("out = model(images)", [("images", "model")]),
+        # Nothing of the batch is moved, and nothing in the file makes `loader`: a loop that
+        # fails on its first batch, or batches already on the device (see below).
+        ("out = model(images)", []),
         (
             "out = model(images.to(device))\n            acc = (out.argmax(1) == labels)",
             [("labels", "comparison")],
         ),
         ("out = model(images.to(device))\n            acc = out.argmax(1).cpu() == labels", []),
+        # One element of each (zero-dim tensors: a CPU one may meet a CUDA one) ...
+        (
+            "out = model(images.to(device))\n"
+            "            hits = [out[j] == labels[j] for j in range(len(labels))]",
+            [],
+        ),
+        ("out = model(images.to(device))\n            first = out[0] - labels[-1]", []),
+        # ... but an index that may be a tensor of indices keeps a dimension.
+        (
+            "out = model(images.to(device))\n            picked = out[keep] == labels[keep]",
+            [("labels", "comparison")],
+        ),
         (
             "out = model(images.to(device))\n            x = torch.cat([out, labels])",
             [("labels", "cat")],
@@ -209,6 +223,46 @@ def test_batch_flow(body, expected):
     assert findings(LOOP.format(body=body)) == expected
 
 
+UNMOVED_LOOP = """
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    class Mixed:
+        def __init__(self, loader):
+            self.loader = loader
+
+        def __iter__(self):
+            for images, labels in self.loader:
+                yield images * 0.5, labels
+
+    def train(model, loader, device):
+        model.to(device)
+        for images, labels in loader:
+            F.cross_entropy(model(images), labels)
+
+    {call}
+"""
+
+
+BOTH_UNMOVED = [("images", "model"), ("labels", "loss")]
+
+
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        # A loader nobody in the file makes (a parameter; imported; from an unknown call).
+        ("", []),
+        ("from data import test_loader\n    train(net, test_loader, 'cuda')", []),
+        ("train(net, project.make_loader(), 'cuda')", []),
+        # Made by torch in the file, also through a wrapper class of the file.
+        ("train(net, DataLoader(dataset, batch_size=8), 'cuda')", BOTH_UNMOVED),
+        ("train(net, Mixed(DataLoader(dataset)), 'cuda')", BOTH_UNMOVED),
+    ],
+)
+def test_a_loop_that_moves_nothing_needs_a_loader_the_file_makes(call, expected):
+    assert sorted(findings(UNMOVED_LOOP.format(call=call))) == expected
+
+
 def test_dict_batches_and_keys():
     code = """
         import torch.nn.functional as F
@@ -226,10 +280,11 @@ def test_dict_batches_and_keys():
 def test_device_movers_option_names_more_helpers():
     code = """
         import torch.nn.functional as F
+        from torch.utils.data import DataLoader
 
-        def train(model, loader, shipper, device):
+        def train(model, dataset, shipper, device):
             model.to(device)
-            for batch in loader:
+            for batch in DataLoader(dataset, batch_size=8):
                 shipper.ship(batch)
                 loss = F.cross_entropy(model(batch["x"]), batch["y"])
     """
@@ -242,11 +297,12 @@ def test_device_movers_option_names_more_helpers():
 
 CONFIGURED = """\
 import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
 
-def train(model, loader, shipper, device):
+def train(model, dataset, shipper, device):
     model.to(device)
-    for batch in loader:
+    for batch in DataLoader(dataset, batch_size=8):
         shipper.ship(batch)
         loss = F.cross_entropy(model(batch["x"]), batch["y"])
 """

@@ -106,6 +106,23 @@ class CallGraph(Analysis):
             self._callers = table
         return self._callers.get(function, [])
 
+    def constructions(self, init: cst.FunctionDef) -> List[cst.Call]:
+        """The calls of this file that build the class whose `__init__` this is
+        (`MixUpLoader(loader, 0.6)` runs `MixUpLoader.__init__`), by the class's own name."""
+        if init.name.value != "__init__":
+            return []
+        block = self.ctx.parent(init)
+        cls = self.ctx.parent(block) if block is not None else None
+        if type(cls) is not cst.ClassDef:
+            return []
+        return [
+            call
+            for call in self.ctx.nodes(cst.Call)
+            if type(call.func) is cst.Name
+            and call.func.value == cls.name.value
+            and self._class_named(cls.name.value, call.func) is cls
+        ]
+
     def passed_for(
         self, function: cst.FunctionDef, param: str
     ) -> Optional[List[Tuple[cst.Call, cst.BaseExpression]]]:
@@ -162,10 +179,12 @@ class CallGraph(Analysis):
         self, call: cst.Call, function: cst.FunctionDef, param: str
     ) -> Optional[cst.BaseExpression]:
         """What `call` (a call that runs `function`) passes for the parameter `param`: by
-        keyword, or by position (`self` skipped for a method called through an attribute).
+        keyword, or by position (`self` skipped for a method called through an attribute, and
+        for the `__init__` a construction of its class runs).
         None when it is not passed, or a `*args`/`**kwargs` before it hides where it lands."""
         params = positional_params(function)
-        if params and params[0].name.value in ("self", "cls") and type(call.func) is cst.Attribute:
+        bound = type(call.func) is cst.Attribute or function.name.value == "__init__"
+        if params and params[0].name.value in ("self", "cls") and bound:
             params = params[1:]
         for arg in call.args:
             if arg.keyword is not None and arg.keyword.value == param:

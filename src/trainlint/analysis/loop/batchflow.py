@@ -84,6 +84,12 @@ class BatchFlow(Analysis):
         walker.start()
         walker.block(body)
         flow.bound_names = _bound_names(walker.body_nodes())
+        if flow.findings and not self._moves_part_of_the_batch(walker):
+            unseen = self._unseen_loader(source)
+            if unseen is not None:
+                flow.quiet = unseen
+                flow.findings = []
+                return flow
         self._exclusive_moves(source, flow, body, walker)
         self._drop_unreachable(flow, body)
         # `if CUDA: ... else: correct += (predicted == labels).sum()`: the CPU run's side.
@@ -119,6 +125,36 @@ class BatchFlow(Analysis):
                 if type(expr) is cst.Name and self.scopes.unbound(expr):
                     return expr.value
         return None
+
+    # -- a loop that moves nothing of a batch the file does not show being made ---------------
+
+    @staticmethod
+    def _moves_part_of_the_batch(walker: BatchWalker) -> bool:
+        return bool(walker.moved_here or walker.moved_in_helpers or walker.batch_moves)
+
+    def _unseen_loader(self, source: BatchSource) -> Optional[str]:
+        """Why a loop that moves no item of its batch is not evidence of a CPU batch: nothing
+        in the file makes what it iterates. Such a loop beside a model on the device either
+        fails on its first batch, where anyone who ran it would have seen it, or gets batches
+        that are already on the device from a loader made elsewhere (a project's
+        `get_dataloader` over `torch.cuda.FloatTensor` data, a library iterator): the file
+        cannot tell which. A loop that moves some items and not others says the batch arrives
+        on the CPU, and is followed whatever made the loader. None when the file shows a maker:
+        a torch call (`DataLoader(...)`, `torch.split`), or a function or class of the file."""
+        start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
+        for call in self._loader_chain(start):
+            if self._local_definition(call.func) is not None:
+                return None
+            qualified = self.names.qualified(call.func)
+            if any(q.split(".")[0] in _TORCH_PACKAGES for q in qualified):
+                return None
+        text = self.ctx.code(start)
+        if len(text) > 40:
+            text = text[:37] + "..."
+        return (
+            f"nothing of the batch is moved and nothing in the file makes `{text}`: "
+            "its batches may already be on the device"
+        )
 
     # -- moves on branches that exclude each other --------------------------------------------
 
@@ -338,7 +374,7 @@ class BatchFlow(Analysis):
     ) -> List[cst.Call]:
         out: List[cst.Call] = []
         callgraph = self.loops.callgraph
-        for call in callgraph.callers(function):
+        for call in [*callgraph.callers(function), *callgraph.constructions(function)]:
             passed = callgraph.argument_for(call, function, param)
             if passed is not None:
                 out.extend(self._loader_chain(passed, depth + 1))
@@ -702,6 +738,10 @@ _THIRD_PARTY = frozenset(
 
 # At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
 _MAX_DECISIONS = 5
+
+
+# Packages whose loaders and tensor functions make batches on the CPU unless told a device.
+_TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
 
 
 def _arms(node: cst.If) -> List[cst.CSTNode]:

@@ -71,6 +71,7 @@ class BatchWalker:
         # `if` body runs. An `if` whose condition is not listed is walked both ways and joined.
         self.choices: Optional[Dict[str, bool]] = None
         self.moved_here = False  # did this walk move an item of the batch?
+        self.moved_in_helpers = False  # did a function of the file it was handed to move one?
         # On one path: it left the iteration (`continue`, `break`, `return`, `raise` outside
         # a nested loop or `try`), so what follows does not run on it.
         self.exited = False
@@ -489,9 +490,44 @@ class BatchWalker:
 
     def _pair(self, left, right, left_expr, right_expr, sink, kind) -> None:
         if left is DEVICE and isinstance(right, Element):
-            self.report(right, right_expr, sink, kind)
+            if not self._one_element(right_expr):
+                self.report(right, right_expr, sink, kind)
         elif right is DEVICE and isinstance(left, Element):
-            self.report(left, left_expr, sink, kind)
+            if not self._one_element(left_expr):
+                self.report(left, left_expr, sink, kind)
+
+    def _one_element(self, expr: cst.BaseExpression) -> bool:
+        """`labels[j]` with `j` from `range(...)`, or `labels[0]`: an item indexed by integers
+        only. Indexed down to one element it is a zero-dim tensor, and PyTorch lets a zero-dim
+        CPU tensor meet CUDA tensors as it lets a Python number (`predict[j] == labels[j]` runs);
+        whether the item has more dimensions is not visible, so such a pair proves nothing."""
+        if type(expr) is not cst.Subscript:
+            return False
+        for element in expr.slice:
+            index = element.slice
+            if type(index) is not cst.Index:
+                return False
+            value = index.value
+            if type(value) is cst.UnaryOperation and type(value.operator) is cst.Minus:
+                value = value.expression
+            if type(value) is cst.Integer:
+                continue
+            if type(value) is not cst.Name or not self._counts_up(value):
+                return False
+        return True
+
+    def _counts_up(self, name: cst.Name) -> bool:
+        """Is every binding of `name` a loop over `range(...)`?"""
+        bindings = self.a.scopes.lookup(name.value, name)
+        for binding in bindings:
+            loop = binding.statement
+            if binding.kind not in ("for", "comprehension"):
+                return False
+            if not isinstance(loop, (cst.For, cst.CompFor)) or type(loop.iter) is not cst.Call:
+                return False
+            if dotted_name(loop.iter.func) != "range":
+                return False
+        return bool(bindings)
 
     def _call_sink(self, call: cst.Call) -> None:
         move = self.moves.move(call)
@@ -611,6 +647,8 @@ class BatchWalker:
         inner.batch_moves = self._moves_with(call)
         inner.state = state
         inner.block(body)
+        if inner.moved_here or inner.moved_in_helpers:
+            self.moved_in_helpers = True
 
     # -- what an element is -------------------------------------------------------------------
 

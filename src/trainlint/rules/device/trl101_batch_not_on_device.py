@@ -103,9 +103,20 @@ class BatchNotOnDevice(Rule):
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
     CPU, also when bound to a name, `std = self.std.to(inputs.device)`, in a helper the item is
     handed to); items that are not tensors (paths, ids, captions, lengths, or names used as
-    text); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
+    text); a loop that moves no item of its batch, iterating a loader nothing in the file makes
+    (a parameter no call of the file passes a loader for, an imported loader, what an imported or
+    unknown function returns: `for x, y in loaders["test"]` with `loaders =
+    build_loaders(...)` from the project): such a loop beside a model on the device fails on
+    its first batch, which whoever ran it would have seen, or its loader delivers batches already
+    on the device, and the file cannot tell which (a loader the file makes with `DataLoader(...)`
+    or a class or function of its own, also through a wrapper class, `MixUpLoader(DataLoader(...),
+    0.4)`, or that a call of the file passes in, is followed; so is a loop that moves some items
+    and leaves others); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
     whose `batch_graphs.ndata["feat"]` is moved: an object holding tensors, not a tensor);
-    labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output; a whole batch
+    labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output;
+    an item indexed by integers in arithmetic or a comparison, `pred[j] == labels[j]` with `j`
+    from `range(...)`, or `labels[0]` (indexed down to one element it is a zero-dim tensor, which
+    PyTorch lets meet CUDA tensors like a Python number; `labels[mask]` keeps a dimension); a whole batch
     handed over with `model(**data)` after the loop moved items of it by key
     (`data["pixel_values"] = data["pixel_values"].to(device)`: which other keys a collator's
     output holds is not visible, while a keyed item passed on unmoved is still reported); an item
