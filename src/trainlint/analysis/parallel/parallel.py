@@ -193,13 +193,34 @@ class Parallel(Analysis):
             values: List[Optional[cst.CSTNode]] = []
             for node in self.ctx.tree.descendants(cls.body):
                 if type(node) is cst.Assign:
-                    for target in node.targets:
-                        if is_self_attr(target.target, attr):
+                    if any(is_self_attr(t.target, attr) for t in node.targets):
+                        if not self._only_later(node, at):
                             values.append(node.value)
                 elif type(node) is cst.AnnAssign and is_self_attr(node.target, attr):
-                    values.append(node.value)
+                    if not self._only_later(node, at):
+                        values.append(node.value)
             return values
         return None
+
+    def _only_later(self, assign: cst.CSTNode, at: cst.CSTNode) -> bool:
+        """Does `assign` come after `at` in the same function, with no loop of that function
+        around both? Then it cannot give `self.attr` its value at `at` in that call (the
+        conversion in `initialize()` before `self.network = DDP(self.network, ...)` on the next
+        line); an assignment in another method may have run before, in any order."""
+        function = self.scopes.enclosing_function(at)
+        if function is None or self.scopes.enclosing_function(assign) is not function:
+            return False
+        index = self.ctx.tree.index
+        if index.get(assign, -1) <= index.get(at, -1):
+            return False
+        for ancestor in self.ctx.ancestors(at):
+            if ancestor is function:
+                return True
+            if type(ancestor) in (cst.For, cst.While) and any(
+                a is ancestor for a in self.ctx.ancestors(assign)
+            ):
+                return False
+        return True
 
     def _enclosing_class(self, node: cst.CSTNode) -> Optional[cst.ClassDef]:
         for ancestor in self.ctx.ancestors(node):

@@ -50,7 +50,12 @@ class SyncBatchNormAfterDdp(Rule):
 
     The wrapper is followed through rebindings that keep it (`model = model.to(device)`,
     `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`: analysis/base/identity.py), but
-    not through `torch.compile`, which returns another object.
+    not through `torch.compile`, which returns another object. An attribute of a class
+    (`self.net`) may hold what any method assigns it, in any order, except an assignment later
+    in the same method with no loop of that method around both: `self.net =
+    convert_sync_batchnorm(self.net)` and then `self.net = DDP(self.net, ...)` in
+    `initialize()` converts before it wraps (a conversion in another method, or in a loop that
+    wraps on every pass, still meets the wrapper).
 
     A conversion and a DataParallel wrap on branches that never run together are not paired:
     DataParallel under `if RANK == -1:` and the conversion under `if RANK != -1:` (the same
