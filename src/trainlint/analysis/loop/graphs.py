@@ -289,20 +289,30 @@ class AutogradGraphs:
             if index.get(s, -1) < at and loops[0] in set(self.ctx.ancestors(s))
         ]
 
-    def holds_no_graph(self, value: cst.CSTNode, _depth: int = 2) -> bool:
+    def holds_no_graph(
+        self, value: cst.CSTNode, _depth: int = 2, itself: Optional[str] = None
+    ) -> bool:
         """Is `value` known to hold no autograd graph: a number, a detaching read, a name bound
-        only without grad, a dict/tuple/list of such values, a method of a detached tensor
-        (`z.data.mean()`) given such values, or the result of a same-file
-        function whose every return is such a value (`res = evaluate(...)` returning a dict of
-        losses computed under `torch.no_grad()`)?"""
+        only without grad, a dict/tuple/list of such values, arithmetic on such values, a
+        method of a detached tensor (`z.data.mean()`) given such values, or the result of a
+        same-file function whose every return is such a value (`res = evaluate(...)` returning
+        a dict of losses computed under `torch.no_grad()`)? `itself` is the running total being
+        written (`self.loss_sum = self.loss_sum + score * n`): its own earlier value counts as
+        holding none, since every write of it is checked the same way."""
         if _depth < 0:
             return False
+        if itself is not None and dotted_name(value) == itself:
+            return True
         if type(value) in (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString):
             return True
         if type(value) is cst.Name and value.value in ("None", "True", "False"):
             return True
         if type(value) is cst.UnaryOperation:
-            return self.holds_no_graph(value.expression, _depth)
+            return self.holds_no_graph(value.expression, _depth, itself)
+        if type(value) is cst.BinaryOperation:
+            return self.holds_no_graph(value.left, _depth, itself) and self.holds_no_graph(
+                value.right, _depth, itself
+            )
         if self._detaching(value):
             return True
         if type(value) in (cst.Name, cst.Attribute, cst.Subscript):
@@ -507,7 +517,8 @@ class AutogradGraphs:
             index = self.ctx.tree.index
             writes = [max((w for w in writes if w[0] in earlier), key=lambda w: index[w[0]])]
         return all(
-            value is not None and (self.grad_disabled(write) or self.holds_no_graph(value))
+            value is not None
+            and (self.grad_disabled(write) or self.holds_no_graph(value, 4, itself=text))
             for write, value in writes
         )
 

@@ -56,8 +56,10 @@ class RetainGraphInLoop(Rule):
     (higher-order gradients), backward outside loops, framework-managed code, and loops where
     nothing carries a graph into the next iteration (every graph is rebuilt from leaf tensors,
     or from targets computed once before the loop, and what the loop carries is bookkeeping such
-    as `iters = iters + 1` or `running = running + loss.item()`): the flag is then redundant,
-    not harmful.
+    as `iters = iters + 1` or `running = running + loss.item()`, also a total named like a
+    loss whose every write adds numbers, `self.loss_sum = self.loss_sum + score * len(batch)`
+    with `score` the `.item()` a step helper returns): the flag is then redundant, not
+    harmful.
 
     ## Fix safety
     There is no fix: the right change is to detach what outlives the iteration, which TRL401
