@@ -47,7 +47,10 @@ class LocalRankArgparseOnly(Rule):
     launcher instead: `def main_worker(local_rank, args): args.local_rank = local_rank` handed to
     `mp.spawn(main_worker, ...)` (or a project's `launch(main_worker, ...)`) gets each process's
     index, which replaces the parsed flag (a worker the file calls itself with
-    `args.local_rank` still gets the flag and is reported).
+    `args.local_rank` still gets the flag and is reported), nor files that start their
+    processes themselves and set each one's rank: `for rank in range(n): args.local_rank =
+    rank` in the loop that makes a `Process(target=..., args=(..., args))` for each (a loop
+    that starts processes without setting it is reported).
     Nor is a parser copied into a script nobody launches per process: the file is not
     distributed at all (no DDP wrap, no `init_process_group`), uses the flag at most in
     comparisons that decide who logs (`args.local_rank > 0`) and in device arguments
@@ -231,7 +234,9 @@ class LocalRankArgparseOnly(Rule):
         """`def main_worker(local_rank, args): args.local_rank = local_rank`, where the file hands
         `main_worker` to a launcher (`mp.spawn(main_worker, ...)`, `launch(main_worker, ...)`):
         the launcher passes each process its index, which replaces the parsed flag. (A worker
-        the file calls itself, `main_worker(args.local_rank, args)`, still gets the flag.)"""
+        the file calls itself, `main_worker(args.local_rank, args)`, still gets the flag.) Or the
+        file starts its processes itself: `for rank in range(n): args.local_rank = rank` in the
+        loop that makes a `Process(...)` for each."""
         handed = {
             arg.value.value
             for call in self.ctx.nodes(cst.Call)
@@ -245,6 +250,8 @@ class LocalRankArgparseOnly(Rule):
                 for t in assign.targets
             ):
                 continue
+            if self._starts_a_process_per_rank(assign, value.value):
+                return True
             function = self.ctx.scopes.enclosing_function(assign)
             if function is None or function.name.value not in handed:
                 continue
@@ -252,6 +259,19 @@ class LocalRankArgparseOnly(Rule):
             if params and params[0].name.value == value.value:
                 return True
         return False
+
+    def _starts_a_process_per_rank(self, assign: cst.Assign, rank: str) -> bool:
+        """Is `assign` in a `for <rank> in range(...)` loop whose body makes a `Process(...)`?"""
+        loop = next((a for a in self.ctx.ancestors(assign) if type(a) is cst.For), None)
+        if loop is None or type(loop.target) is not cst.Name or loop.target.value != rank:
+            return False
+        if type(loop.iter) is not cst.Call or dotted_name(loop.iter.func) != "range":
+            return False
+        return any(
+            type(node) is cst.Call
+            and (dotted_name(node.func) or "").split(".")[-1] == "Process"
+            for node in self.ctx.tree.descendants(loop.body)
+        )
 
     def _flag_handoffs(self) -> Optional[List[str]]:
         """In a file that is not distributed itself: does it use the parsed rank at most to
