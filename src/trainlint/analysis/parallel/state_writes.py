@@ -49,7 +49,7 @@ from ..base.scopes import Scopes
 from ..base.vocabulary import disables_grad
 from .parallel import MODULE_RETURNING
 from .. import Analysis
-from ..base.nodes import positional_params
+from ..base.nodes import follows_exit, positional_params
 
 
 # Methods that change a Python container in place, whatever else holds them.
@@ -78,6 +78,8 @@ _CONTAINER_MAKERS = {
 }
 FORWARD_HOOK_REGISTRARS = ("register_forward_hook", "register_forward_pre_hook")
 # Buffers a normalization layer inherits from torch's _BatchNorm (a subclass updates them).
+# The nodes `_write_at` reads a write from.
+_WRITE_NODES = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Del, cst.Call)
 _NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 # Calls that return their receiver on another device or dtype: `self.x = self.x.to(x.device)`.
 _MOVES = MODULE_RETURNING | {"type_as", "type", "detach", "contiguous"}
@@ -143,6 +145,8 @@ class StateWrites(Analysis):
     def _writes(self, func: Function, roots: Dict[str, str]) -> Iterator[StateWrite]:
         tensors = self._tensors_of(func)
         for node in _own_nodes(func):
+            if type(node) in _WRITE_NODES and follows_exit(self.ctx, node):
+                continue  # after a `continue`/`return` of its block: it never runs
             for write in self._write_at(node, func, roots):
                 if write.kind == "item" and _top(write.attr) in tensors:
                     continue  # an in-place update of the module's own tensor

@@ -59,7 +59,8 @@ class ForwardMutatesModuleState(Rule):
 
     Not reported: in-place updates of the module's own tensors (`self.running_mean.mul_(m)`,
     `self.num_batches_tracked += 1` on a registered buffer, `self.queue[:, i] = k`), which
-    DataParallel keeps for the replica on `device_ids[0]` (BatchNorm relies on it); writes under
+    DataParallel keeps for the replica on `device_ids[0]` (BatchNorm relies on it); writes
+    after a `continue`, `return` or `raise` of their block, which never run; writes under
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
     the eval-only branch of `self.training` (inference caches; a cache filled on the training
     branch is reported); local variables and local containers; strings and numbers put into a
