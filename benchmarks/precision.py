@@ -41,6 +41,7 @@
     python benchmarks/precision.py --sources DIR --split holdout41  # the 41st held-back set
     python benchmarks/precision.py --sources DIR --split holdout42  # the 42nd held-back set
     python benchmarks/precision.py --sources DIR --split holdout43  # the 43rd held-back set
+    python benchmarks/precision.py --sources DIR --split holdout44  # the 44th held-back set
     python benchmarks/precision.py --sources DIR --json             # the same report as JSON
     python benchmarks/precision.py --sources DIR --unlabelled-out todo.json
     python benchmarks/precision.py --sources DIR --unlabelled-dir todo/   # one file per repo
@@ -309,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
         "--split",
-        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 44)), "all"),
+        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 45)), "all"),
         default="dev",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
