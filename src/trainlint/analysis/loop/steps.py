@@ -492,10 +492,14 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     def _mode_receiver(self, call, owner, mapping) -> Optional[str]:
         """`model.eval()` -> "model"; `model = Net().eval()` -> "model";
-        `model.to(device).train()` -> "model"."""
+        `model.to(device).train()` -> "model"; `_ = net.eval()` -> "net" (the result thrown
+        away into `_`, as notebooks do to silence the echo of the module)."""
         parent = self.ctx.parent(call)
         if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
-            return self._map(parent.targets[0].target, mapping)
+            target = parent.targets[0].target
+            discarded = type(target) is cst.Name and target.value == "_"
+            if not (discarded and dotted_name(module_root(owner))):
+                return self._map(target, mapping)
         return self._map(module_root(owner), mapping)
 
     def _rename(self, text: str, mapping: Optional[Dict[str, str]]) -> Optional[str]:

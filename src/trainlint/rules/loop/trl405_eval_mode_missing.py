@@ -76,6 +76,9 @@ class EvalModeMissing(Rule):
         print(f"epoch {epoch}: {validate(model, val_loader)} correct")
     ```
 
+    A mode call whose result is thrown away, `_ = net.eval()` (a notebook hiding the module's
+    echo), sets the mode of `net`, like `net.eval()`.
+
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the
     evaluation function, an evaluation function whose callers are all in other files and that
     sets neither mode (the caller decides), loops that backpropagate (adversarial evaluation,
