@@ -55,6 +55,14 @@ def positional_params(function: cst.FunctionDef) -> List[cst.Param]:
     return list(function.params.posonly_params) + list(function.params.params)
 
 
+def loops_over_range(loop: cst.CSTNode) -> bool:
+    """Is `loop` a `for` (or a comprehension's `for`) over `range(...)`, which counts in ints?"""
+    if not isinstance(loop, (cst.For, cst.CompFor)) or type(loop.iter) is not cst.Call:
+        return False
+    func = loop.iter.func
+    return type(func) is cst.Name and func.value == "range"
+
+
 def is_name(node: cst.CSTNode, name: str) -> bool:
     """The bare name `name`."""
     return type(node) is cst.Name and node.value == name

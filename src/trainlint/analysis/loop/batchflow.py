@@ -685,12 +685,10 @@ _STDLIB = frozenset(
 # `ModelData.trn_dl`, v1's `DataBunch`, v2's `DataLoaders`) move every batch to the GPU. (Which
 # other names are libraries and which are the project's own modules a file alone cannot tell.)
 _DEVICE_BATCH_LIBRARIES = frozenset({"fastai"})
-_THIRD_PARTY = frozenset(
+# Packages whose loaders and tensor functions make batches on the CPU unless told a device.
+_TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
+_THIRD_PARTY = _TORCH_PACKAGES | frozenset(
     {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchtext",
         "numpy",
         "scipy",
         "pandas",
@@ -738,10 +736,6 @@ _THIRD_PARTY = frozenset(
 
 # At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.
 _MAX_DECISIONS = 5
-
-
-# Packages whose loaders and tensor functions make batches on the CPU unless told a device.
-_TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
 
 
 def _arms(node: cst.If) -> List[cst.CSTNode]:

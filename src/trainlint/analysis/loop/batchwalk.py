@@ -11,7 +11,7 @@ import libcst as cst
 
 from ...walk import own_nodes
 from ..base.names import dotted_name
-from ..base.nodes import target_names
+from ..base.nodes import loops_over_range, target_names
 from ..device.moves import WRAPPED, Move
 from .batchvalues import (
     BINARY_METHODS,
@@ -519,15 +519,12 @@ class BatchWalker:
     def _counts_up(self, name: cst.Name) -> bool:
         """Is every binding of `name` a loop over `range(...)`?"""
         bindings = self.a.scopes.lookup(name.value, name)
-        for binding in bindings:
-            loop = binding.statement
-            if binding.kind not in ("for", "comprehension"):
-                return False
-            if not isinstance(loop, (cst.For, cst.CompFor)) or type(loop.iter) is not cst.Call:
-                return False
-            if dotted_name(loop.iter.func) != "range":
-                return False
-        return bool(bindings)
+        return bool(bindings) and all(
+            b.kind in ("for", "comprehension")
+            and b.statement is not None
+            and loops_over_range(b.statement)
+            for b in bindings
+        )
 
     def _call_sink(self, call: cst.Call) -> None:
         move = self.moves.move(call)

@@ -19,7 +19,7 @@ from ...analysis.parallel.wraps import Wraps
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
-from ...analysis.base.nodes import positional_params
+from ...analysis.base.nodes import loops_over_range, positional_params
 
 _FLAGS = ("--local_rank", "--local-rank")
 
@@ -265,7 +265,7 @@ class LocalRankArgparseOnly(Rule):
         loop = next((a for a in self.ctx.ancestors(assign) if type(a) is cst.For), None)
         if loop is None or type(loop.target) is not cst.Name or loop.target.value != rank:
             return False
-        if type(loop.iter) is not cst.Call or dotted_name(loop.iter.func) != "range":
+        if not loops_over_range(loop):
             return False
         return any(
             type(node) is cst.Call
