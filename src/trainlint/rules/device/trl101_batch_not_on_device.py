@@ -174,6 +174,10 @@ class BatchNotOnDevice(Rule):
     or a library may return it on the device, so the item is unknown afterwards, not unmoved.
     `if` conditions that call something (`random.random() < p`) are taken as independent;
     conditions with the same text are taken to have the same value within one iteration.
+    A loop that moves nothing of its batch, over a loader made in another file, is quiet even
+    when that loader does deliver CPU batches: the file cannot show where they are, and such a
+    loop fails on its first batch. Under `trainlint check` over the whole project the loader's
+    maker is not followed into the other file either.
 
     ## Fix safety
     The fix inserts `name = name.to(<device>)` right after the name is bound (the first line of
