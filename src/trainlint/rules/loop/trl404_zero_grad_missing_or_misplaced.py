@@ -61,6 +61,12 @@ class ZeroGradMissingOrMisplaced(Rule):
     one parameter's gradient between backward and step (freezing), and framework-managed code
     (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it.
 
+    ## Known problems
+    A model whose own `forward` resets its gradients (`self.zero_grad()` at the top of
+    `forward`, as a 2018 BiLSTM-CRF tagger does) is not followed: the model call is not read as
+    a reset, in the same file or another, so its training loop is reported although every
+    step starts from zero gradients.
+
     ## Fix safety
     For a missing reset, the fix inserts `optimizer.zero_grad()` right after the
     `optimizer.step()` line (under the same condition, so accumulation keeps working). It is
