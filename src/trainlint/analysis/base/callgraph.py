@@ -32,6 +32,7 @@ class CallGraph(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
+        self._calls_by_name: Optional[Dict[str, List[cst.Call]]] = None  # `name(...)` calls
 
     def functions_named(self, name: str) -> List[cst.FunctionDef]:
         """Every function of this file (at any depth, methods too) with this name."""
@@ -115,12 +116,17 @@ class CallGraph(Analysis):
         cls = self.ctx.parent(block) if block is not None else None
         if type(cls) is not cst.ClassDef:
             return []
+        if self._calls_by_name is None:
+            table: Dict[str, List[cst.Call]] = {}
+            for call in self.ctx.nodes(cst.Call):
+                if type(call.func) is cst.Name:
+                    table.setdefault(call.func.value, []).append(call)
+            self._calls_by_name = table
+        name = cls.name.value
         return [
             call
-            for call in self.ctx.nodes(cst.Call)
-            if type(call.func) is cst.Name
-            and call.func.value == cls.name.value
-            and self._class_named(cls.name.value, call.func) is cls
+            for call in self._calls_by_name.get(name, [])
+            if self._class_named(name, call.func) is cls
         ]
 
     def passed_for(
