@@ -200,18 +200,35 @@ def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> 
     from one imported class that is not torch's (`from model import Net`; `model = Net(3)`,
     `model = Net(3).to(device)`, `model = nn.DataParallel(model)`): "model.Net". The project
     phase asks the file that defines it whether it is mode-free (`mode_free_classes`)."""
-    found: Set[str] = set()
-    for value in _constructors(steps, name, at) or ():
+    found = model_classes(steps, name, at)
+    if not found or len(found) != 1 or any(len(names) != 1 for names in found):
+        return None
+    (names,) = found
+    (qualname,) = names
+    return None if qualname.startswith(("<", "torch.", "builtins.")) else qualname
+
+
+def model_classes(
+    steps: "TrainingSteps", name: str, at: cst.CSTNode
+) -> Optional[List[FrozenSet[str]]]:
+    """For each different call that builds what `name` holds at `at` (`_constructors`), the
+    qualified names its callee may have: one for `from model import Net`, one per star import
+    for a name only star imports can bind (`from utils import *`, `from model import *`:
+    "utils.Net", "model.Net"), "<local>.Net" for a class of this file. None when a binding is
+    not such a call (unknown)."""
+    built = _constructors(steps, name, at)
+    if not built:
+        return None
+    found: List[FrozenSet[str]] = []
+    for value in built:
         if type(value.func) not in (cst.Name, cst.Attribute):
             return None
         qualified = steps.names.qualified(value.func)
-        if len(qualified) != 1:
+        if not qualified:
             return None
-        (qualname,) = qualified
-        if qualname.startswith(("<", "torch.", "builtins.")):
-            return None
-        found.add(qualname)
-    return found.pop() if len(found) == 1 else None
+        if qualified not in found:
+            found.append(qualified)
+    return found
 
 
 def _unwrapped(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:

@@ -961,6 +961,51 @@ class TrainingSteps(AutogradGraphs, Analysis):
             self._module_like = found
         return self._module_like
 
+    def resets_own_gradients(self, cls: cst.ClassDef) -> bool:
+        """Does the class's `forward` reset the module's gradients (`self.zero_grad()`), itself
+        or in a method of the class it calls? Then every call of the model starts a step from
+        zero gradients: a loop around it needs no `zero_grad()` of its own."""
+        methods = {
+            statement.name.value: statement
+            for statement in cls.body.body
+            if type(statement) is cst.FunctionDef
+        }
+        todo = [methods["forward"]] if "forward" in methods else []
+        seen: Set[str] = set()
+        while todo:
+            method = todo.pop()
+            if method.name.value in seen:
+                continue
+            seen.add(method.name.value)
+            params = positional_params(method)
+            if not params:
+                continue
+            receiver = params[0].name.value
+            for node in own_nodes(method.body):
+                if (
+                    type(node) is cst.Call
+                    and type(node.func) is cst.Attribute
+                    and type(node.func.value) is cst.Name
+                    and node.func.value.value == receiver
+                ):
+                    called = node.func.attr.value
+                    if called == "zero_grad":
+                        return True
+                    if called in methods:
+                        todo.append(methods[called])
+        return False
+
+    def grad_resetting_classes(self) -> List[str]:
+        """The module-level classes of this file whose `forward` resets their own gradients
+        (`resets_own_gradients`): what files importing them ask in the project phase."""
+        return sorted(
+            statement.name.value
+            for statement in self.ctx.module.body
+            if type(statement) is cst.ClassDef
+            and statement.bases
+            and self.resets_own_gradients(statement)
+        )
+
     def is_model(self, expr: cst.CSTNode) -> bool:
         text = dotted_name(expr)
         if text is None:

@@ -142,6 +142,12 @@ def resolution_facts(ctx, classes: Optional[Dict[str, object]] = None) -> Dict[s
     }
 
 
+def may_resolve_classes(ctx) -> bool:
+    """Can a class name be resolved through this file: it defines classes, or it is a
+    package's `__init__.py` (which may re-export them)?"""
+    return bool(ctx.nodes(cst.ClassDef)) or ctx.source.path.endswith("__init__.py")
+
+
 def file_facts(ctx) -> Dict[str, object]:
     """The plain data the project phase needs about one file (cacheable)."""
     facts = resolution_facts(ctx, ctx.analysis(Modules).facts())
@@ -344,6 +350,15 @@ class Hierarchy:
         if facts is None:
             return None
         return facts.get("classes", {}).get(ref.name)
+
+    def listed_class(self, qualname: str, importer: Path, key: str) -> bool:
+        """Is the class `qualname` (as imported in `importer`) a class of the project that the
+        file defining it lists under `key` in its facts (`mode_free_classes`,
+        `grad_resetting_classes`)?"""
+        ref = self.resolve(qualname, importer)
+        if not isinstance(ref, ClassRef):
+            return False
+        return ref.name in (self.facts_at(ref.path) or {}).get(key, ())
 
     def resolve(self, qualname: str, importer: Path):
         """What a class name used in `importer` is: a ClassRef of the project, "module"

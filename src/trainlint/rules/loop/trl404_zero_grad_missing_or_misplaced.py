@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
-from ...analysis.base.names import dotted_name
+from ...analysis.base.names import LOCAL_PREFIX, dotted_name
+from ...analysis.loop.modes import model_classes
 from ...analysis.loop.steps import TrainingSteps
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import candidate_files, may_resolve_classes, resolution_facts
+from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
 
@@ -61,11 +63,14 @@ class ZeroGradMissingOrMisplaced(Rule):
     one parameter's gradient between backward and step (freezing), and framework-managed code
     (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it.
 
-    ## Known problems
     A model whose own `forward` resets its gradients (`self.zero_grad()` at the top of
-    `forward`, as a 2018 BiLSTM-CRF tagger does) is not followed: the model call is not read as
-    a reset, in the same file or another, so its training loop is reported although every
-    step starts from zero gradients.
+    `forward`, as a 2018 BiLSTM-CRF tagger does, or in a method `forward` calls) resets them on
+    every call: a loop that calls such a model is not reported. Its class is read in this file
+    or, when it is imported (star imports included), in the project file that defines it.
+
+    ## Known problems
+    A reset in a `forward` inherited from a base class is not seen (only the class the model is
+    built from is read), so such a loop is still reported.
 
     ## Fix safety
     For a missing reset, the fix inserts `optimizer.zero_grad()` right after the
@@ -79,10 +84,19 @@ class ZeroGradMissingOrMisplaced(Rule):
     name = "zero-grad-missing-or-misplaced"
     severity = Severity.ERROR
     fix = "unsafe"
-    markers = ("backward",)
+    # "zero_grad": a file whose model class resets its own gradients in `forward` (and calls
+    # no backward) tells the files that train that model so, in the project phase.
+    markers = ("backward", "zero_grad")
+    # The model a loop calls may be of a class defined in another file, whose `forward` resets
+    # its gradients.
+    project = True
 
     def finish(self) -> None:
         steps: TrainingSteps = self.ctx.analysis(TrainingSteps)
+        self.steps = steps
+        # Findings about a missing reset whose loop calls models of imported classes:
+        # key -> {"classes": the qualified names those classes may have}.
+        self.deferred: Dict[str, Dict[str, List[str]]] = {}
         if not steps.file_backpropagates():
             return
         reported: Set[cst.CSTNode] = set()
@@ -106,7 +120,7 @@ class ZeroGradMissingOrMisplaced(Rule):
             if any(e.kind == "zero" for e in events):
                 misplaced.extend(self._misplaced(steps, loop, flow))
             elif not self._unknown_helper_gets_optimizer(steps, loop, step_events):
-                missing.append((loop, step_events, backwards[0]))
+                missing.append((loop, step_events, backwards[0], events))
         # One finding per reset, where it is written rather than through a helper call.
         misplaced.sort(key=lambda pair: len(pair[0].via))
         for zero, step in misplaced:
@@ -116,14 +130,17 @@ class ZeroGradMissingOrMisplaced(Rule):
             self._report_misplaced(zero, step)
         # One finding per step: in the loop where the step is written (not reached through a
         # helper), else the innermost loop.
-        depth = {loop: len(steps.enclosing_loops(loop)) for loop, _, _ in missing}
+        depth = {loop: len(steps.enclosing_loops(loop)) for loop, _, _, _ in missing}
         missing.sort(key=lambda m: (min(len(e.via) for e in m[1]), -depth[m[0]]))
-        for loop, step_events, backward in missing:
+        for loop, step_events, backward, events in missing:
             if any(e.node in reported for e in step_events):
                 continue
             reported.update(e.node for e in step_events)
+            resetting = self._models_resetting_gradients(steps, events)
+            if resetting is True:
+                continue  # the model of this file resets its gradients in its own forward
             step = min(step_events, key=lambda e: len(e.via))
-            self._report_missing(loop, step, backward)
+            self._report_missing(loop, step, backward, resetting or [])
 
     # -- missing ------------------------------------------------------------------------------
 
@@ -159,14 +176,45 @@ class ZeroGradMissingOrMisplaced(Rule):
                     return True
         return False
 
-    def _report_missing(self, loop: cst.CSTNode, step: Event, backward: Event) -> None:
+    def _models_resetting_gradients(
+        self, steps: TrainingSteps, events: List[Event]
+    ) -> Union[bool, List[str]]:
+        """True when a model the loop calls is of a class of this file whose `forward` resets
+        its gradients; else the qualified names the imported classes of the models it calls
+        may have (the project phase asks the files that define them)."""
+        classes = {
+            statement.name.value: statement
+            for statement in self.ctx.module.body
+            if type(statement) is cst.ClassDef
+        }
+        imported: Set[str] = set()
+        for event in events:
+            if event.kind != "forward":
+                continue
+            for model in event.runs:
+                if model.startswith("<") or "." in model:
+                    continue
+                for names in model_classes(steps, model, event.site) or ():
+                    for qualname in names:
+                        if qualname.startswith(LOCAL_PREFIX):
+                            cls = classes.get(qualname[len(LOCAL_PREFIX):])
+                            if cls is not None and steps.resets_own_gradients(cls):
+                                return True
+                        elif not qualname.startswith(("<", "torch.", "builtins.")):
+                            imported.add(qualname)
+        return sorted(imported)
+
+    def _report_missing(
+        self, loop: cst.CSTNode, step: Event, backward: Event, imported: List[str]
+    ) -> None:
         optimizer = step.receiver or "optimizer"
         if optimizer.startswith("<param:"):
             optimizer = "optimizer"
-        self.report(
-            step.site,
+        message = (
             f"this loop calls backward() and `{optimizer}.step()` but never zero_grad(): "
-            "gradients add up across steps",
+            "gradients add up across steps"
+        )
+        details = dict(
             help=(
                 "backward() adds to `.grad`, so every step applies the sum of all past "
                 "gradients; nothing raises (silently wrong). Call "
@@ -175,6 +223,38 @@ class ZeroGradMissingOrMisplaced(Rule):
             fix=self._missing_fix(step, optimizer),
             related=[(backward.site, "gradients accumulate here")],
         )
+        if not imported:
+            self.report(step.site, message, **details)  # type: ignore[arg-type]
+            return
+        key = f"missing:{len(self.candidates)}"
+        self.deferred[key] = {"classes": imported}
+        self.candidate(key, step.site, message, **details)
+
+    # -- the project phase: a model class defined in another file -----------------------------
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        resetting = self.steps.grad_resetting_classes()
+        if not resetting and not self.deferred and not may_resolve_classes(self.ctx):
+            return None
+        facts = resolution_facts(self.ctx)
+        facts["grad_resetting_classes"] = resetting
+        facts["deferred"] = self.deferred
+        return facts
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        for hierarchy, display, path, keys in candidate_files(project, cls.code):
+            deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
+            for key in keys:
+                entry = deferred.get(key)
+                if entry is not None and any(
+                    hierarchy.listed_class(qualname, path, "grad_resetting_classes")
+                    for qualname in entry["classes"]
+                ):
+                    continue  # its forward resets the gradients on every call
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
 
     def _missing_fix(self, step: Event, optimizer: str) -> Optional[PendingFix]:
         if step.via or step.receiver is None or step.receiver.startswith("<param:"):

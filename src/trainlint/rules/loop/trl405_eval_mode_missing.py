@@ -20,9 +20,9 @@ from ...analysis.loop.modes import (
 )
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.project.hierarchy import (
-    ClassRef,
     Hierarchy,
     candidate_files,
+    may_resolve_classes,
     resolution_facts,
 )
 from ...diagnostics import Diagnostic, Severity
@@ -701,7 +701,7 @@ class EvalModeMissing(Rule):
             not free
             and not returners
             and not self.deferred
-            and not self._defines_or_imports_classes()
+            and not may_resolve_classes(self.ctx)
         ):
             return None
         facts = resolution_facts(self.ctx)
@@ -709,13 +709,6 @@ class EvalModeMissing(Rule):
         facts["eval_mode_returners"] = returners
         facts["deferred"] = self.deferred
         return facts
-
-    def _defines_or_imports_classes(self) -> bool:
-        """Files a class name may be resolved through: ones that define classes, and
-        packages' `__init__.py` re-exporting them."""
-        return bool(self.ctx.nodes(cst.ClassDef)) or self.ctx.source.path.endswith(
-            "__init__.py"
-        )
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
@@ -725,7 +718,7 @@ class EvalModeMissing(Rule):
                 entry = deferred.get(key)
                 diagnostic = None
                 if entry is not None and (
-                    _mode_free_class_of(hierarchy, entry["class"], path)
+                    hierarchy.listed_class(entry["class"], path, "mode_free_classes")
                     or (
                         entry.get("mode") == "eval"
                         and _returns_eval_mode(hierarchy, entry["class"], path)
@@ -758,16 +751,6 @@ class EvalModeMissing(Rule):
             f"Return to training mode after the evaluation: `{receiver}.train()`",
             self.ctx.line_after(line, f"{receiver}.train()"),
         )
-
-
-def _mode_free_class_of(hierarchy: Hierarchy, qualname: str, importer) -> bool:
-    """Is the class `qualname` (as imported in `importer`) a class of the project that the
-    file defining it found mode-free?"""
-    ref = hierarchy.resolve(qualname, importer)
-    if not isinstance(ref, ClassRef):
-        return False
-    facts = hierarchy.facts_at(ref.path) or {}
-    return ref.name in facts.get("mode_free_classes", ())
 
 
 def _returns_eval_mode(hierarchy: Hierarchy, qualname: str, importer) -> bool:
