@@ -340,6 +340,11 @@ class Moves(Analysis):
             return -1
         return arg_index + offset
 
+    def forward_moves(self, forward: cst.FunctionDef, call: cst.Call, arg_index: int) -> bool:
+        """Does a module's `forward` move what argument `arg_index` of a call of the module
+        (`model(x)`: `forward(self, x)`) hands it?"""
+        return self._param_index(forward, call, arg_index, 1) in self.moved_params(forward)
+
     def moved_params(self, function: cst.FunctionDef) -> FrozenSet[int]:
         """Indices of the positional parameters whose values `function` moves to a device
         (directly, through names derived from them, or by handing them to a mover)."""

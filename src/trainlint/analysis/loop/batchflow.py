@@ -31,6 +31,8 @@ from .batchvalues import (
     name_words,
 )
 from .batchwalk import BatchWalker, condition_key
+from .modes import model_classes
+from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
 
@@ -535,6 +537,31 @@ class BatchFlow(Analysis):
         on_device = plain or wrapped or (modelish and args_on_device)
         inputs = plain or (evidence and not wrapped)
         return on_device, inputs
+
+    def moved_by_forward(self, call: cst.Call, arg_index: int) -> bool:
+        """Does the model's own `forward` move what argument `arg_index` hands it (`x =
+        x.to("cuda")` at the top of `forward`, in a class of this file the model is built
+        from)? A CPU item given to such a model meets the device only inside the model, which
+        has placed it there itself."""
+        target = _module_called(call)
+        if type(target) is not cst.Name:
+            return False
+        classes = {
+            statement.name.value: statement
+            for statement in self.ctx.module.body
+            if type(statement) is cst.ClassDef
+        }
+        steps = self.ctx.analysis(TrainingSteps)
+        for names in model_classes(steps, target.value, call) or ():
+            for qualname in names:
+                cls = classes.get(qualname[len(LOCAL_PREFIX):])
+                if not qualname.startswith(LOCAL_PREFIX) or cls is None:
+                    continue
+                for statement in cls.body.body:
+                    if type(statement) is cst.FunctionDef and statement.name.value == "forward":
+                        if self.moves.forward_moves(statement, call, arg_index):
+                            return True
+        return False
 
     def runs_a_named_model(self, call: cst.Call) -> bool:
         """`self.model(data, target)`, `net.forward(x)`: a call that may run a module and is

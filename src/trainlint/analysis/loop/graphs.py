@@ -62,6 +62,9 @@ _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 # Detaching reads: what they return holds no autograd graph.
 _DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
+# Builtins whose result is one of their arguments, or arithmetic on them: it holds a graph only
+# when an argument does.
+_PASSING_BUILTINS = frozenset({"max", "min", "abs", "sum"})
 # numpy functions that make a new array of numbers: an element written into it is converted to
 # the array's dtype (a tensor with a graph becomes a float, as `float(loss)` does).
 _NUMPY_ARRAY_MAKERS = frozenset(
@@ -183,10 +186,21 @@ class AutogradGraphs:
         }
 
     def _calls_in(self, expr: cst.CSTNode) -> bool:
-        """Does `expr` call something that may return a graph (not `.item()`, `float(...)`)?"""
+        """Does `expr` call something that may return a graph (not `.item()`, `float(...)`, nor
+        `max(best, acc)`, whose result is one of its arguments or made of them)?"""
         return any(
-            type(node) is cst.Call and not self._detaching(node)
+            type(node) is cst.Call and not self._detaching(node) and not self._passing(node)
             for node in [expr, *self.ctx.tree.descendants(expr)]
+        )
+
+    def _passing(self, call: cst.Call) -> bool:
+        """A builtin (not rebound in the file) whose result holds a graph only when an argument
+        does: `max`, `min`, `abs`, `sum`."""
+        func = call.func
+        return (
+            type(func) is cst.Name
+            and func.value in _PASSING_BUILTINS
+            and not self.scopes.lookup(func.value, call)
         )
 
     def freed_names(self, loop: cst.CSTNode) -> Set[str]:

@@ -123,7 +123,9 @@ class BatchNotOnDevice(Rule):
     handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
     from outside its class such a call runs a submodule only when a class of the file assigns
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
-    followed), and a method may prepare and move its input itself; scripts that never move
+    followed), and a method may prepare and move its input itself; an item handed to a model
+    whose class, defined in the same file, moves that argument in its own `forward` (`x =
+    x.to("cuda")` at its top: the model places what it gets); scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file

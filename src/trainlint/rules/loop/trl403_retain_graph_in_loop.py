@@ -58,8 +58,8 @@ class RetainGraphInLoop(Rule):
     or from targets computed once before the loop, and what the loop carries is bookkeeping such
     as `iters = iters + 1` or `running = running + loss.item()`, also a total named like a
     loss whose every write adds numbers, `self.loss_sum = self.loss_sum + score * len(batch)`
-    with `score` the `.item()` a step helper returns): the flag is then redundant, not
-    harmful.
+    with `score` the `.item()` a step helper returns, or a best score kept with
+    `best = max(best, acc)` where `acc` is a number): the flag is then redundant, not harmful.
 
     ## Fix safety
     There is no fix: the right change is to detach what outlives the iteration, which TRL401
