@@ -98,6 +98,42 @@ def reaching_lines(code: str, marker: str = "model(z)") -> list:
             [2, 4],
             id="a-loop-body-binding-may-not-have-run-in-its-else",
         ),
+        pytest.param(
+            """
+            z = torch.randn(2, 4)
+            if n_gpu > 1:
+                z = nn.DataParallel(z)
+            else:
+                model(z)
+            """,
+            [2],
+            id="an-if-arm-binding-has-not-run-in-its-else",
+        ),
+        pytest.param(
+            """
+            z = torch.randn(2, 4)
+            if n_gpu > 1:
+                z = nn.DataParallel(z)
+            elif n_gpu == 1:
+                z = z.cuda()
+            else:
+                model(z)
+            """,
+            [2],
+            id="no-earlier-arm-of-an-elif-chain-has-run-in-its-else",
+        ),
+        pytest.param(
+            """
+            z = torch.randn(2, 4)
+            for x in loader:
+                if x is None:
+                    z = z.cuda()
+                else:
+                    model(z)
+            """,
+            [2, 5],
+            id="in-a-loop-the-other-arm-ran-in-an-earlier-iteration",
+        ),
     ],
 )
 def test_bindings_that_reach_a_read(code, expected):

@@ -181,6 +181,8 @@ class Scopes(Analysis):
             return bindings  # used before any binding here: a loop or a later call
         reaching: List[Binding] = []
         for binding in reversed(before):
+            if self._other_arm(binding, at, scope):
+                continue  # `if ...: m = wrap(m)` `else: m0 = m`: the `if` arm has not run
             reaching.append(binding)
             if not self._conditional(binding, scope, at):
                 break
@@ -217,6 +219,29 @@ class Scopes(Analysis):
                 break
             out.append(ancestor)
         return out
+
+    def _other_arm(self, binding: Binding, at: cst.CSTNode, scope: Scope) -> bool:
+        """Is `binding` in one arm of an `if` (`if`, `elif`, `else`) and `at` in another, with no
+        loop around that `if` in the scope? Then the binding has not run when `at` is
+        evaluated (in a loop it may have, in an earlier iteration)."""
+        read = self._ancestors_until(at, scope)
+        position = {id(a): i for i, a in enumerate(read)}
+        child: cst.CSTNode = binding.statement or binding.node
+        for ancestor in self._ancestors_until(child, scope):
+            if id(ancestor) not in position:
+                child = ancestor
+                continue
+            if type(ancestor) is not cst.If:
+                return False
+            i = position[id(ancestor)]
+            read_child = read[i - 1] if i > 0 else at
+            arms = (ancestor.body, ancestor.orelse)
+            if child is read_child or not (
+                any(child is arm for arm in arms) and any(read_child is arm for arm in arms)
+            ):
+                return False
+            return not any(type(a) in (cst.For, cst.While) for a in read[i + 1:])
+        return False
 
     def _conditional(self, binding: Binding, scope: Scope, at: cst.CSTNode) -> bool:
         """May `binding` not have run when `at`, later in the same scope, is evaluated? Only a
