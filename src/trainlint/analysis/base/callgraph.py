@@ -68,7 +68,43 @@ class CallGraph(Analysis):
             classes = self._instance_classes(func.value)
             if len(classes) == 1:
                 return self._method_in(classes[0], func.attr.value, set())
+        if type(func) is cst.Attribute and type(func.value) is cst.Attribute:
+            # `self.gpu.to_device(x)` where every `self.gpu = ...` of the class builds one class
+            # of this file
+            classes = self._attribute_classes(func.value)
+            if len(classes) == 1:
+                return self._method_in(classes[0], func.attr.value, set())
         return None
+
+    def _attribute_classes(self, attribute: cst.Attribute) -> List[cst.ClassDef]:
+        """The classes of this file that `self.attr` is built from, when every assignment to it
+        in the class around `attribute` calls one (`self.gpu = GPUManager(config.device)`)."""
+        if type(attribute.value) is not cst.Name or attribute.value.value != "self":
+            return []
+        owner = next((a for a in self.ctx.ancestors(attribute) if type(a) is cst.ClassDef), None)
+        if owner is None:
+            return []
+        found: List[cst.ClassDef] = []
+        for node in self.ctx.tree.descendants(owner):
+            if type(node) is not cst.Assign:
+                continue
+            if not any(
+                type(t.target) is cst.Attribute
+                and type(t.target.value) is cst.Name
+                and t.target.value.value == "self"
+                and t.target.attr.value == attribute.attr.value
+                for t in node.targets
+            ):
+                continue
+            value = node.value
+            if type(value) is not cst.Call or type(value.func) is not cst.Name:
+                return []
+            cls = self._class_named(value.func.value, value.func)
+            if cls is None:
+                return []
+            if not any(known is cls for known in found):
+                found.append(cls)
+        return found
 
     def _method_in(
         self, cls: cst.ClassDef, name: str, seen: Set[cst.ClassDef]

@@ -86,9 +86,8 @@ class Moves(Analysis):
         self.scopes: Scopes = ctx.analysis(Scopes)
         self.devices: Devices = ctx.analysis(Devices)
         extra = ctx.settings.options.get("device-movers") or []
-        self.mover_names: FrozenSet[str] = WELL_KNOWN_MOVERS | frozenset(
-            str(name) for name in extra
-        )
+        self.configured_movers: FrozenSet[str] = frozenset(str(name) for name in extra)
+        self.mover_names: FrozenSet[str] = WELL_KNOWN_MOVERS | self.configured_movers
         # A function calling itself (or its caller) is summarised as moving nothing there: the
         # base case decides.
         self._summaries: Summaries[cst.FunctionDef, FrozenSet[int]] = Summaries(
@@ -300,21 +299,22 @@ class Moves(Analysis):
         dotted = dotted_name(expr)
         if dotted is None:
             return False
-        if self._mover_name(dotted):
-            return True
         function = self.callgraph.function_for(expr)
+        if self._mover_name(dotted, own=function is not None and self._passes_through(function)):
+            return True
         return function is not None and 0 in self.moved_params(function)
 
     # -- helpers that move their arguments ----------------------------------------------------
 
     def mover_call(self, call: cst.Call, arg_index: Optional[int] = None) -> bool:
         """A call of a helper that moves its argument (`arg_index`, or any) and returns it:
-        a well-known name, a name configured with `device-movers`, or a function of this file
-        whose body moves that parameter."""
+        a well-known name (not a function of this file: its body decides), a name configured
+        with `device-movers`, or a function of this file whose body moves that parameter."""
         dotted = dotted_name(call.func)
-        if dotted is not None and self._mover_name(dotted):
-            return True
         function = self.callgraph.function_for(call.func)
+        own = function is not None and self._passes_through(function)
+        if dotted is not None and self._mover_name(dotted, own=own):
+            return True
         if function is None:
             return False
         moved = self.moved_params(function)
@@ -327,9 +327,40 @@ class Moves(Analysis):
             )
         return self._param_index(function, call, arg_index, offset) in moved
 
-    def _mover_name(self, dotted: str) -> bool:
+    def _mover_name(self, dotted: str, own: bool = False) -> bool:
+        """A well-known mover's name (`to_device`, `send_to_device`), or one configured with
+        `device-movers`. For a function of this file that hands its argument back untouched
+        (`own`) only the configured names count."""
+        names = self.configured_movers if own else self.mover_names
         leaf = dotted.split(".")[-1]
-        return leaf in self.mover_names or dotted in self.mover_names
+        return leaf in names or dotted in names
+
+    def _passes_through(self, function: cst.FunctionDef) -> bool:
+        """Does a function of this file return its first argument untouched: every `return`
+        gives the parameter itself, and no call receives it or is made on it (a simulated GPU
+        manager's `to_device(self, array)` that only counts `array.nbytes`)? Then its name says
+        nothing about moving; a body that hands the value to any call may move it."""
+        params = [p.name.value for p in _positional_params(function)]
+        if params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if not params:
+            return False
+        first = params[0]
+        returned = False
+        for node in subtree(function.body):
+            if type(node) is cst.Return:
+                if type(node.value) is not cst.Name or node.value.value != first:
+                    return False
+                returned = True
+            elif type(node) is cst.Call:
+                func = node.func
+                if type(func) is cst.Attribute and first in names_in(func.value):
+                    return False
+                if any(first in names_in(arg.value) for arg in node.args):
+                    return False
+            elif type(node) in (cst.FunctionDef, cst.Lambda):
+                return False
+        return returned
 
     def _param_index(self, function, call: cst.Call, arg_index: int, offset: int) -> int:
         arg = call.args[arg_index]

@@ -240,10 +240,11 @@ class BatchWalker:
         return self.moves.is_moved(value)
 
     def _to_batch_item_device(self, move: Move) -> bool:
-        """`grad.to(imgs.device)` where `imgs` is a batch item never moved: the result goes to
-        the item's device (the CPU), so it is no move to the device."""
+        """`grad.to(imgs.device)` or `torch.tensor(std, device=imgs.device)` where `imgs` is a
+        batch item never moved: the result goes to the item's device (the CPU), so it is no
+        move to the device."""
         device = move.device
-        if move.method != "to" or type(device) is not cst.Attribute:
+        if move.method not in ("to", "tensor") or type(device) is not cst.Attribute:
             return False
         if device.attr.value != "device":
             return False

@@ -101,8 +101,10 @@ class BatchNotOnDevice(Rule):
     model of unknown placement whose only evidence is a move of another item on a branch that
     excludes the call (`if use_gpu: images = images.cuda() ... else: model(images)`); values
     sent to a never-moved item's own device (`grad.to(imgs.device)` stays with `imgs` on the
-    CPU, also when bound to a name, `std = self.std.to(inputs.device)`, in a helper the item is
-    handed to); items that are not tensors (paths, ids, captions, lengths, or names used as
+    CPU, also when bound to a name, `std = self.std.to(inputs.device)`, or made there,
+    `torch.tensor(norm.std, device=img.device)`, in a helper the item is handed to); items
+    "moved" by a helper of the file named like a mover that hands its argument back untouched
+    (a simulated GPU manager's `to_device` in a NumPy course trainer: nothing is on a device); items that are not tensors (paths, ids, captions, lengths, or names used as
     text); a loop that moves no item of its batch, iterating a loader nothing in the file makes
     (a parameter no call of the file passes a loader for, an imported loader, what an imported or
     unknown function returns: `for x, y in loaders["test"]` with `loaders =
