@@ -914,6 +914,33 @@ def candidate_files(project, code: str) -> Iterator[Tuple["Hierarchy", str, Path
         yield hierarchy, display, hierarchy.absolute(display), sorted(keys)
 
 
+def deferred_candidates(
+    project, code: str
+) -> Iterator[Tuple["Hierarchy", str, Path, str, Optional[dict]]]:
+    """`candidate_files`, one candidate at a time, with what its file deferred about it
+    (`facts["deferred"][key]`, None when nothing was): (hierarchy, display path, absolute
+    path, key, entry)."""
+    for hierarchy, display, path, keys in candidate_files(project, code):
+        deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
+        for key in keys:
+            yield hierarchy, display, path, key, deferred.get(key)
+
+
+def class_question_facts(
+    ctx, deferred: Dict[str, object], listed: Dict[str, List[str]]
+) -> Optional[Dict[str, object]]:
+    """The facts of a rule whose findings about a model of an imported class wait for the file
+    that defines the class: that file's class lists (`listed`, e.g. its mode-free classes),
+    the findings it deferred, and what `Hierarchy.resolve` reads to find a class. None for a
+    file with nothing to tell or to ask."""
+    if not deferred and not any(listed.values()) and not may_resolve_classes(ctx):
+        return None
+    facts = resolution_facts(ctx)
+    facts.update(listed)
+    facts["deferred"] = deferred
+    return facts
+
+
 def pending_callees(project, code: str) -> Iterator[Tuple[str, str, dict, dict, str]]:
     """(display, key, entry, callee facts, callee name) for each call a file of the run left
     pending in rule `code`'s facts (`{"pending": {key: {"callee": "pkg.mod.fn", ...}}}`): the

@@ -10,7 +10,7 @@ from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import LOCAL_PREFIX, dotted_name
 from ...analysis.loop.modes import model_classes
 from ...analysis.loop.steps import TrainingSteps
-from ...analysis.project.hierarchy import candidate_files, may_resolve_classes, resolution_facts
+from ...analysis.project.hierarchy import class_question_facts, deferred_candidates
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
 
@@ -233,28 +233,23 @@ class ZeroGradMissingOrMisplaced(Rule):
     # -- the project phase: a model class defined in another file -----------------------------
 
     def facts(self) -> Optional[Dict[str, object]]:
-        resetting = self.steps.grad_resetting_classes()
-        if not resetting and not self.deferred and not may_resolve_classes(self.ctx):
-            return None
-        facts = resolution_facts(self.ctx)
-        facts["grad_resetting_classes"] = resetting
-        facts["deferred"] = self.deferred
-        return facts
+        return class_question_facts(
+            self.ctx,
+            self.deferred,  # type: ignore[arg-type]
+            {"grad_resetting_classes": self.steps.grad_resetting_classes()},
+        )
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        for hierarchy, display, path, keys in candidate_files(project, cls.code):
-            deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
-            for key in keys:
-                entry = deferred.get(key)
-                if entry is not None and any(
-                    hierarchy.listed_class(qualname, path, "grad_resetting_classes")
-                    for qualname in entry["classes"]
-                ):
-                    continue  # its forward resets the gradients on every call
-                diagnostic = project.candidate(display, cls.code, key)
-                if diagnostic is not None:
-                    yield diagnostic
+        for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
+            if entry is not None and any(
+                hierarchy.listed_class(qualname, path, "grad_resetting_classes")
+                for qualname in entry["classes"]
+            ):
+                continue  # its forward resets the gradients on every call
+            diagnostic = project.candidate(display, cls.code, key)
+            if diagnostic is not None:
+                yield diagnostic
 
     def _missing_fix(self, step: Event, optimizer: str) -> Optional[PendingFix]:
         if step.via or step.receiver is None or step.receiver.startswith("<param:"):

@@ -21,9 +21,8 @@ from ...analysis.loop.modes import (
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.project.hierarchy import (
     Hierarchy,
-    candidate_files,
-    may_resolve_classes,
-    resolution_facts,
+    class_question_facts,
+    deferred_candidates,
 )
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
@@ -695,48 +694,39 @@ class EvalModeMissing(Rule):
     # -- the project phase: a model class defined in another file -----------------------------
 
     def facts(self) -> Optional[Dict[str, object]]:
-        free = mode_free_classes(self.steps)
-        returners = eval_mode_returners(self.steps)
-        if (
-            not free
-            and not returners
-            and not self.deferred
-            and not may_resolve_classes(self.ctx)
-        ):
-            return None
-        facts = resolution_facts(self.ctx)
-        facts["mode_free_classes"] = free
-        facts["eval_mode_returners"] = returners
-        facts["deferred"] = self.deferred
-        return facts
+        return class_question_facts(
+            self.ctx,
+            self.deferred,  # type: ignore[arg-type]
+            {
+                "mode_free_classes": mode_free_classes(self.steps),
+                "eval_mode_returners": eval_mode_returners(self.steps),
+            },
+        )
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
-        for hierarchy, display, path, keys in candidate_files(project, cls.code):
-            deferred = (hierarchy.facts_at(path) or {}).get("deferred", {})
-            for key in keys:
-                entry = deferred.get(key)
-                diagnostic = None
-                if entry is not None and (
-                    hierarchy.listed_class(entry["class"], path, "mode_free_classes")
-                    or (
-                        entry.get("mode") == "eval"
-                        and _returns_eval_mode(hierarchy, entry["class"], path)
+        for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
+            diagnostic = None
+            if entry is not None and (
+                hierarchy.listed_class(entry["class"], path, "mode_free_classes")
+                or (
+                    entry.get("mode") == "eval"
+                    and _returns_eval_mode(hierarchy, entry["class"], path)
+                )
+            ):
+                if entry["message"] is not None:  # the missing no_grad() stays
+                    diagnostic = project.candidate(
+                        display,
+                        cls.code,
+                        key,
+                        message=entry["message"],
+                        help=entry["help"],
+                        drop_fix=True,
                     )
-                ):
-                    if entry["message"] is not None:  # the missing no_grad() stays
-                        diagnostic = project.candidate(
-                            display,
-                            cls.code,
-                            key,
-                            message=entry["message"],
-                            help=entry["help"],
-                            drop_fix=True,
-                        )
-                else:
-                    diagnostic = project.candidate(display, cls.code, key)
-                if diagnostic is not None:
-                    yield diagnostic
+            else:
+                diagnostic = project.candidate(display, cls.code, key)
+            if diagnostic is not None:
+                yield diagnostic
 
     def _restore_fix(self, receiver: str, event: Event) -> Optional[PendingFix]:
         if not event.via or receiver.startswith("<param:"):
