@@ -834,6 +834,10 @@ def _key_text(ctx, node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+# A word that ends in a length, written as one word (`seqlength`, `srclens`).
+_LENGTHS = re.compile(r"(length|len)s?$")
+
+
 def _looks_tensor(name: str) -> bool:
     """False for batch items named like paths, ids, texts, metadata or CPU-side lengths."""
     if "[" in name:  # batch["image_path"]: judge by the key
@@ -851,4 +855,6 @@ def _looks_tensor(name: str) -> bool:
         return False  # num_answers, n_boxes: counts
     if last in ("id", "ids"):
         return any(w in TENSOR_ID_WORDS for w in words[:-1])
+    if _LENGTHS.search(last):
+        return False  # seqlength, seqlens: lengths, which pack_padded_sequence wants on the CPU
     return last not in NON_TENSOR_WORDS

@@ -104,8 +104,10 @@ class BatchNotOnDevice(Rule):
     CPU, also when bound to a name, `std = self.std.to(inputs.device)`, or made there,
     `torch.tensor(norm.std, device=img.device)`, in a helper the item is handed to); items
     "moved" by a helper of the file named like a mover that hands its argument back untouched
-    (a simulated GPU manager's `to_device` in a NumPy course trainer: nothing is on a device); items that are not tensors (paths, ids, captions, lengths, or names used as
-    text); a loop that moves no item of its batch, iterating a loader nothing in the file makes
+    (a simulated GPU manager's `to_device` in a NumPy course trainer: nothing is on a device);
+    items that are not tensors (paths, ids, captions, lengths, also written as one word,
+    `seqlength`, which `pack_padded_sequence` wants on the CPU, or names used as text); a loop
+    that moves no item of its batch, iterating a loader nothing in the file makes
     (a parameter no call of the file passes a loader for, an imported loader, what an imported or
     unknown function returns: `for x, y in loaders["test"]` with `loaders =
     build_loaders(...)` from the project): such a loop beside a model on the device fails on
