@@ -31,7 +31,7 @@ from .batchvalues import (
     name_words,
 )
 from .batchwalk import BatchWalker, condition_key
-from .modes import model_classes
+from .modes import file_model_classes
 from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
@@ -546,21 +546,12 @@ class BatchFlow(Analysis):
         target = _module_called(call)
         if type(target) is not cst.Name:
             return False
-        classes = {
-            statement.name.value: statement
-            for statement in self.ctx.module.body
-            if type(statement) is cst.ClassDef
-        }
         steps = self.ctx.analysis(TrainingSteps)
-        for names in model_classes(steps, target.value, call) or ():
-            for qualname in names:
-                cls = classes.get(qualname[len(LOCAL_PREFIX):])
-                if not qualname.startswith(LOCAL_PREFIX) or cls is None:
-                    continue
-                for statement in cls.body.body:
-                    if type(statement) is cst.FunctionDef and statement.name.value == "forward":
-                        if self.moves.forward_moves(statement, call, arg_index):
-                            return True
+        for cls in file_model_classes(steps, target.value, call):
+            for statement in cls.body.body:
+                if type(statement) is cst.FunctionDef and statement.name.value == "forward":
+                    if self.moves.forward_moves(statement, call, arg_index):
+                        return True
         return False
 
     def runs_a_named_model(self, call: cst.Call) -> bool:

@@ -25,6 +25,7 @@ import libcst as cst
 
 from ...walk import own_nodes
 from ..base.calls import has_star_args, keyword, positional
+from ..base.names import LOCAL_PREFIX
 from ..base.nodes import descendants, is_self_attr
 from .steps import TrainingSteps
 
@@ -228,6 +229,24 @@ def model_classes(
             return None
         if qualified not in found:
             found.append(qualified)
+    return found
+
+
+def file_model_classes(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> List[cst.ClassDef]:
+    """The module-level classes of this file that what `name` holds at `at` may be built from
+    (`model_classes` whose qualified name is "<local>.Net")."""
+    classes = {
+        statement.name.value: statement
+        for statement in steps.ctx.module.body
+        if type(statement) is cst.ClassDef
+    }
+    found: List[cst.ClassDef] = []
+    for names in model_classes(steps, name, at) or ():
+        for qualname in names:
+            if qualname.startswith(LOCAL_PREFIX):
+                cls = classes.get(qualname[len(LOCAL_PREFIX):])
+                if cls is not None and not any(cls is known for known in found):
+                    found.append(cls)
     return found
 
 

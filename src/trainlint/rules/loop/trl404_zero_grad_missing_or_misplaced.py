@@ -7,8 +7,8 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
-from ...analysis.base.names import LOCAL_PREFIX, dotted_name
-from ...analysis.loop.modes import model_classes
+from ...analysis.base.names import dotted_name
+from ...analysis.loop.modes import file_model_classes, model_classes
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.project.hierarchy import class_question_facts, deferred_candidates
 from ...diagnostics import Diagnostic, Severity
@@ -182,11 +182,6 @@ class ZeroGradMissingOrMisplaced(Rule):
         """True when a model the loop calls is of a class of this file whose `forward` resets
         its gradients; else the qualified names the imported classes of the models it calls
         may have (the project phase asks the files that define them)."""
-        classes = {
-            statement.name.value: statement
-            for statement in self.ctx.module.body
-            if type(statement) is cst.ClassDef
-        }
         imported: Set[str] = set()
         for event in events:
             if event.kind != "forward":
@@ -194,14 +189,15 @@ class ZeroGradMissingOrMisplaced(Rule):
             for model in event.runs:
                 if model.startswith("<") or "." in model:
                     continue
+                if any(
+                    steps.resets_own_gradients(cls)
+                    for cls in file_model_classes(steps, model, event.site)
+                ):
+                    return True
                 for names in model_classes(steps, model, event.site) or ():
-                    for qualname in names:
-                        if qualname.startswith(LOCAL_PREFIX):
-                            cls = classes.get(qualname[len(LOCAL_PREFIX):])
-                            if cls is not None and steps.resets_own_gradients(cls):
-                                return True
-                        elif not qualname.startswith(("<", "torch.", "builtins.")):
-                            imported.add(qualname)
+                    imported.update(
+                        q for q in names if not q.startswith(("<", "torch.", "builtins."))
+                    )
         return sorted(imported)
 
     def _report_missing(
