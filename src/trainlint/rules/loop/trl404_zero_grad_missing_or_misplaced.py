@@ -70,7 +70,9 @@ class ZeroGradMissingOrMisplaced(Rule):
 
     ## Known problems
     A reset in a `forward` inherited from a base class is not seen (only the class the model is
-    built from is read), so such a loop is still reported.
+    built from is read), so such a loop is still reported. So is a loop over a model whose
+    class another file defines when that file is not read: under flake8, which sees one file
+    at a time (`trainlint check` reads it).
 
     ## Fix safety
     For a missing reset, the fix inserts `optimizer.zero_grad()` right after the
