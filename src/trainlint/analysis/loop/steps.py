@@ -1006,6 +1006,44 @@ class TrainingSteps(AutogradGraphs, Analysis):
             and self.resets_own_gradients(statement)
         )
 
+    def made_in_helper(self, event: Event) -> bool:
+        """Is the event's receiver an object the innermost followed helper makes for itself?
+
+        `def evaluate_split(...): model = train(...); model.eval()` evaluates a model that
+        `train(...)` built in this call of the helper: the name is bound only there, and only
+        to what a call returns that is not reached through a parameter or `self` (no alias
+        of the caller's `model = self.model`, no `model = model_fn()` of a passed factory,
+        no `model = net.cuda()` of the file's `net`).
+        Such an object is not the caller's module of the same name, and what the helper does
+        to it ends with the call (a helper's own loops are analysed as loops of their own)."""
+        if not event.via or event.receiver is None:
+            return False
+        helper = event.via[-1]
+        root = event.receiver.split(".")[0]
+        scope = self.scopes.by_node.get(helper)
+        if scope is None or root in scope.globals_ or root in scope.nonlocals:
+            return False
+        bindings = scope.bindings.get(root)
+        if not bindings:
+            return False
+        reached = {p.name.value for p in positional_params(helper)} | {"self", "cls"}
+        reached |= {p.name.value for p in helper.params.kwonly_params}
+        for binding in bindings:
+            value = binding.value if binding.kind == "assign" else None
+            if type(value) is not cst.Call:
+                return False
+            callee: cst.BaseExpression = value.func
+            while isinstance(callee, (cst.Attribute, cst.Call)):
+                callee = callee.value if isinstance(callee, cst.Attribute) else callee.func
+            if type(callee) is not cst.Name or callee.value in reached or callee.value == root:
+                return False
+            # `net.cuda()` hands back the file's `net` itself: only a function, a class or an
+            # imported module makes something new
+            made_by = self.scopes.lookup(callee.value, callee)
+            if any(b.kind not in ("def", "class", "import") for b in made_by):
+                return False
+        return True
+
     def is_model(self, expr: cst.CSTNode) -> bool:
         text = dotted_name(expr)
         if text is None:

@@ -115,6 +115,9 @@ class EvalModeMissing(Rule):
     sets `self.is_test = False` before its loop and never sets it in the loop (nor in what the
     loop calls), never leaves eval mode on while training; nor does an epoch helper whose update
     sits under `if not cross_valid:` when it is called with `cross_valid=True` after `eval()`.
+    A helper's `eval()` of a model it made itself (`model = fit_fold(...)`; `model.eval()`
+    in a cross-validation fold's helper) ends with the call: that model is not the caller's
+    `model` of the same name, and the next fold builds a new one.
     `eval()` on the name a model is evaluated under counts through plain aliases
     (`generator.eval()`, then `model = generator`; `self.model.eval()`, then `model =
     self.model.module`, the module a DataParallel or DDP wrapper holds). PyTorch 0.3-era evaluation that wraps
@@ -500,6 +503,8 @@ class EvalModeMissing(Rule):
                     receiver = _strip(event.receiver)
                     return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
                 if event.kind == "eval" and event.receiver is not None and event not in restored:
+                    if steps.made_in_helper(event):
+                        return (state,)  # the helper's own model, gone when it returns
                     receiver = _strip(event.receiver)
                     if receiver in trained or _strip(_unparam(receiver)) in trained:
                         return (state | {(receiver, event, _SET)},)
