@@ -4,7 +4,8 @@
 `torch.nn.parallel.DataParallel` and `torch.nn.parallel.data_parallel.DataParallel` all resolve
 to the canonical `torch.nn.DataParallel`. Resolution follows the bindings in effect where the
 expression is evaluated (imports inside functions count; a local `class DataParallel` is not
-torch's), simple alias assignments (`DP = nn.DataParallel`) and star imports.
+torch's), simple alias assignments (`DP = nn.DataParallel`) and star imports (a name only a
+star import binds may also be the package of that name the file's own imports name).
 
 This is a small import-alias table over the `Scopes` analysis; libcst's QualifiedNameProvider
 would cost more than the parse itself.
@@ -170,6 +171,11 @@ class Names(Analysis):
         if not bindings:
             for star in self._star_imports_for(node):
                 out.add(canonical(f"{star}.{node.value}"))
+                if node.value in self._package_roots():
+                    # `from seq_model import *` then `torch.set_grad_enabled(False)`, in a file
+                    # that itself imports `torch.nn as nn`: the star import hands on the package
+                    # that file imported, the one the file's own imports name
+                    out.add(node.value)
             return out
         for binding in bindings:
             if binding.kind == "import" and binding.qualname:
@@ -185,6 +191,16 @@ class Names(Analysis):
             else:
                 out.add(LOCAL_PREFIX + node.value)
         return out
+
+    def _package_roots(self) -> FrozenSet[str]:
+        """The top-level packages the file's absolute imports name (`import torch.nn as nn`,
+        `from torch.utils.data import DataLoader`: "torch")."""
+        roots = getattr(self, "_roots", None)
+        if roots is None:
+            roots = self._roots = frozenset(
+                q.split(".")[0] for q in self.imported_names() if not q.startswith(".")
+            )
+        return roots
 
     def _star_imports_for(self, node: cst.CSTNode):
         scope: Optional[Scope] = self.scopes.scope_of(node)
