@@ -156,6 +156,8 @@ class StateWrites(Analysis):
                     continue  # each replica reads and writes its own GPU's entry
                 if write.kind == "item" and self._same_on_every_replica(node, func):
                     continue  # `self.config.num_buckets = n`: every replica stores the same n
+                if write.kind == "item" and self._made_earlier_in_the_call(write, func, roots):
+                    continue  # into the object this call just made: the replica's own
                 if self._quiet_context(write.node, func):
                     continue
                 if write.kind == "assign" and (
@@ -616,6 +618,45 @@ class StateWrites(Analysis):
                     continue  # a method that sets the attribute itself before reading it
             return False
         return True
+
+    def _made_earlier_in_the_call(self, write: StateWrite, func: Function, roots) -> bool:
+        """`self.weight = target.clone()`, then `self.weight[self.weight == 0] = w0`: the item
+        write changes the object the same call made a few statements before, on every path to
+        it (an earlier statement of its block or of a block around it), so on a replica it is
+        the replica's own new object, not one the replicas share. An alias (`self.w =
+        self.shared`, `self.w = cache`) is no new object."""
+        if "." in write.attr:
+            return False
+        child: Optional[cst.CSTNode] = self.ctx.statement_of(write.node)
+        while child is not None and child is not func:
+            parent = self.ctx.parent(child)
+            if type(parent) in (cst.IndentedBlock, cst.SimpleStatementLine):
+                for earlier in parent.body:  # type: ignore[union-attr]
+                    if earlier is child:
+                        break
+                    if self._makes_attr(earlier, write.attr, roots):
+                        return True
+            child = parent
+        return False
+
+    def _makes_attr(self, statement: cst.CSTNode, attr: str, roots) -> bool:
+        """Does `statement` bind `self.<attr>` to a new object (not a name, attribute or item
+        of something else)?"""
+        smalls = statement.body if type(statement) is cst.SimpleStatementLine else [statement]
+        for small in smalls:
+            if type(small) is not cst.Assign or type(small.value) in (
+                cst.Name, cst.Attribute, cst.Subscript
+            ):
+                continue
+            for target in small.targets:
+                node = target.target
+                if (
+                    type(node) is cst.Attribute
+                    and node.attr.value == attr
+                    and self.path_of(node.value, roots) == ""
+                ):
+                    return True
+        return False
 
     def _scratch(self, write: StateWrite) -> bool:
         """`self.t = f(x)` read back only later in the same function: a local variable kept

@@ -67,7 +67,10 @@ class ForwardMutatesModuleState(Rule):
     container (bookkeeping, no graph); a value every replica computes alike, stored into a
     shared object (`self.config.num_buckets = n` with `n` from constants, the module's
     attributes and `x.shape[1]`: DataParallel splits only the batch dimension, so the racing
-    writes agree); a flag updated the same way on every call
+    writes agree); a write into an object the same call made a few statements before, on
+    every path to the write (`self.weight = target.clone()`, then `self.weight[self.weight
+    == 0] = w0`: on a replica that object is the replica's own; an alias such as
+    `self.w = self.shared` makes none); a flag updated the same way on every call
     (`self.training |= self.export`: the next forward applies it again); classes that are not
     modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
     `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
