@@ -189,6 +189,94 @@ class CallGraph(Analysis):
             out.append((call, passed))
         return out or None
 
+    def default_used(self, function: cst.FunctionDef, param: str) -> Optional[bool]:
+        """Can the default of `function`'s parameter `param` take effect through this file?
+
+        True: a call of the file leaves it out, or the function is named other than as the
+        callee of a call (`fire.Fire(train)`, a callback, a decorator that registers it):
+        whoever calls it then may leave it out. False: the file calls it, and every call passes
+        the parameter (by keyword or position; a `*args`/`**kwargs` may pass it). None: the file
+        never names it (its callers, if any, are in other files). A method is named by any
+        `x.<name>`, a class's `__init__` by the class name."""
+        if function.decorators:
+            return True
+        name = function.name.value
+        method = False
+        named_at: cst.CSTNode = function.name
+        block = self.ctx.parent(function)
+        owner = self.ctx.parent(block) if block is not None else None
+        if isinstance(owner, cst.ClassDef):
+            if name == "__init__":
+                name, named_at = owner.name.value, owner.name
+            else:
+                method = True
+        calls = 0
+        for node in self.ctx.nodes(cst.Attribute if method else cst.Name):
+            word = node.attr.value if isinstance(node, cst.Attribute) else node.value
+            if word != name or node is named_at:
+                continue
+            parent = self.ctx.parent(node)
+            if not method and type(parent) is cst.Attribute and parent.attr is node:
+                continue  # `diffusion.train()`: another object's member of that name
+            if type(parent) is cst.Call and parent.func is node:
+                if has_star_args(parent):
+                    calls += 1
+                    continue
+                if self.argument_for(parent, function, param) is None:
+                    return True
+                calls += 1
+            elif method and type(parent) is cst.Attribute and parent.value is node:
+                continue  # `self.fit.__doc__`-like reads say nothing about calls
+            elif type(parent) in (cst.ImportAlias, cst.FunctionDef, cst.ClassDef):
+                continue
+            else:
+                return True
+        return False if calls else None
+
+    def imported_uses(self) -> Tuple[Dict[str, List[list]], List[str]]:
+        """How this file uses what it imports, for the project phase of another file that asks
+        whether its function's parameter default is ever taken: for each imported callable
+        called here (`train(...)` after `from train import train`, `T.train(...)` after
+        `import train as T`, a name only a star import may bind), one `[positional count,
+        keywords, star]` per call; and the imported names used other than as a callee (a
+        callback such as `fire.Fire(train)`, whose caller may leave any argument out)."""
+        imported = {
+            name
+            for name, bindings in self.scopes.module_scope.bindings.items()
+            if all(b.kind == "import" for b in bindings)
+        }
+        starred = bool(self.scopes.module_scope.star_imports)
+        calls: Dict[str, List[list]] = {}
+        named: Set[str] = set()
+        for node in self.ctx.nodes(cst.Name):
+            if not isinstance(node, cst.Name) or (node.value not in imported and not starred):
+                continue
+            parent = self.ctx.parent(node)
+            if type(parent) in (cst.ImportAlias, cst.AsName, cst.ImportFrom, cst.Import):
+                continue
+            if type(parent) is cst.Attribute and parent.attr is node:
+                continue
+            if node.value in imported:
+                bindings = self.scopes.lookup(node.value, node)
+                if not bindings or any(b.kind != "import" for b in bindings):
+                    continue  # shadowed where it is used
+            elif not isinstance(parent, cst.Call) or parent.func is not node:
+                continue
+            elif self.scopes.lookup(node.value, node):
+                continue  # the file's own name, not one a star import binds
+            used: cst.CSTNode = node
+            leaf = node.value
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                used, leaf = parent, parent.attr.value  # `T.train`: module T's `train`
+                parent = self.ctx.parent(parent)
+            if isinstance(parent, cst.Call) and parent.func is used:
+                positional = sum(1 for a in parent.args if a.keyword is None and not a.star)
+                keywords = sorted(a.keyword.value for a in parent.args if a.keyword is not None)
+                calls.setdefault(leaf, []).append([positional, keywords, has_star_args(parent)])
+            elif not isinstance(parent, cst.Attribute) or parent.value is not used:
+                named.add(leaf)
+        return calls, sorted(named)
+
     def calls_in(self, node: cst.CSTNode, follow: int = 2) -> List[Tuple[cst.Call, Chain]]:
         """Every call under `node`, plus those in same-file functions it calls (`follow` levels).
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
+from ...analysis.base.nodes import positional_params
 from ...analysis.device.choices import DeviceChoices, HardcodedIndex, unread_option
 from ...analysis.project.hierarchy import candidate_files
 from ...diagnostics import Diagnostic, Severity
@@ -62,7 +65,14 @@ class HardcodedDeviceIndex(Rule):
     are only compared, printed, offered as `choices=` or used as mapping keys
     (`map_location={"cuda:1": "cuda:0"}`), and an option default when nothing reads the option:
     its name appears nowhere else in the file nor in another file of the project (under flake8,
-    which sees one file, an option read only by other files is not reported).
+    which sees one file, an option read only by other files is not reported); and a parameter
+    default every call overrides: each call of the function in its own file and in the files
+    that import it (by its name or by its module's) passes the parameter, `train(cfg,
+    device=device)`, and none hands the function on as a callback (`fire.Fire(train)`, whose
+    command line may leave it out), or a function nested in another whose calls all pass it.
+    A function nothing calls keeps its finding (whoever calls it gets the default), and so does
+    a method called from another file (which class `x.fit(...)` reaches is not known there);
+    under flake8 only the calls of the function's own file count.
 
     ## Example
     ```python
@@ -98,6 +108,10 @@ class HardcodedDeviceIndex(Rule):
     def finish(self) -> None:
         # key -> the option name, for option defaults this file never reads
         self.unread_options: Dict[str, str] = {}
+        # key -> [name, parameter, position, method, called here], for parameter defaults every
+        # call of this file overrides (or that no code of this file calls)
+        self.overridden: Dict[str, list] = {}
+        self.callgraph: CallGraph = self.ctx.analysis(CallGraph)
         choices = self.ctx.analysis(DeviceChoices)
         sites = choices.hardcoded_indices()
         # `DataParallel(m.to("cuda:1"), device_ids=[1, 2])`: the literals of one statement go
@@ -114,6 +128,15 @@ class HardcodedDeviceIndex(Rule):
             help = {"device_ids": _HELP_DEVICE_IDS, "trainer_devices": _HELP_TRAINER_DEVICES}.get(
                 site.form, _HELP
             )
+            if site.form == "param_default":
+                default = self._default_of(site)
+                if default == "quiet":
+                    continue  # a local function whose every call passes the parameter
+                if default is not None:
+                    key = f"default:{len(self.candidates)}"
+                    self.overridden[key] = default
+                    self.candidate(key, site.node, self._message(site), help=help, fix=fix)
+                    continue
             unread = unread_option(self.ctx, site)
             if unread is None:
                 self.report(site.node, self._message(site), help=help, fix=fix)
@@ -122,10 +145,43 @@ class HardcodedDeviceIndex(Rule):
             self.unread_options[key] = unread
             self.candidate(key, site.node, self._message(site), help=help, fix=fix)
 
+    def _default_of(self, site: HardcodedIndex):
+        """For a parameter default: None when a call of this file can take it (or it cannot be
+        told); "quiet" for a local function every call of which passes the parameter; else what
+        the project phase needs to ask the files that import the function."""
+        param = next((a for a in self.ctx.ancestors(site.node) if type(a) is cst.Param), None)
+        parameters = self.ctx.parent(param) if param is not None else None
+        function = self.ctx.parent(parameters) if parameters is not None else None
+        if param is None or type(function) is not cst.FunctionDef:
+            return None
+        name = param.name.value
+        used = self.callgraph.default_used(function, name)
+        if used is True:
+            return None
+        block = self.ctx.parent(function)
+        owner = self.ctx.parent(block) if block is not None else None
+        if self.ctx.scopes.enclosing_function(function) is not None:
+            return "quiet" if used is False else None
+        method = type(owner) is cst.ClassDef and function.name.value != "__init__"
+        public = owner.name.value if type(owner) is cst.ClassDef and not method else None
+        params = [p.name.value for p in positional_params(function)]
+        if type(owner) is cst.ClassDef and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        position = params.index(name) if name in params else None
+        return [public or function.name.value, name, position, method, used is False]
+
     # -- the project phase: an option read in another file ------------------------------------
 
     def facts(self) -> Optional[Dict[str, object]]:
-        return {"unread_options": self.unread_options} if self.unread_options else None
+        found: Dict[str, object] = {}
+        if self.unread_options:
+            found["unread_options"] = self.unread_options
+        if self.overridden:
+            found["overridden"] = self.overridden
+        calls, named = self.callgraph.imported_uses()
+        if calls or named:
+            found["imported_uses"] = {"calls": calls, "named": named}
+        return found or None
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
@@ -134,8 +190,17 @@ class HardcodedDeviceIndex(Rule):
         train.py for the options of options.py); nothing does (or, under flake8, nothing is
         seen): the option chooses nothing."""
         for hierarchy, display, path, keys in candidate_files(project, cls.code):
-            unread = (hierarchy.facts_at(path) or {}).get("unread_options", {})
+            facts = hierarchy.facts_at(path) or {}
+            unread = facts.get("unread_options", {})
+            overridden = facts.get("overridden", {})
             for key in keys:
+                if key in overridden:
+                    if not cls._default_taken(project, hierarchy, path, overridden[key]):
+                        continue
+                    diagnostic = project.candidate(display, cls.code, key)
+                    if diagnostic is not None:
+                        yield diagnostic
+                    continue
                 name = unread.get(key)
                 if name is not None:
                     word = re.compile(rf"\b{re.escape(name)}\b")
@@ -145,6 +210,31 @@ class HardcodedDeviceIndex(Rule):
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic
+
+    @classmethod
+    def _default_taken(cls, project, hierarchy, path: Path, default: list) -> bool:
+        """Can a parameter default take effect: does a file that imports the function (by its
+        name or its module's) call it without the parameter, or hand it on as a callback? A
+        file trainlint has no facts for (it ran no TRL102 there) may do anything with it. When
+        no file imports it, the default is taken unless this file calls it and always passes
+        the parameter (a function nobody calls keeps its finding: whoever calls it gets it)."""
+        name, param, position, method, called_here = default
+        importers = set(project.files_importing(name)) | set(project.files_importing(path.stem))
+        importers.discard(Path(path))
+        if not importers:
+            return not called_here
+        for importer in sorted(importers):
+            if method:
+                return True  # `x.fit(...)` of another file: which class it calls is not known
+            uses = (hierarchy.facts_at(importer) or {}).get("imported_uses")
+            if uses is None:
+                return True
+            if name in uses["named"]:
+                return True
+            for positional, keywords, star in uses["calls"].get(name, []):
+                if not (star or param in keywords or (position is not None and positional > position)):
+                    return True
+        return False
 
     # -- messages -----------------------------------------------------------------------------
 
