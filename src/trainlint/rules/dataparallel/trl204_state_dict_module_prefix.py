@@ -6,6 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import method_call
 from ...analysis.base.names import dotted_name
 from ...analysis.parallel.parallel import Parallel, WrapState
@@ -41,7 +42,11 @@ class StateDictModulePrefix(Rule):
     the checkpoint of a model wrapped on every path when every load of the file that may read
     it (one naming the same file, or a path chosen at run time such as `torch.load(args.resume)`)
     puts it back into a wrapper: its known consumers expect the prefix. A file that also loads
-    it into a bare model (an evaluation or export path) is reported.
+    it into a bare model (an evaluation or export path) is reported, unless every load of the
+    file that may read it strips the prefix first (`load_state_dict(convert(torch.load(path)))`
+    with a `convert` of the file that drops `module.`, a comprehension with
+    `k.replace("module.", "")`, `consume_prefix_in_state_dict_if_present`): that consumer takes
+    the checkpoint however the run that saved it was launched.
 
     ## Example
     ```python
@@ -80,6 +85,7 @@ class StateDictModulePrefix(Rule):
 
     def finish(self) -> None:
         self.parallel: Parallel = self.ctx.analysis(Parallel)
+        self.callgraph: CallGraph = self.ctx.analysis(CallGraph)
         if not self.parallel.wrap_calls():
             return
         self._loads_into_wrapper: Optional[bool] = None
@@ -97,6 +103,8 @@ class StateDictModulePrefix(Rule):
                 continue
             if state.every and self._resumed_into_wrapper(call):
                 continue  # the file's own loads of this checkpoint expect the prefix
+            if self._loads_strip_prefix(call):
+                continue  # the file's own loads of it take either format
             self._report(call, receiver, state)
 
     def _report(self, call: cst.Call, receiver, state: WrapState) -> None:
@@ -215,6 +223,62 @@ class StateDictModulePrefix(Rule):
             for receiver, load in loads
         )
 
+    def _loads_strip_prefix(self, call: cst.Call) -> bool:
+        """Does every load of this file that may read the checkpoint hand what it reads
+        through code that strips `module.` from the keys (`load_state_dict(convert(torch.load(
+        path)))` with a `convert` of the file that drops the prefix, a comprehension with
+        `k.replace("module.", "")`, `consume_prefix_in_state_dict_if_present`)? Then its one
+        known consumer loads the checkpoint whether it was saved wrapped or not."""
+        names = self._file_names(self._save_call(call))
+        found = False
+        for load in self.ctx.nodes(cst.Call):
+            if method_call(load, "load_state_dict") is None or not load.args:
+                continue
+            loaded = load.args[0].value
+            source = self._read_by(loaded, 3)
+            if source is None:
+                continue
+            read = self._file_names(source)
+            if names and read and not names & read:
+                continue
+            if not self._strips_prefix(loaded, 3):
+                return False
+            found = True
+        return found
+
+    def _read_by(self, expr: cst.CSTNode, depth: int) -> Optional[cst.Call]:
+        """The load call (`torch.load(...)`) whose result `expr` is built from, through names
+        bound to it (`depth` levels)."""
+        for node in [expr, *self.ctx.tree.descendants(expr)]:
+            if type(node) is cst.Call and _is_load(node):
+                return node
+            if type(node) is cst.Name and depth > 0:
+                for binding in self.ctx.scopes.lookup(node.value, node):
+                    if binding.value is not None:
+                        found = self._read_by(binding.value, depth - 1)
+                        if found is not None:
+                            return found
+        return None
+
+    def _strips_prefix(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Is `expr` built by code that names the `module.` prefix (in itself, in a function of
+        the file it calls, or in what its names are bound to)?"""
+        for node in [expr, *self.ctx.tree.descendants(expr)]:
+            if type(node) is cst.SimpleString and "module." in str(node.evaluated_value):
+                return True
+            if type(node) is cst.Call:
+                leaf = (dotted_name(node.func) or "").split(".")[-1]
+                if leaf == "consume_prefix_in_state_dict_if_present":
+                    return True
+                callee = self.callgraph.callee(node)
+                if callee is not None and _names_module_prefix(callee, self.ctx):
+                    return True
+            if type(node) is cst.Name and depth > 0:
+                for binding in self.ctx.scopes.lookup(node.value, node):
+                    if binding.value is not None and self._strips_prefix(binding.value, depth - 1):
+                        return True
+        return False
+
     def _may_read(self, saved_names: set, loaded: cst.CSTNode) -> bool:
         """Can the load of `loaded` read a checkpoint saved under one of `saved_names`?"""
         source = self._loaded_from(loaded)
@@ -300,6 +364,14 @@ class StateDictModulePrefix(Rule):
                     break
             self._loads_into_wrapper = found
         return self._loads_into_wrapper
+
+
+def _names_module_prefix(function: cst.FunctionDef, ctx) -> bool:
+    """Does the function's body name the `module.` prefix (`k.replace("module.", "")`)?"""
+    return any(
+        type(node) is cst.SimpleString and "module." in str(node.evaluated_value)
+        for node in ctx.tree.descendants(function.body)
+    )
 
 
 def _is_save(call: cst.Call) -> bool:
