@@ -440,12 +440,26 @@ def _mode_free_class(
                 return None
             if type(func) is cst.Name and _mode_free_class(steps, func.value, call, seen):
                 return False  # a mode-free class of the file; its arguments are sizes
+            if type(func) is cst.Name and _bound_to_free_layer(steps, func):
+                return None  # `sigmoid = nn.Sigmoid()` in forward, then `sigmoid(x)`
             if not torch_layer:
                 found_ok = False
             return None
 
     node.visit(Scan())
     return found_ok
+
+
+def _bound_to_free_layer(steps: "TrainingSteps", name: cst.Name) -> bool:
+    """Is every binding of `name` where it is called a mode-free torch layer built on the
+    spot (`sigmoid = torch.nn.Sigmoid()` inside `forward`)?"""
+    bindings = steps.scopes.lookup(name.value, name)
+    return bool(bindings) and all(
+        b.kind == "assign"
+        and type(b.value) is cst.Call
+        and mode_dependent_layer(steps, b.value) is False
+        for b in bindings
+    )
 
 
 def _constructs_layer(steps: "TrainingSteps", call: cst.Call) -> bool:

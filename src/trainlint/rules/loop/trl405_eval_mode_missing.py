@@ -86,7 +86,8 @@ class EvalModeMissing(Rule):
     `no_grad()` both), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
     pooling, activations: the CIFAR-10 tutorial's `Net`, also with a weight-init method that
-    tests `isinstance(m, nn.BatchNorm2d)`, or an `nn.Sequential` of such layers;
+    tests `isinstance(m, nn.BatchNorm2d)` or an activation its `forward` builds on the spot
+    (`sigmoid = nn.Sigmoid()`), or an `nn.Sequential` of such layers;
     its submodules may be such classes of the file too, an attention pooling of two linear
     layers), or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
     counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
@@ -99,7 +100,9 @@ class EvalModeMissing(Rule):
     has no `eval()`), or a member the class inherits from outside the file. An `eval()` in
     one branch of an `if` whose other branch calls `train()` (`if phase == "train":
     model.train() else: model.eval()`, also deeper in that branch: `else: if (epoch + 1) % 10
-    == 0: net.eval() else: continue`) is a deliberate choice; an `eval()` the helper undoes
+    == 0: net.eval() else: continue`, or an `if` without `else` whose body ends with `return`
+    before the `train()` that follows it: `if self._cur_task > 0: self._network.eval();
+    return`) is a deliberate choice; an `eval()` the helper undoes
     under the same test (`if self.emb_decoder is not None:` around both its `eval()` and, at the
     end, its `train()`) leaves the module as it was, and so does a helper that saves the mode
     before its `eval()` and puts it back at its end (`training = self.model.training` ... `if
@@ -634,15 +637,39 @@ class EvalModeMissing(Rule):
             if event.kind != "eval" or event.receiver is None:
                 continue
             for branch_if, side in self._enclosing_branches(event.node):
+                after = {id(s) for s in self._after_exiting_body(branch_if, side)}
                 if any(
                     other.kind == "train"
                     and _same_module(other.receiver, event.receiver)
-                    and self._branch_of(other.node, branch_if) not in (None, side)
+                    and (
+                        self._branch_of(other.node, branch_if) not in (None, side)
+                        or any(id(a) in after for a in self.ctx.ancestors(other.node))
+                    )
                     for other in events
                 ):
                     chosen.add(event)
                     break
         return chosen
+
+    def _after_exiting_body(self, branch_if, side) -> List[cst.CSTNode]:
+        """`if self._cur_task > 0: self._network.eval(); return` then `self._network.train()`:
+        when the `if` has no `else` and its body ends by leaving the block, the statements after
+        it in the same block are its other arm. Empty otherwise."""
+        if type(branch_if) is not cst.If or branch_if.orelse is not None:
+            return []
+        if side is not branch_if.body or type(side) is not cst.IndentedBlock or not side.body:
+            return []
+        last = side.body[-1]
+        if type(last) is not cst.SimpleStatementLine or not any(
+            type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in last.body
+        ):
+            return []
+        block = self.ctx.parent(branch_if)
+        statements = list(getattr(block, "body", ()))
+        if not any(statement is branch_if for statement in statements):
+            return []
+        index = next(i for i, statement in enumerate(statements) if statement is branch_if)
+        return statements[index + 1:]
 
     def _branch_of(self, node, top) -> Optional[cst.CSTNode]:
         """Which branch of the if/elif chain `top` holds `node` (None: it is not inside)."""
