@@ -36,6 +36,7 @@ What does not:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -366,6 +367,105 @@ class StateWrites(Analysis):
                         elif not off:
                             found.add(method.name.value)
         return sorted(found) if starts_off else None
+
+    def hook_dormant_until(self, hook: HookWrite, cls: cst.ClassDef) -> Optional[List[str]]:
+        """A forward hook registered only where a switch the code never turns on lets it be:
+        under `if self.<a>:` (or `if self.<a> is not None:`, or such a conjunct) with
+        `self.<a>` starting off in `__init__` (None/False, or a parameter whose default is:
+        `gradcam=False`), or in a method (`set_gradcam_hook()`) that the class calls only from
+        such places. The names that could wake it, for the project phase: `a` (set from
+        outside), `a=` (a keyword passed at construction), `m()` (the method called from
+        outside); None when the registration runs (or this file turns the switch on)."""
+        around = list(self.ctx.ancestors(hook.registration))
+        method = next((m for m in _methods(cls) if any(a is m for a in around)), None)
+        if method is None:
+            return None
+        enablers = self._dormant_at(hook.registration, method, cls, 2)
+        if enablers is None or self._woken_in_file(cls, enablers):
+            return None
+        return enablers
+
+    def _dormant_at(
+        self, node: cst.CSTNode, method: cst.FunctionDef, cls: cst.ClassDef, depth: int
+    ) -> Optional[List[str]]:
+        for ancestor in self._ancestors_within(node, method):
+            if type(ancestor) is not cst.If or not any(
+                a is ancestor.body for a in self._ancestors_within(node, ancestor)
+            ):
+                continue
+            attr = _guard_attribute(ancestor.test)
+            switches = self._switches(cls, attr) if attr is not None else None
+            if switches is not None:
+                return sorted(set(switches) | {attr})  # type: ignore[arg-type]
+        name = method.name.value
+        if name == "__init__" or _receiver(method) is None:
+            return None
+        found = {f"{name}()"}
+        for other in _methods(cls):
+            receiver = _receiver(other)
+            for call in _own_nodes(other):
+                if not (
+                    type(call) is cst.Call
+                    and type(call.func) is cst.Attribute
+                    and call.func.attr.value == name
+                    and type(call.func.value) is cst.Name
+                    and call.func.value.value == receiver
+                ):
+                    continue
+                inner = self._dormant_at(call, other, cls, depth - 1) if depth > 0 else None
+                if inner is None:
+                    return None  # `self.set_hook()` where it runs
+                found.update(inner)
+        return sorted(found)
+
+    def _switches(self, cls: cst.ClassDef, attr: str) -> Optional[List[str]]:
+        """`_enablers`, and also when `__init__` sets `self.<attr>` from a parameter whose
+        default is None/False and nothing else of `__init__` changes it: the keyword (`attr=`
+        style, the parameter's name) is then one more way to turn it on."""
+        enablers = self._enablers(cls, attr)
+        if enablers is not None:
+            return enablers
+        init = _method_named(cls, "__init__")
+        if init is None:
+            return None
+        defaults = {
+            p.name.value: p.default
+            for p in [*init.params.params, *init.params.kwonly_params]
+            if p.default is not None
+        }
+        receiver = _receiver(init)
+        found: Set[str] = set()
+        for method in _methods(cls):
+            for node in _own_nodes(method):
+                if type(node) is cst.AugAssign and _is_self_attr(node.target, receiver, attr):
+                    return None
+                if type(node) is not cst.Assign or not any(
+                    _is_self_attr(leaf, _receiver(method), attr)
+                    for target in node.targets
+                    for leaf in _unpack(target.target)
+                ):
+                    continue
+                value = node.value
+                off = type(value) is cst.Name and value.value in ("None", "False")
+                if method is init and type(value) is cst.Name and value.value in defaults:
+                    default = defaults[value.value]
+                    if not (type(default) is cst.Name and default.value in ("None", "False")):
+                        return None
+                    found.add(f"{value.value}=")
+                elif method is init and not off:
+                    return None
+                elif method is not init and not off:
+                    found.add(f"{method.name.value}()")
+        return sorted(found) if found else None
+
+    def _woken_in_file(self, cls: cst.ClassDef, enablers: List[str]) -> bool:
+        """Does code of this file outside the class turn a switch on (call the method, pass the
+        keyword, touch the attribute)?"""
+        text = self.ctx.source.text
+        row, col, end_row, end_col = self.ctx.span(cls)
+        start, end = self.ctx.source.offset(row, col), self.ctx.source.offset(end_row, end_col)
+        outside = text[:start] + text[end:]
+        return any(re.search(enabler_pattern(e), outside) for e in enablers)
 
     def _ancestors_within(self, node: cst.CSTNode, func: cst.CSTNode) -> List[cst.CSTNode]:
         found = []
@@ -1053,6 +1153,16 @@ def _training_side(test: cst.BaseExpression) -> Optional[bool]:
             holds_when_true = (comparator.value == "True") == equal
             return side if holds_when_true else not side
     return None
+
+
+def enabler_pattern(enabler: str) -> str:
+    """What turns a dormant switch on, as text to look for: `m()` a call of method `m`,
+    `a=` a keyword `a` passed to a call, `a` an attribute touched on an object."""
+    if enabler.endswith("()"):
+        return rf"\.{re.escape(enabler[:-2])}\s*\("
+    if enabler.endswith("="):
+        return rf"\b{re.escape(enabler[:-1])}\s*=(?!=)"
+    return rf"(?<!\bself)\.{re.escape(enabler)}\b"
 
 
 def _guard_attribute(test: cst.BaseExpression) -> Optional[str]:

@@ -826,6 +826,19 @@ class Hierarchy:
                 return True
         return False
 
+    def mentioned_outside(self, source: Path, pattern: str) -> bool:
+        """Does a file of `source`'s evidence other than `source` match `pattern` (a call of
+        a method, a keyword passed)? Without the project's texts it cannot be told: True."""
+        source = Path(os.path.abspath(source))
+        compiled = re.compile(pattern)
+        for file in self._evidence_files.get(source, ()):
+            if file == source:
+                continue
+            text = self.project.text_of(file)
+            if text is None or compiled.search(text):
+                return True
+        return False
+
     def absolute(self, display: str) -> Path:
         """The absolute path of a file of the run, from its display path."""
         return Path(os.path.abspath(self.project.paths.get(display, Path(display))))

@@ -7,7 +7,12 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.parallel.state_writes import HookWrite, StateWrite, StateWrites
+from ...analysis.parallel.state_writes import (
+    HookWrite,
+    StateWrite,
+    StateWrites,
+    enabler_pattern,
+)
 from ...analysis.parallel.wraps import DP_KIND, Wraps
 from ...analysis.project.hierarchy import (
     ClassRef,
@@ -90,7 +95,12 @@ class ForwardMutatesModuleState(Rule):
     computed only from the module's own state, under tests of that state, and read only later in
     that call (`if self.last_sched.item() > 0: self.n_coarse = self.sched[1][...]` before the
     sampling helpers: every replica computes what the original would). Forward hooks are different: they keep the
-    `self` they were made with, the original module, so every write of a hook is shared.
+    `self` they were made with, the original module, so every write of a hook is shared. A
+    hook registered only behind a switch nothing turns on is not reported: under `if
+    self.gradcam:` with `gradcam=False` the constructor's default, or in a method
+    (`set_gradcam_hook()`) the class calls only from there, when no code of the project passes
+    `gradcam=`, touches `.gradcam` on an object or calls `.set_gradcam_hook()` (a flag passed by
+    position from another file is not seen: a known problem).
 
     Under flake8, which sees one file, the DataParallel wrap must be in the same file.
 
@@ -170,7 +180,7 @@ class ForwardMutatesModuleState(Rule):
             for method in reached:
                 self._record_method(cls.name, method, reached, cls.node)
             for hook in self.writes.hooks_in(cls.node):
-                self._record_hook(cls.name, hook)
+                self._record_hook(cls.name, hook, self.writes.hook_dormant_until(hook, cls.node))
 
     # -- candidates ---------------------------------------------------------------------------
 
@@ -218,8 +228,11 @@ class ForwardMutatesModuleState(Rule):
             message = f"{where} {what}"
             self._add(cls, write.node, message, reached_by + help, write.attr, effect)
 
-    def _record_hook(self, cls: str, hook: HookWrite) -> None:
+    def _record_hook(self, cls: str, hook: HookWrite, enablers: Optional[List[str]]) -> None:
         # One finding per attribute: ZoeDepth registers the same store on six layers.
+        # A hook registered only behind a switch nothing turns on (`if self.gradcam:` with
+        # `gradcam=False` by default) waits for the project phase to find who turns it on.
+        effect = "shared" if enablers is None else f"shared@{','.join(enablers)}"
         seen = self.hooked.setdefault(cls, set())
         for write in hook.writes:
             if write.attr in seen:
@@ -229,7 +242,7 @@ class ForwardMutatesModuleState(Rule):
             # A hook keeps the `self` it closed over: the original module, which every
             # replica's thread then writes, attribute or container alike.
             what, help = _what(write, shared=True)
-            self._add(cls, node, f"a forward hook of `{cls}` {what}", help, write.attr, "shared")
+            self._add(cls, node, f"a forward hook of `{cls}` {what}", help, write.attr, effect)
 
     def _add(
         self, cls: str, node: cst.CSTNode, message: str, help: str, attr: str, effect: str
@@ -310,7 +323,10 @@ class ForwardMutatesModuleState(Rule):
                 effect, _, woken_by = effect.partition("@")
                 ref = ClassRef(path, name)
                 if woken_by and not any(
-                    hierarchy.read_outside(path, enabler) for enabler in woken_by.split(",")
+                    hierarchy.read_outside(path, enabler)
+                    if enabler.isidentifier()
+                    else hierarchy.mentioned_outside(path, enabler_pattern(enabler))
+                    for enabler in woken_by.split(",")
                 ):
                     continue  # the guarded branch never runs in this project
                 family = hierarchy.ancestry(ref)
