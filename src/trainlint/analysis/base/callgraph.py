@@ -12,6 +12,7 @@ same-file base's. Functions passed around as values are not followed.
 
 from __future__ import annotations
 
+import builtins
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -24,6 +25,7 @@ from .nodes import positional_params
 
 
 Chain = Tuple[cst.FunctionDef, ...]
+_BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 class CallGraph(Analysis):
@@ -262,8 +264,8 @@ class CallGraph(Analysis):
                     continue  # shadowed where it is used
             elif not isinstance(parent, cst.Call) or parent.func is not node:
                 continue
-            elif self.scopes.lookup(node.value, node):
-                continue  # the file's own name, not one a star import binds
+            elif node.value in _BUILTIN_NAMES or self.scopes.lookup(node.value, node):
+                continue  # a builtin or the file's own name, not one a star import binds
             used: cst.CSTNode = node
             leaf = node.value
             if isinstance(parent, cst.Attribute) and parent.value is node:

@@ -220,6 +220,8 @@ class HardcodedDeviceIndex(Rule):
         the parameter (a function nobody calls keeps its finding: whoever calls it gets it)."""
         name, param, position, method, called_here = default
         importers = set(project.files_importing(name)) | set(project.files_importing(path.stem))
+        if method:  # an instance may come from anywhere: any `.fit(` of another file counts
+            importers |= set(project.files_matching(re.compile(rf"\.{re.escape(name)}\s*\(")))
         importers.discard(Path(path))
         if not importers:
             return not called_here
