@@ -340,12 +340,22 @@ class StateWrites(Analysis):
                 return sorted(enablers) + [attr]
         return None
 
-    def _enablers(self, cls: cst.ClassDef, attr: str) -> Optional[List[str]]:
+    def _enablers(
+        self, cls: cst.ClassDef, attr: str, parameters: bool = False
+    ) -> Optional[List[str]]:
         """Methods that give `self.<attr>` a value other than None/False; None when `__init__`
         does not start it at None/False or another kind of write (a container, `setattr`)
-        may change it."""
+        may change it. With `parameters`, `__init__` may also start it from a parameter whose
+        default is None/False (`self.gradcam = gradcam`): the keyword, written `gradcam=`, is
+        then one more way to turn it on."""
         starts_off = False
         found: Set[str] = set()
+        init = _method_named(cls, "__init__")
+        defaults = {
+            p.name.value: p.default
+            for p in ([*init.params.params, *init.params.kwonly_params] if init else [])
+            if p.default is not None and parameters
+        }
         for method in _methods(cls):
             receiver = _receiver(method)
             for node in _own_nodes(method):
@@ -357,12 +367,19 @@ class StateWrites(Analysis):
                     for leaf in _unpack(target.target):
                         if not _is_self_attr(leaf, receiver, attr):
                             continue
-                        off = type(node.value) is cst.Name and node.value.value in (
-                            "None", "False"
-                        )
-                        if method.name.value == "__init__":
-                            if not off or type(target.target) is not cst.Attribute:
+                        value = node.value
+                        off = _is_off(value)
+                        if method is init:
+                            if type(target.target) is not cst.Attribute:
                                 return None
+                            if not off and not (
+                                type(value) is cst.Name
+                                and value.value in defaults
+                                and _is_off(defaults[value.value])
+                            ):
+                                return None
+                            if not off:
+                                found.add(f"{value.value}=")  # type: ignore[attr-defined]
                             starts_off = True
                         elif not off:
                             found.add(method.name.value)
@@ -373,9 +390,9 @@ class StateWrites(Analysis):
         under `if self.<a>:` (or `if self.<a> is not None:`, or such a conjunct) with
         `self.<a>` starting off in `__init__` (None/False, or a parameter whose default is:
         `gradcam=False`), or in a method (`set_gradcam_hook()`) that the class calls only from
-        such places. The names that could wake it, for the project phase: `a` (set from
-        outside), `a=` (a keyword passed at construction), `m()` (the method called from
-        outside); None when the registration runs (or this file turns the switch on)."""
+        such places. The names that could wake it, for the project phase: `a` or `m` (touched
+        or called on an object from outside), `a=` (a keyword passed at construction); None when
+        the registration runs (or this file turns the switch on)."""
         around = list(self.ctx.ancestors(hook.registration))
         method = next((m for m in _methods(cls) if any(a is m for a in around)), None)
         if method is None:
@@ -394,13 +411,13 @@ class StateWrites(Analysis):
             ):
                 continue
             attr = _guard_attribute(ancestor.test)
-            switches = self._switches(cls, attr) if attr is not None else None
+            switches = self._enablers(cls, attr, parameters=True) if attr is not None else None
             if switches is not None:
                 return sorted(set(switches) | {attr})  # type: ignore[arg-type]
         name = method.name.value
         if name == "__init__" or _receiver(method) is None:
             return None
-        found = {f"{name}()"}
+        found = {name}
         for other in _methods(cls):
             receiver = _receiver(other)
             for call in _own_nodes(other):
@@ -417,46 +434,6 @@ class StateWrites(Analysis):
                     return None  # `self.set_hook()` where it runs
                 found.update(inner)
         return sorted(found)
-
-    def _switches(self, cls: cst.ClassDef, attr: str) -> Optional[List[str]]:
-        """`_enablers`, and also when `__init__` sets `self.<attr>` from a parameter whose
-        default is None/False and nothing else of `__init__` changes it: the keyword (`attr=`
-        style, the parameter's name) is then one more way to turn it on."""
-        enablers = self._enablers(cls, attr)
-        if enablers is not None:
-            return enablers
-        init = _method_named(cls, "__init__")
-        if init is None:
-            return None
-        defaults = {
-            p.name.value: p.default
-            for p in [*init.params.params, *init.params.kwonly_params]
-            if p.default is not None
-        }
-        receiver = _receiver(init)
-        found: Set[str] = set()
-        for method in _methods(cls):
-            for node in _own_nodes(method):
-                if type(node) is cst.AugAssign and _is_self_attr(node.target, receiver, attr):
-                    return None
-                if type(node) is not cst.Assign or not any(
-                    _is_self_attr(leaf, _receiver(method), attr)
-                    for target in node.targets
-                    for leaf in _unpack(target.target)
-                ):
-                    continue
-                value = node.value
-                off = type(value) is cst.Name and value.value in ("None", "False")
-                if method is init and type(value) is cst.Name and value.value in defaults:
-                    default = defaults[value.value]
-                    if not (type(default) is cst.Name and default.value in ("None", "False")):
-                        return None
-                    found.add(f"{value.value}=")
-                elif method is init and not off:
-                    return None
-                elif method is not init and not off:
-                    found.add(f"{method.name.value}()")
-        return sorted(found) if found else None
 
     def _woken_in_file(self, cls: cst.ClassDef, enablers: List[str]) -> bool:
         """Does code of this file outside the class turn a switch on (call the method, pass the
@@ -1156,13 +1133,15 @@ def _training_side(test: cst.BaseExpression) -> Optional[bool]:
 
 
 def enabler_pattern(enabler: str) -> str:
-    """What turns a dormant switch on, as text to look for: `m()` a call of method `m`,
-    `a=` a keyword `a` passed to a call, `a` an attribute touched on an object."""
-    if enabler.endswith("()"):
-        return rf"\.{re.escape(enabler[:-2])}\s*\("
+    """What turns a dormant switch on, as text to look for: `a=` a keyword `a` passed to a call,
+    `a` an attribute or method touched on an object other than `self`."""
     if enabler.endswith("="):
         return rf"\b{re.escape(enabler[:-1])}\s*=(?!=)"
     return rf"(?<!\bself)\.{re.escape(enabler)}\b"
+
+
+def _is_off(value: Optional[cst.BaseExpression]) -> bool:
+    return type(value) is cst.Name and value.value in ("None", "False")
 
 
 def _guard_attribute(test: cst.BaseExpression) -> Optional[str]:
