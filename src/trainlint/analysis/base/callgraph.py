@@ -235,6 +235,20 @@ class CallGraph(Analysis):
                 return True
         return False if calls else None
 
+    def named_in_file(self, function: cst.FunctionDef) -> bool:
+        """Does the file name `function` anywhere but in its `def`: a call, a callback
+        (`fire.Fire(evaluate)`), an alias? (Another object's member of that name does not
+        count.)"""
+        name = function.name.value
+        for node in self.ctx.nodes(cst.Name):
+            if node.value != name or node is function.name:
+                continue
+            parent = self.ctx.parent(node)
+            if type(parent) is cst.Attribute and parent.attr is node:
+                continue
+            return True
+        return False
+
     def imported_uses(self) -> Tuple[Dict[str, List[list]], List[str]]:
         """How this file uses what it imports, for the project phase of another file that asks
         whether its function's parameter default is ever taken: for each imported callable
@@ -242,13 +256,26 @@ class CallGraph(Analysis):
         `import train as T`, a name only a star import may bind), one `[positional count,
         keywords, star]` per call; and the imported names used other than as a callee (a
         callback such as `fire.Fire(train)`, whose caller may leave any argument out)."""
+        found, named = self.imported_calls()
+        calls: Dict[str, List[list]] = {}
+        for leaf, call in found:
+            positional = sum(1 for a in call.args if a.keyword is None and not a.star)
+            keywords = sorted(a.keyword.value for a in call.args if a.keyword is not None)
+            calls.setdefault(leaf, []).append([positional, keywords, has_star_args(call)])
+        return calls, named
+
+    def imported_calls(self) -> Tuple[List[Tuple[str, cst.Call]], List[str]]:
+        """The calls of imported callables in this file, as (the callable's own name, the
+        call): `train(...)` after `from train import train`, `T.train(...)` after `import
+        train as T`, a name only a star import may bind; and the imported names used other
+        than as a callee (a callback, `fire.Fire(train)`: who calls it, and how, is not seen)."""
         imported = {
             name
             for name, bindings in self.scopes.module_scope.bindings.items()
             if all(b.kind == "import" for b in bindings)
         }
         starred = bool(self.scopes.module_scope.star_imports)
-        calls: Dict[str, List[list]] = {}
+        calls: List[Tuple[str, cst.Call]] = []
         named: Set[str] = set()
         for node in self.ctx.nodes(cst.Name):
             if not isinstance(node, cst.Name) or (node.value not in imported and not starred):
@@ -272,9 +299,7 @@ class CallGraph(Analysis):
                 used, leaf = parent, parent.attr.value  # `T.train`: module T's `train`
                 parent = self.ctx.parent(parent)
             if isinstance(parent, cst.Call) and parent.func is used:
-                positional = sum(1 for a in parent.args if a.keyword is None and not a.star)
-                keywords = sorted(a.keyword.value for a in parent.args if a.keyword is not None)
-                calls.setdefault(leaf, []).append([positional, keywords, has_star_args(parent)])
+                calls.append((leaf, parent))
             elif not isinstance(parent, cst.Attribute) or parent.value is not used:
                 named.add(leaf)
         return calls, sorted(named)

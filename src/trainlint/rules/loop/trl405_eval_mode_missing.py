@@ -80,7 +80,11 @@ class EvalModeMissing(Rule):
 
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the
     evaluation function, an evaluation function whose callers are all in other files and that
-    sets neither mode (the caller decides), loops that backpropagate (adversarial evaluation,
+    sets neither mode (the caller decides), a missing `no_grad()` in a module-level function
+    that its own file never names when every call of it from the files that import it runs
+    under `torch.no_grad()` (`with torch.no_grad(): validate(generator, ...)` in the trainer;
+    one call with autograd on, or a file that hands the function on as a callback, keeps
+    the finding), loops that backpropagate (adversarial evaluation,
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), a loop inside MONAI's `with eval_mode(model):` (eval mode and
     `no_grad()` both), and a missing `eval()` for a model of a class in the same file
@@ -239,7 +243,9 @@ class EvalModeMissing(Rule):
             )
         message = f"evaluation loop calls `{model}` {what}"
         fix = self._eval_fix(loop, model, function, missing_eval, missing_no_grad)
-        if imported_class is None:
+        # A function only other files call may be called under their `torch.no_grad()`.
+        grad_from = self._called_only_elsewhere(function) if missing_no_grad else None
+        if imported_class is None and grad_from is None:
             self.report(model_call, message, help=help, fix=fix)
             return
         key = f"eval:{len(self.candidates)}"
@@ -257,8 +263,29 @@ class EvalModeMissing(Rule):
                 f"{graph_effect}. Run the loop under `torch.no_grad()` (or "
                 "`torch.inference_mode()`)."
             ),
+            # If every call from the files importing the function turns the graph off, what
+            # is left is the missing eval().
+            "grad_from": grad_from,
+            "eval_message": (
+                f"evaluation loop calls `{model}` without `{model}.eval()`"
+                if missing_eval and imported_class is None
+                else None
+            ),
+            "eval_help": f"{mode_effect}. Call `{model}.eval()` before the loop.",
         }
         self.candidate(key, model_call, message, help=help, fix=fix)
+
+    def _called_only_elsewhere(self, function) -> Optional[str]:
+        """The name of a module-level function that no code of its own file calls or names
+        (other files import and call it): whether its loop runs with autograd off is decided
+        where it is called, which the project phase reads."""
+        if function is None or function.decorators:
+            return None
+        if type(self.ctx.parent(function)) is not cst.Module:
+            return None  # a method or a nested function: its callers cannot be named
+        if self.steps.loops.callgraph.named_in_file(function):
+            return None  # called or handed on in its own file: that file decides
+        return function.name.value
 
     def _imported_origin(self, model: str, at, function) -> Optional[str]:
         """The one imported class or function that builds the model, here or, for a parameter,
@@ -726,7 +753,7 @@ class EvalModeMissing(Rule):
     # -- the project phase: a model class defined in another file -----------------------------
 
     def facts(self) -> Optional[Dict[str, object]]:
-        return class_question_facts(
+        facts = class_question_facts(
             self.ctx,
             self.deferred,  # type: ignore[arg-type]
             {
@@ -734,29 +761,56 @@ class EvalModeMissing(Rule):
                 "eval_mode_returners": eval_mode_returners(self.steps),
             },
         )
+        # How this file calls what it imports (`evaluate(model, loader)` under `with
+        # torch.no_grad():`), for the file that defines the function and leaves it to them.
+        calls, named = self.steps.loops.callgraph.imported_calls()
+        if calls or named:
+            facts = facts if facts is not None else {}
+            grad_off: Dict[str, List[bool]] = {}
+            for leaf, call in calls:
+                grad_off.setdefault(leaf, []).append(self.steps.grad_disabled(call))
+            facts["imported_calls_grad_off"] = {"calls": grad_off, "named": named}
+        return facts
 
     @classmethod
     def check_project(cls, project) -> Iterator[Diagnostic]:
         for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
-            diagnostic = None
-            if entry is not None and (
-                hierarchy.listed_class(entry["class"], path, "mode_free_classes")
+            if entry is None:
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    yield diagnostic
+                continue
+            imported_class = entry.get("class")
+            eval_settled = imported_class is not None and (
+                hierarchy.listed_class(imported_class, path, "mode_free_classes")
                 or (
                     entry.get("mode") == "eval"
-                    and _returns_eval_mode(hierarchy, entry["class"], path)
+                    and _returns_eval_mode(hierarchy, imported_class, path)
                 )
-            ):
-                if entry["message"] is not None:  # the missing no_grad() stays
-                    diagnostic = project.candidate(
-                        display,
-                        cls.code,
-                        key,
-                        message=entry["message"],
-                        help=entry["help"],
-                        drop_fix=True,
-                    )
-            else:
+            )
+            grad_from = entry.get("grad_from")
+            grad_settled = grad_from is not None and _callers_turn_grad_off(
+                project, path, grad_from
+            )
+            if not eval_settled and not grad_settled:
                 diagnostic = project.candidate(display, cls.code, key)
+            elif eval_settled and grad_settled:
+                diagnostic = None
+            else:
+                # What is left: the missing no_grad() (the class is mode-free) or the missing
+                # eval() (the callers turn the graph off).
+                message, help = (
+                    (entry["message"], entry["help"])
+                    if eval_settled
+                    else (entry.get("eval_message"), entry.get("eval_help"))
+                )
+                diagnostic = (
+                    project.candidate(
+                        display, cls.code, key, message=message, help=help, drop_fix=True
+                    )
+                    if message is not None
+                    else None
+                )
             if diagnostic is not None:
                 yield diagnostic
 
@@ -773,6 +827,30 @@ class EvalModeMissing(Rule):
             f"Return to training mode after the evaluation: `{receiver}.train()`",
             self.ctx.line_after(line, f"{receiver}.train()"),
         )
+
+
+def _callers_turn_grad_off(project, path: Path, name: str) -> bool:
+    """Does every call of function `name` (defined in `path`, which never calls it) from the
+    files that import it, or its module, run with autograd off? At least one such call must be
+    seen, and none may be hidden: an importer that hands the function on (a callback) or that
+    holds no facts of this rule may call it any way."""
+    importers = set(project.files_importing(name)) | set(project.files_importing(path.stem))
+    importers.discard(Path(path))
+    seen = 0
+    for importer in sorted(importers):
+        facts = project.facts_of(importer, "TRL405")
+        if not isinstance(facts, dict):
+            return False  # not read by this rule: it may call the function any way
+        uses = facts.get("imported_calls_grad_off")
+        if uses is None:
+            continue  # it calls nothing it imports
+        if name in uses["named"]:
+            return False
+        grad_off = uses["calls"].get(name, [])
+        if not all(grad_off):
+            return False
+        seen += len(grad_off)
+    return seen > 0
 
 
 def _returns_eval_mode(hierarchy: Hierarchy, qualname: str, importer) -> bool:
