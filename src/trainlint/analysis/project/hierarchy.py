@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -823,6 +823,38 @@ class Hierarchy:
                 if pattern.search(text):
                     return True
             elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
+                return True
+        return False
+
+    def read_past_a_wrapper(
+        self, source: Path, attr: str, wrapping: Set[Path], classes: Iterable[str]
+    ) -> bool:
+        """Is `attr` read, on an object other than `self`, where a wrapped module's value would
+        be read: through a wrapper's `.module` (`model.module.list_att`), or in a file that
+        wraps a model itself (one of `wrapping`) or builds one of `classes` by name, and so may
+        hold the module it hands a wrapper. A plain `model.list_att` elsewhere reads a model
+        nobody wrapped: on the wrapper itself it would raise AttributeError. Without the
+        project's texts, any read counts."""
+        through_module = re.compile(rf"\.module\.{re.escape(attr)}\b")
+        plain = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        names = sorted(set(classes))
+        built = (
+            re.compile(rf"(?<!class )\b(?:{'|'.join(map(re.escape, names))})\s*\(")
+            if names
+            else None
+        )
+        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
+            text = self.project.text_of(file)
+            if text is None:
+                if attr in (self.facts_at(file) or {}).get("outside_reads", ()):
+                    return True
+                continue
+            if through_module.search(text):
+                return True
+            holds_a_module = Path(os.path.abspath(file)) in wrapping or bool(
+                built is not None and built.search(text)
+            )
+            if holds_a_module and plain.search(text):
                 return True
         return False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -80,7 +81,11 @@ class ForwardMutatesModuleState(Rule):
     modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
     `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
     lost on the replica, so it is reported only when it matters: read by a method of the class
-    or its relatives, or read on a model object anywhere in the project, and neither a replica's
+    or its relatives, or read on a model object in the project where it may be the wrapped module: through the
+    wrapper's `.module` (`model.module.list_att`), or in a file that wraps a model itself or
+    builds the class by name (a plain `model.list_att` in a demo that does neither reads a model
+    nobody wrapped, `build(opt, data_parallel=False)`: on the wrapper it would raise
+    AttributeError), and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
     value read back only later in the same method, nor a write under `if self.x is not None:`
     (or `if self.x:`) whose `self.x` starts as None in `__init__` and is set otherwise only by
@@ -304,6 +309,7 @@ class ForwardMutatesModuleState(Rule):
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
         wrapped = classes_run_by(hierarchy, everywhere)
+        wrapping = {Path(os.path.abspath(wrap[1])) for wrap in everywhere}
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
@@ -336,14 +342,20 @@ class ForwardMutatesModuleState(Rule):
                     _read_by(hierarchy.family(ref), attr) or hierarchy.read_outside(path, attr)
                 ):
                     continue
+                relatives = hierarchy.family(ref)
                 if effect == "lost" and not (
-                    _read_after_the_call(hierarchy, hierarchy.family(ref), attr)
-                    or hierarchy.read_outside(path, attr)
+                    _read_after_the_call(hierarchy, relatives, attr)
+                    or hierarchy.read_past_a_wrapper(
+                        path, attr, wrapping, [member.name for member, _ in relatives.members]
+                    )
                 ):
                     # Set on a replica and read nowhere, or only by code of the same call
                     # (tacotron2's decoder states, set in forward and read by decode() during
                     # that forward) or by methods that set it afresh first: the replica's value
-                    # is the one they see, so losing it with the replica changes nothing.
+                    # is the one they see, so losing it with the replica changes nothing. Read
+                    # as `model.list_att` in a demo that neither wraps a model nor builds the
+                    # class (it gets an unwrapped one from a factory), it is read on a model no
+                    # replica stands in for.
                     continue
                 base = str(keys[key]["message"])
                 details = str(keys[key].get("help") or "")
