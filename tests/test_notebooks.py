@@ -148,6 +148,11 @@ def test_ipython_syntax_is_masked_and_cell_magics_of_other_languages_are_left_ou
     assert mask_cell("a, b, = %sx ls") == "a, b, = ..."
     assert mask_cell("    !wc -l $path\n") == "    ...\n"
     assert mask_cell("%%bash\nls") is None
+    # Cell magics stack: `%%time` over `%%bash` times a shell script (not Python), while
+    # `%%capture` over `%%time` still runs Python.
+    assert mask_cell("%%time\n%%bash\ngit clone https://example.org/repo") is None
+    assert mask_cell("%%time\n\n%%writefile train.py\nimport torch") is None
+    assert mask_cell("%%capture\n%%time\nx = 1") == "...\n...\nx = 1"
     # Automagic (no `%`) is masked only where the line is not Python already.
     assert mask_cell(cells[3]) == "...\n...\npwd\n..."
     assert mask_cell("config = {\n    'lr': 0.1,\n}") == "config = {\n    'lr': 0.1,\n}"

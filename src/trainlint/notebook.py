@@ -10,7 +10,7 @@ is not Python is masked line by line so the text parses, keeping the number of l
   (an assignment keeps its target: `files = ...`); their continuation lines become comments;
 - a cell magic whose body is Python (`%%time`, `%%timeit`, `%%capture`, ...) masks its first
   line only; any other cell magic (`%%bash`, `%%writefile`, `%%html`, ...) leaves the whole
-  cell out, like a markdown cell;
+  cell out, like a markdown cell, also under magics of the first kind (`%%time` over `%%bash`);
 - a cell that still does not parse on its own is left out too and reported as TRL001 in that
   cell (Jupyter runs each cell separately, so the others are still checked).
 
@@ -290,11 +290,14 @@ def mask_cell(code: str) -> Optional[str]:
     is not Python (a cell magic such as `%%bash`)."""
     lines = split_lines(code)
     out: List[str] = []
+    # Cell magics stack: `%%time` over `%%bash` times a shell script, so the body of a magic
+    # whose body is Python is read again for a magic of its own.
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is not None and lines[first].lstrip().startswith("%%"):
+    while first is not None and lines[first].lstrip().startswith("%%"):
         name = lines[first].lstrip()[2:].split(None, 1)
         if not name or name[0] not in PYTHON_CELL_MAGICS:
             return None
+        first = next((i for i in range(first + 1, len(lines)) if lines[i].strip()), None)
     scanner = _Scanner()
     in_magic = False  # inside a magic's backslash-continued lines
     for line in lines:
