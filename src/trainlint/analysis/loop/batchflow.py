@@ -31,7 +31,7 @@ from .batchvalues import (
     name_words,
 )
 from .batchwalk import BatchWalker, condition_key
-from .modes import file_model_classes
+from .modes import dynamic_model_class, file_model_classes
 from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
@@ -542,11 +542,15 @@ class BatchFlow(Analysis):
         """Does the model's own `forward` move what argument `arg_index` hands it (`x =
         x.to("cuda")` at the top of `forward`, in a class of this file the model is built
         from)? A CPU item given to such a model meets the device only inside the model, which
-        has placed it there itself."""
+        has placed it there itself. A model of a class a lookup chooses while the script runs
+        (`getattr(importlib.import_module(...), name)`) may do so too: nothing says it does
+        not."""
         target = _module_called(call)
         if type(target) is not cst.Name:
             return False
         steps = self.ctx.analysis(TrainingSteps)
+        if dynamic_model_class(steps, target.value, call):
+            return True  # a forward nobody can read here may place its inputs itself
         for cls in file_model_classes(steps, target.value, call):
             for statement in cls.body.body:
                 if type(statement) is cst.FunctionDef and statement.name.value == "forward":

@@ -25,8 +25,9 @@ import libcst as cst
 
 from ...walk import own_nodes
 from ..base.calls import has_star_args, keyword, positional
-from ..base.names import LOCAL_PREFIX
+from ..base.names import LOCAL_PREFIX, dotted_name
 from ..base.nodes import descendants, is_self_attr
+from ..base.scopes import bound_value
 from .steps import TrainingSteps
 
 
@@ -248,6 +249,35 @@ def file_model_classes(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Li
                 if cls is not None and not any(cls is known for known in found):
                     found.append(cls)
     return found
+
+
+def dynamic_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
+    """Is what `name` holds at `at` built from a class a lookup chooses while the script runs
+    (`Model = getattr(importlib.import_module(f"model.{model_name}"), model_name)`, `Net =
+    import_module(path).Net`, `eval(args.arch)`)? Its `forward` cannot be read: it may move
+    or convert what it is given itself. One such binding of `name` is enough: the model may be
+    that one."""
+    for binding in steps.scopes.lookup(name, at) if name and "." not in name else ():
+        value = _unwrapped(binding.value) if binding.kind == "assign" else None
+        if type(value) is not cst.Call or type(value.func) is not cst.Name:
+            continue
+        classes = steps.scopes.module_scope.bindings.get(value.func.value)
+        values = [bound_value(b) for b in classes or ()]
+        if values and all(_looked_up(v) for v in values):
+            return True
+    return False
+
+
+def _looked_up(value: Optional[cst.BaseExpression]) -> bool:
+    """`getattr(module, name)`, `import_module(path).Net`, `eval(text)`."""
+    if type(value) is cst.Attribute:
+        value = value.value
+        return type(value) is cst.Call and (
+            (dotted_name(value.func) or "").split(".")[-1] in ("import_module", "__import__")
+        )
+    return type(value) is cst.Call and type(value.func) is cst.Name and (
+        value.func.value in ("getattr", "eval")
+    )
 
 
 def _unwrapped(value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:

@@ -129,7 +129,10 @@ class BatchNotOnDevice(Rule):
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
     followed), and a method may prepare and move its input itself; an item handed to a model
     whose class, defined in the same file, moves that argument in its own `forward` (`x =
-    x.to("cuda")` at its top: the model places what it gets); scripts that never move
+    x.to("cuda")` at its top: the model places what it gets), or whose class a lookup picks
+    while the script runs (`Model = getattr(importlib.import_module(f"model.{name}"), name)`:
+    a `forward` nobody can read here may place its inputs too; labels that meet its output in
+    a loss are still reported); scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file

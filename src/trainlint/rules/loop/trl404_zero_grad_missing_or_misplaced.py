@@ -9,6 +9,7 @@ import libcst as cst
 from ...analysis.base.dataflow import Event, Repeat, events_of, run
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.modes import file_model_classes, model_classes
+from ...analysis.loop.stepexprs import strip_wrapper
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.project.hierarchy import class_question_facts, deferred_candidates
 from ...diagnostics import Diagnostic, Severity
@@ -60,7 +61,10 @@ class ZeroGradMissingOrMisplaced(Rule):
     Not reported: gradient accumulation (`zero_grad()` under `if (i + 1) % k == 0:`), a reset in
     a helper function of the same file, LBFGS-style `optimizer.step(closure)` (the closure
     zeroes and backpropagates), a `zero_grad()` of another optimizer or module (GANs), resetting
-    one parameter's gradient between backward and step (freezing), and framework-managed code
+    one parameter's gradient between backward and step (freezing), or a part of the model the
+    loop runs when the optimizer is built where the analysis cannot see which modules it holds
+    (`self.model.bottleneck.zero_grad()` after backward, `self.opt` from a base class in
+    another file: the step still applies the rest), and framework-managed code
     (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it.
 
     A model whose own `forward` resets its gradients (`self.zero_grad()` at the top of
@@ -267,6 +271,7 @@ class ZeroGradMissingOrMisplaced(Rule):
 
     def _misplaced(self, steps: TrainingSteps, loop, flow) -> List[Tuple[Event, Event]]:
         found: List[Tuple[Event, Event]] = []
+        ran = {module for e in events_of(flow) if e.kind == "forward" for module in e.runs}
 
         def transfer(event: Event, state):
             kind = event.kind
@@ -279,7 +284,7 @@ class ZeroGradMissingOrMisplaced(Rule):
             if kind == "step" and not event.closure:
                 if isinstance(state, tuple) and state[0] == "zeroed":
                     zero = state[1]
-                    if self._same_gradients(steps, zero, event):
+                    if self._same_gradients(steps, zero, event, ran):
                         found.append((zero, event))
                 return ("stepped",)
             return (state,)
@@ -322,8 +327,10 @@ class ZeroGradMissingOrMisplaced(Rule):
             related=[(step.site, "the step that sees zeroed gradients")],
         )
 
-    def _same_gradients(self, steps: TrainingSteps, zero: Event, step: Event) -> bool:
-        """Does this reset clear what this step applies?"""
+    def _same_gradients(
+        self, steps: TrainingSteps, zero: Event, step: Event, ran: Set[str]
+    ) -> bool:
+        """Does this reset clear what this step applies? (`ran`: the modules the loop runs.)"""
         if zero.receiver is None or step.receiver is None:
             return True
         if zero.receiver == step.receiver:
@@ -333,9 +340,12 @@ class ZeroGradMissingOrMisplaced(Rule):
             if steps.is_optimizer(zero_node.func.value):
                 return False  # another optimizer (GANs, multi-optimizer training)
         owners = steps.optimizer_modules(step.receiver)
+        receiver = zero.receiver
+        if receiver.endswith(".module"):
+            receiver = receiver[: -len(".module")]
         if owners:
-            receiver = zero.receiver
-            if receiver.endswith(".module"):
-                receiver = receiver[: -len(".module")]
             return receiver in owners
-        return True
+        # An optimizer built elsewhere (a base class's `self.opt`): a reset of a part of the
+        # model the loop runs (`self.model.latent_bottleneck.zero_grad()` after backward)
+        # freezes that part, and the step still applies the rest.
+        return not any(receiver.startswith(f"{strip_wrapper(module)}.") for module in ran)
