@@ -43,7 +43,8 @@ class DataParallelWrapThenMove(Rule):
     without `set_device`, `.cuda()`, `"cuda"`, `"cuda:0"` and a `device` bound only to one of
     those (or to `"cpu"`) all mean `cuda:0` = `device_ids[0]`, in the one-line form
     (`nn.DataParallel(model).cuda()`) as in the tutorial's two statements; so is a move to the
-    same expression as `device_ids[0]` (`device_ids=[args.gpu]` with `.cuda(args.gpu)`).
+    same expression as `device_ids[0]` (`device_ids=[args.gpu]` with `.cuda(args.gpu)`, or
+    `device_ids=device_ids` with `torch.device("cuda:{}".format(device_ids[0]))`).
     `CUDA_VISIBLE_DEVICES` changes which GPUs are visible, not that the first visible one is
     `cuda:0`. A device the analysis cannot resolve (a parameter of a helper, or an option such
     as `cfg.device.type` that may just as well hold `"cuda"`) is not reported: only an index
@@ -118,8 +119,7 @@ class DataParallelWrapThenMove(Rule):
         self.report(
             move,
             f"DataParallel wrapper moved to {self._where(target, move)}, not necessarily "
-            f"device_ids[0] "
-            f"({_first(first_id, first_id_text)})",
+            f"device_ids[0]{_first(first_id, first_id_text)}",
             help=_MAY_DIFFER_HELP,
             fix=self._fix(wrap, move, method),
         )
@@ -184,7 +184,7 @@ class DataParallelWrapThenMove(Rule):
                 self.report(
                     call,
                     f"`{target}` (DataParallel) moved to {self._where(move_target, call)}, not "
-                    f"necessarily device_ids[0] ({_first(first_id, first_id_text)})",
+                    f"necessarily device_ids[0]{_first(first_id, first_id_text)}",
                     help=_MAY_DIFFER_HELP,
                     related=related,
                 )
@@ -245,7 +245,9 @@ class DataParallelWrapThenMove(Rule):
             return literal[0], None
         if (type(ids) is cst.List or type(ids) is cst.Tuple) and ids.elements:
             return None, self.ctx.code(ids.elements[0].value)
-        return None, self.ctx.code(ids)
+        # A list built at run time: its first id is spelled `device_ids[0]`, as a device made
+        # from it is (`torch.device("cuda:{}".format(device_ids[0]))`).
+        return None, f"{self.ctx.code(ids)}[0]"
 
     def _known_mismatch(self, target: Device, first_id: Optional[int], first_text) -> bool:
         if first_id is None or target.kind != "cuda":
@@ -335,6 +337,10 @@ _MAY_DIFFER_HELP = (
 
 
 def _first(first_id: Optional[int], first_text: Optional[str]) -> str:
+    """What device_ids[0] is, for the headline: ` (cuda:1)`, `` (`args.gpu`)``; nothing when
+    it is spelled `device_ids[0]` itself."""
     if first_id is not None:
-        return f"cuda:{first_id}"
-    return f"`{first_text}`"
+        return f" (cuda:{first_id})"
+    if first_text == "device_ids[0]":
+        return ""
+    return f" (`{first_text}`)"
