@@ -29,6 +29,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Type,
 )
@@ -162,6 +163,13 @@ class Project:
         this class), so that a run given only some files answers like a whole-tree run. Empty
         without a loader (flake8). The texts are read once per run; nothing is parsed here."""
         return [path for path, text in self._project_texts() if pattern.search(text)]
+
+    def importers_of(self, name: str, path: Path) -> Set[Path]:
+        """The other project files that may import `name` from the file at `path`: an import
+        line names it or the file's module (`from train import fit`, `import train as T`)."""
+        found = set(self.files_importing(name)) | set(self.files_importing(Path(path).stem))
+        found.discard(Path(path))
+        return found
 
     def files_importing(self, name: str) -> List[Path]:
         """Project files with an import line naming `name` (`from models.head import Head`,

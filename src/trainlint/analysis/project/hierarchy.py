@@ -816,15 +816,7 @@ class Hierarchy:
     def read_outside(self, source: Path, attr: str) -> bool:
         """Is `attr` read on an object other than `self` (`model.head.class_embed`) in a file of
         `source`'s evidence (by text when the project's texts are at hand)?"""
-        pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
-        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
-            text = self.project.text_of(file)
-            if text is not None:
-                if pattern.search(text):
-                    return True
-            elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
-                return True
-        return False
+        return any(True for _ in self._outside_readers(source, attr))
 
     def read_past_a_wrapper(
         self, source: Path, attr: str, wrapping: Set[Path], classes: Iterable[str]
@@ -836,27 +828,32 @@ class Hierarchy:
         nobody wrapped: on the wrapper itself it would raise AttributeError. Without the
         project's texts, any read counts."""
         through_module = re.compile(rf"\.module\.{re.escape(attr)}\b")
-        plain = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
         names = sorted(set(classes))
         built = (
             re.compile(rf"(?<!class )\b(?:{'|'.join(map(re.escape, names))})\s*\(")
             if names
             else None
         )
-        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
-            text = self.project.text_of(file)
-            if text is None:
-                if attr in (self.facts_at(file) or {}).get("outside_reads", ()):
-                    return True
-                continue
-            if through_module.search(text):
+        for file, text in self._outside_readers(source, attr):
+            if text is None or through_module.search(text):
                 return True
-            holds_a_module = Path(os.path.abspath(file)) in wrapping or bool(
-                built is not None and built.search(text)
-            )
-            if holds_a_module and plain.search(text):
+            if Path(os.path.abspath(file)) in wrapping:
+                return True
+            if built is not None and built.search(text):
                 return True
         return False
+
+    def _outside_readers(self, source: Path, attr: str) -> Iterator[Tuple[Path, Optional[str]]]:
+        """(file, its text) for each file of `source`'s evidence that reads `attr` on an object
+        other than `self`; the text is None for a file known only by its facts."""
+        pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
+            text = self.project.text_of(file)
+            if text is not None:
+                if pattern.search(text):
+                    yield file, text
+            elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
+                yield file, None
 
     def mentioned_outside(self, source: Path, pattern: str) -> bool:
         """Does a file of `source`'s evidence other than `source` match `pattern` (a call of

@@ -219,7 +219,7 @@ class HardcodedDeviceIndex(Rule):
         no file imports it, the default is taken unless this file calls it and always passes
         the parameter (a function nobody calls keeps its finding: whoever calls it gets it)."""
         name, param, position, method, called_here = default
-        importers = set(project.files_importing(name)) | set(project.files_importing(path.stem))
+        importers = project.importers_of(name, path)
         if method:  # an instance may come from anywhere: any `.fit(` of another file counts
             importers |= set(project.files_matching(re.compile(rf"\.{re.escape(name)}\s*\(")))
         importers.discard(Path(path))

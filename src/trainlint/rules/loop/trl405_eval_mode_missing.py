@@ -790,7 +790,7 @@ class EvalModeMissing(Rule):
             )
             grad_from = entry.get("grad_from")
             grad_settled = grad_from is not None and _callers_turn_grad_off(
-                project, path, grad_from
+                project, cls.code, path, grad_from
             )
             if not eval_settled and not grad_settled:
                 diagnostic = project.candidate(display, cls.code, key)
@@ -829,16 +829,14 @@ class EvalModeMissing(Rule):
         )
 
 
-def _callers_turn_grad_off(project, path: Path, name: str) -> bool:
+def _callers_turn_grad_off(project, code: str, path: Path, name: str) -> bool:
     """Does every call of function `name` (defined in `path`, which never calls it) from the
     files that import it, or its module, run with autograd off? At least one such call must be
     seen, and none may be hidden: an importer that hands the function on (a callback) or that
     holds no facts of this rule may call it any way."""
-    importers = set(project.files_importing(name)) | set(project.files_importing(path.stem))
-    importers.discard(Path(path))
     seen = 0
-    for importer in sorted(importers):
-        facts = project.facts_of(importer, "TRL405")
+    for importer in sorted(project.importers_of(name, path)):
+        facts = project.facts_of(importer, code)
         if not isinstance(facts, dict):
             return False  # not read by this rule: it may call the function any way
         uses = facts.get("imported_calls_grad_off")
