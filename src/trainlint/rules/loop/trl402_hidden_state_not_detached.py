@@ -88,12 +88,13 @@ class HiddenStateNotDetached(Rule):
     ```
 
     Not reported: a state reset or detached each batch (any re-binding of it inside the loop,
-    `h.detach_()`), a state carried only across the timesteps of one sequence with one
+    `h.detach_()`, or the loop's own target: `for i, states, actions in play(envs):`), a state carried only across the timesteps of one sequence with one
     backward after it (`for t in range(T): out, h = cell(x[t], h)` then `loss.backward()`),
     generation under `torch.no_grad()`, loops without a backward, framework-managed code, and
     a value fed back through a function rather than a module (`_, state = play_and_record(state,
     ...)`, `_, train_state = run_epoch(..., train_state=train_state)`: a `def` of the file, or
-    a name imported or defined as a function or class, or, in a notebook with cells that do not
+    a name imported or defined as a function or class, a function or class of an imported
+    module, `ppo.learn(..., learn_state=learn_state)`, or, in a notebook with cells that do not
     parse, a name nothing analysed binds: the helper's cell may be one of them): what such a
     call hands back as the state may be an environment observation or a counter object, not a
     tensor with a graph. Nor a value that starts as a number and goes through a method of the
@@ -182,6 +183,14 @@ class HiddenStateNotDetached(Rule):
                 notebook = self.ctx.source.notebook
                 return notebook is not None and bool(notebook.broken)
             return all(b.kind in ("import", "def", "class") for b in bindings)
+        root = func
+        while type(root) is cst.Attribute:
+            root = root.value
+        if type(root) is cst.Name and root is not func:
+            # `ppo.learn(..., learn_state=state)`, `torch.FloatTensor(states)`: a function or
+            # class of an imported module, not a module object of the script.
+            bindings = self.ctx.analysis(Scopes).lookup(root.value, root)
+            return bool(bindings) and all(b.kind == "import" for b in bindings)
         return False
 
     def _number_through_a_method(
@@ -202,7 +211,10 @@ class HiddenStateNotDetached(Rule):
         return True
 
     def _rebound_in(self, names: List[str], loop, assign) -> bool:
-        """Is the state re-bound (reset, detached) somewhere else in the loop?"""
+        """Is the state re-bound (reset, detached) somewhere else in the loop? A name the loop
+        itself binds each iteration (`for i, states, actions in play(envs):`) starts afresh."""
+        if type(loop) is cst.For and set(dotted_targets(loop.target)) & set(names):
+            return True
         for node in self.ctx.tree.descendants(loop):
             if node is assign:
                 continue
