@@ -49,7 +49,8 @@ class DdpWithoutSetDevice(Rule):
     model.py calling `torch.cuda.set_device(device)`, directly or through the helper file's own
     functions); the project phase follows the call (under flake8, only this file is seen).
     An `init_process_group` inside a function this file never runs or names (`setup()` of a
-    utils package) is judged by the project files that import it: reported when they exist and
+    utils package), or in a method of a class it never builds or names (a `Trainer` whose
+    `__init__` starts the group), is judged by the project files that import it: reported when they exist and
     none of them sets the device, not reported when one does (the FSDP example's script calls
     `setup()` and then `torch.cuda.set_device(local_rank)`) or when no importer is found.
     A group of one process (`world_size=1`, written as a literal: a single-GPU run that only
@@ -140,16 +141,26 @@ class DdpWithoutSetDevice(Rule):
 
     def _run_only_by_importers(self, call: cst.Call) -> bool:
         """Is `call` inside a module-level function this file never calls or names (a helper
-        for other files: `def setup(): dist.init_process_group("nccl")` in utils)?"""
+        for other files: `def setup(): dist.init_process_group("nccl")` in utils), or in a
+        method of a module-level class it never builds or names (a `Trainer` whose
+        `__init__` starts the group, built by the training script)?"""
         function = None
         for ancestor in self.ctx.ancestors(call):
             if type(ancestor) is cst.FunctionDef:
                 function = ancestor
-        if function is None or self.ctx.parent(function) is not self.ctx.module:
+        if function is None:
             return False
-        name = function.name.value
+        owner: cst.CSTNode = function
+        block = self.ctx.parent(function)
+        cls = self.ctx.parent(block) if type(block) is cst.IndentedBlock else None
+        if isinstance(cls, cst.ClassDef):
+            owner = cls
+        if self.ctx.parent(owner) is not self.ctx.module:
+            return False
+        assert isinstance(owner, (cst.FunctionDef, cst.ClassDef))
+        name = owner.name.value
         for node in self.ctx.nodes(cst.Name):
-            if node.value == name and node is not function.name:
+            if node.value == name and node is not owner.name:
                 return False  # called, passed to mp.spawn, or otherwise used here
         return not any(
             node.attr.value == name for node in self.ctx.nodes(cst.Attribute)
