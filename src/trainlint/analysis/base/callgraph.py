@@ -13,7 +13,7 @@ same-file base's. Functions passed around as values are not followed.
 from __future__ import annotations
 
 import builtins
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -235,16 +235,18 @@ class CallGraph(Analysis):
                 return True
         return False if calls else None
 
-    def named_in_file(self, function: cst.FunctionDef) -> bool:
-        """Does the file name `function` anywhere but in its `def`: a call, a callback
-        (`fire.Fire(evaluate)`), an alias? (Another object's member of that name does not
-        count.)"""
-        name = function.name.value
+    def named_in_file(
+        self, definition: Union[cst.FunctionDef, cst.ClassDef], members: bool = False
+    ) -> bool:
+        """Does the file name a function or class anywhere but in its definition: a call, a
+        callback (`fire.Fire(evaluate)`), an alias? Another object's member of that name
+        counts only with `members` (`self.setup()` may be a method of that name, or not)."""
+        name = definition.name.value
         for node in self.ctx.nodes(cst.Name):
-            if node.value != name or node is function.name:
+            if node.value != name or node is definition.name:
                 continue
             parent = self.ctx.parent(node)
-            if type(parent) is cst.Attribute and parent.attr is node:
+            if not members and type(parent) is cst.Attribute and parent.attr is node:
                 continue
             return True
         return False

@@ -9,6 +9,7 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import argument, keyword
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
@@ -158,13 +159,8 @@ class DdpWithoutSetDevice(Rule):
         if self.ctx.parent(owner) is not self.ctx.module:
             return False
         assert isinstance(owner, (cst.FunctionDef, cst.ClassDef))
-        name = owner.name.value
-        for node in self.ctx.nodes(cst.Name):
-            if node.value == name and node is not owner.name:
-                return False  # called, passed to mp.spawn, or otherwise used here
-        return not any(
-            node.attr.value == name for node in self.ctx.nodes(cst.Attribute)
-        )
+        # Called, passed to mp.spawn, or otherwise used here (a member of that name too).
+        return not self.ctx.analysis(CallGraph).named_in_file(owner, members=True)
 
     # -- the project phase: set_device in a helper of another file --------------------------
 
