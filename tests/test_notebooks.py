@@ -261,6 +261,31 @@ def test_a_notebook_for_another_language_is_not_analysed(project, monkeypatch, c
     assert code == 0, out
 
 
+def test_a_cell_switched_to_another_language_is_left_out(project, monkeypatch, capsys):
+    # VS Code keeps a cell's chosen language in its metadata: a book shows the launch command
+    # of a training script as a shell cell, which the Python kernel is never given.
+    launch = 'accelerate launch train.py \\\n  --mixed_precision="fp16" \\\n  --use_ema'
+    shell = code_cell(launch)
+    shell["metadata"] = {"vscode": {"languageId": "bat"}}
+    python = code_cell("import torch\nx = torch.ones(2)")
+    python["metadata"] = {"vscode": {"languageId": "python"}}
+    nb = standard_notebook()
+    nb["cells"][2:2] = [shell, python]  # cells 3 and 4; the model is now cell 7
+    (project / "nb.ipynb").write_text(dumps(nb))
+    code, out, _ = run_main(monkeypatch, capsys, project, "--output-format", "concise", "nb.ipynb")
+    assert code == 1
+    assert out.splitlines()[0].startswith("nb.ipynb:cell 7:3:9: TRL201"), out
+    assert "TRL001" not in out
+    source = Source.from_bytes("nb.ipynb", dumps(nb).encode())
+    assert 3 not in [n for n, _ in source.cells] and 4 in [n for n, _ in source.cells]
+    # The same command in a cell nobody marked is a syntax error when the cell runs.
+    del nb["cells"][2]["metadata"]["vscode"]
+    (project / "nb.ipynb").write_text(dumps(nb))
+    code, out, _ = run_main(monkeypatch, capsys, project, "--output-format", "concise", "nb.ipynb")
+    assert out.splitlines()[0].startswith("nb.ipynb:cell 3:1:"), out
+    assert "TRL001 error: SyntaxError" in out.splitlines()[0]
+
+
 def test_noqa_inside_a_cell(project, monkeypatch, capsys):
     nb = standard_notebook()
     nb["cells"][4] = code_cell(MODEL.replace(BUG, BUG + "  # noqa: TRL201"))

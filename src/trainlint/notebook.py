@@ -11,6 +11,9 @@ is not Python is masked line by line so the text parses, keeping the number of l
 - a cell magic whose body is Python (`%%time`, `%%timeit`, `%%capture`, ...) masks its first
   line only; any other cell magic (`%%bash`, `%%writefile`, `%%html`, ...) leaves the whole
   cell out, like a markdown cell, also under magics of the first kind (`%%time` over `%%bash`);
+- a code cell whose metadata gives it another language (VS Code stores the language a cell
+  was switched to in `metadata.vscode.languageId`: `"bat"`, `"shellscript"`, `"markdown"`) is
+  left out the same way;
 - a cell that still does not parse on its own is left out too and reported as TRL001 in that
   cell (Jupyter runs each cell separately, so the others are still checked).
 
@@ -448,7 +451,7 @@ def _language(data: Dict[str, Any]) -> str:
 
 def load(raw: str) -> Tuple[Dict[str, Any], List[Tuple[int, str]]]:
     """Validate the nbformat structure trainlint relies on; (notebook, [(number, code)] for
-    every code cell). Raises NotebookError with the position of the problem."""
+    every Python code cell). Raises NotebookError with the position of the problem."""
     try:
         data = json.loads(raw, parse_int=json_int)
     except json.JSONDecodeError as exc:
@@ -501,8 +504,18 @@ def load(raw: str) -> Tuple[Dict[str, Any], List[Tuple[int, str]]]:
         if kind == "code":
             if not isinstance(cell.get("outputs", []), list):
                 raise fail(f"cell {number}: `outputs` must be a list", where + ("outputs",))
-            code.append((number, text))
+            if _python_cell(cell):
+                code.append((number, text))
     return data, code
+
+
+def _python_cell(cell: Dict[str, Any]) -> bool:
+    """Is a code cell Python? VS Code records the language a cell was switched to
+    (`"vscode": {"languageId": "bat"}`): a book's `accelerate launch ...` command shown as a
+    shell cell is not meant for the Python kernel."""
+    editor = cell.get("metadata", {}).get("vscode")
+    language = editor.get("languageId") if isinstance(editor, dict) else None
+    return not isinstance(language, str) or language.lower() in ("python", "ipython")
 
 
 def _kind(value: Any) -> str:
