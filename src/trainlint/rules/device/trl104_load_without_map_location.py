@@ -6,13 +6,14 @@ from typing import Optional
 
 import libcst as cst
 
+from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.names import dotted_name
-from ...analysis.base.scopes import reads_of_binding
+from ...analysis.base.scopes import Scopes, reads_of_binding
 from ...analysis.base.vocabulary import never_mentions_accelerator
 from ...analysis.device.choices import DeviceChoices
 from ...analysis.device.cuda_only import CudaOnly
 from ...diagnostics import Severity
-from ...walk import children
+from ...walk import children, own_nodes
 from ..base import PendingFix, Rule
 
 _LOADS = ("torch.load", "torch.serialization.load")
@@ -63,17 +64,18 @@ class LoadWithoutMapLocation(Rule):
     own device) avoids both; `model.load_state_dict` and `optimizer.load_state_dict` copy the
     values onto the devices of the parameters they fill anyway.
 
-    Not reported when the file itself wrote the path earlier (`torch.save(obj, path)` above,
-    or in an earlier notebook cell: the same machine reads its own devices back), when the other
-    branch of the enclosing `if` loads with `map_location` (the branch without it runs where
-    the devices exist) or the load sits in a `try` whose handler for `RuntimeError` (or any
-    exception) loads again with `map_location`, when a file that writes its own checkpoints never mentions an
-    accelerator (what it saves holds CPU tensors), or when the load can only run on a machine
-    with CUDA, in one process on the first GPU: a bare `.cuda()`, a hard-coded `"cuda"`, or
-    CUDA tensors made the default type, on a line nothing can skip, in the load's function, in
-    every caller of it, in its class's `__init__` or at import time, in a file that neither
-    chooses a GPU index nor starts one process per GPU. Such a script saves from cuda:0, and
-    cuda:0 exists wherever it can run.
+    Not reported when the file itself wrote the path earlier (`torch.save(obj, path)` above, or
+    in an earlier notebook cell: the same machine reads its own devices back; also `best =
+    self._train(...)` where that function of the file saves to the path it returns), when the
+    other branch of the enclosing `if` loads with `map_location` (the branch without it runs
+    where the devices exist) or the load sits in a `try` whose handler for `RuntimeError` (or
+    any exception) loads again with `map_location`, when a file that writes its own checkpoints
+    never mentions an accelerator (what it saves holds CPU tensors), or when the load can only
+    run on a machine with CUDA, in one process on the first GPU: a bare `.cuda()`, a hard-coded
+    `"cuda"`, or CUDA tensors made the default type, on a line nothing can skip, in the load's
+    function, in every caller of it, in its class's `__init__` or at import time, in a file that
+    neither chooses a GPU index nor starts one process per GPU. Such a script saves from cuda:0,
+    and cuda:0 exists wherever it can run.
 
     **Preview rule.** Measured on public repositories it was never tuned on, most loads it
     reports cannot fail: whether the file holds GPU tensors (a label cache, downloaded weights,
@@ -179,14 +181,48 @@ class LoadWithoutMapLocation(Rule):
         for call in self.ctx.nodes(cst.Call):
             if index.get(call, at) >= at or not self.names.is_(call.func, *_SAVES):
                 continue
-            saved = [a.value for a in call.args if a.keyword is None]
-            target = saved[1] if len(saved) > 1 else None
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value == "f":
-                    target = arg.value
+            target = self._save_target(call)
             if target is not None and _compact(self.ctx.code(target)) == wanted:
                 return True
-        return False
+        return type(path) is cst.Name and self._returned_by_a_saver(path)
+
+    def _save_target(self, save: cst.Call) -> Optional[cst.BaseExpression]:
+        """The path of `torch.save(obj, path)` (or `f=path`)."""
+        saved = [a.value for a in save.args if a.keyword is None]
+        target = saved[1] if len(saved) > 1 else None
+        for arg in save.args:
+            if arg.keyword is not None and arg.keyword.value == "f":
+                target = arg.value
+        return target
+
+    def _returned_by_a_saver(self, path: cst.Name) -> bool:
+        """`best = self._train(...)` then `torch.load(best)`, where `_train` (a function of
+        this file) saves to the path it returns: the process loads what it has just written.
+        Every binding of the name must be such a call."""
+        bindings = self.ctx.analysis(Scopes).lookup(path.value, path)
+        if not bindings:
+            return False
+        graph = self.ctx.analysis(CallGraph)
+        for binding in bindings:
+            value = binding.value if binding.kind == "assign" else None
+            function = graph.callee(value) if type(value) is cst.Call else None
+            if function is None:
+                return False
+            saved = {
+                _compact(self.ctx.code(target))
+                for call in own_nodes(function.body)
+                if type(call) is cst.Call and self.names.is_(call.func, *_SAVES)
+                for target in [self._save_target(call)]
+                if target is not None
+            }
+            returned = [
+                node.value
+                for node in own_nodes(function.body)
+                if type(node) is cst.Return and node.value is not None
+            ]
+            if not returned or any(_compact(self.ctx.code(r)) not in saved for r in returned):
+                return False
+        return True
 
     def _saves_here(self) -> bool:
         return any(self.names.is_(call.func, *_SAVES) for call in self.ctx.nodes(cst.Call))
