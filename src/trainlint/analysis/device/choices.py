@@ -157,6 +157,10 @@ class Placement:
     expr: cst.BaseExpression
     as_index: bool  # `expr` is an integer index (`.cuda(i)`, `device_ids=[i]`)
     direct: bool  # a placement call proper (`.to`, `.cuda`, `device=`), not a device handed on
+    # A DataParallel replica's device other than the output device (`1` in `device_ids=[0,
+    # 1]`): DataParallel runs that replica's forward with its device current, and the
+    # outputs come back to the output device, so nothing outside the wrapper works there.
+    replica: bool = False
 
 
 class DeviceChoices(Analysis):
@@ -542,8 +546,13 @@ class DeviceChoices(Analysis):
             elif keyword == "device_ids" and (
                 type(arg.value) is cst.List or type(arg.value) is cst.Tuple
             ):
-                for element in arg.value.elements:
-                    out.append(Placement(call, element.value, True, True))
+                output_given = any(
+                    a.keyword is not None and a.keyword.value == "output_device"
+                    for a in call.args
+                )
+                for position, element in enumerate(arg.value.elements):
+                    replica = leaf == "DataParallel" and (output_given or position > 0)
+                    out.append(Placement(call, element.value, True, True, replica))
                     used.add(element.value)
             elif keyword == "output_device":
                 out.append(Placement(call, arg.value, True, True))

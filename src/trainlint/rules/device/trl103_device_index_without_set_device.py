@@ -61,7 +61,9 @@ class DeviceIndexWithoutSetDevice(Rule):
     or GPU id placed inside its functions is not reported either: the script that imports the
     module chose it and sets the current device (a literal `"cuda:1"` there still is).
     `dist.barrier(device_ids=[rank])` and HF `pipeline(device=i)` (which runs under
-    `with torch.cuda.device(i)`) are not placements.
+    `with torch.cuda.device(i)`) are not placements, and neither is a DataParallel replica's
+    GPU other than its output device (`1` in `DataParallel(model, device_ids=[0, 1])`):
+    DataParallel runs each replica's forward with that replica's device current.
 
     ## Example
     ```python
@@ -111,6 +113,8 @@ class DeviceIndexWithoutSetDevice(Rule):
         library = self._library_module()
         groups: Dict[object, Tuple[DeviceChoice, List[Placement]]] = {}
         for placement in choices.placements():
+            if placement.replica:
+                continue  # DataParallel makes a replica's device current while it runs
             choice = choices.trace(placement.expr, placement.as_index)
             if choice is None or not choice.chosen:
                 continue
