@@ -242,11 +242,16 @@ class DeviceTensors(Analysis):
         return self._on_device(expr, self.device_names(scope), scope, 0)
 
     def device_partners(self, expr: cst.CSTNode, scope: cst.CSTNode) -> List[cst.Name]:
-        """The device-tensor names `expr` is computed from, in order."""
+        """The device-tensor names `expr` is computed from, in order. A name called
+        (`critic` in `critic(x)`) is a model on the device, not a tensor: a module has no
+        `.device` for a fix to name."""
         names = self.device_names(scope)
         out = []
         for node in [expr] + list(self.ctx.tree.descendants(expr)):
             if type(node) is cst.Name and node.value in names and self._is_read(node):
+                parent = self.ctx.parent(node)
+                if type(parent) is cst.Call and parent.func is node:
+                    continue
                 if not self._killed_between(node, expr):
                     out.append(node)
         return out

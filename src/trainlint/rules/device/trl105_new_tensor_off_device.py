@@ -61,8 +61,9 @@ class NewTensorOffDevice(Rule):
     level a model counts as on the device only after the statement that moves it), a model a
     function builds for itself (`gen = Generator(z).get_gen()` in a shape test) which only a
     move of another `gen` elsewhere in the file would place, a tensor
-    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:` or as `w =
-    w.cuda() if use_cuda else w`, `w = helper(w, gpu)`, or the legacy `z =
+    moved where its name is rebound (`w = w.cuda()`, also under `if use_cuda:`, as `w =
+    w.cuda() if use_cuda else w`, `w = helper(w, gpu)`, in a tuple, `zeros, ones =
+    zeros.cuda(), ones.cuda()`, or the legacy `z =
     Variable(z).to(device)` earlier in the same loop body), a tensor made on the side of the
     code that runs without CUDA (the `else` of `if torch.cuda.is_available():`, or of an `if`
     whose other arm makes the same value and only moves it: `if self.gpu_mode: alpha =
@@ -299,6 +300,24 @@ class NewTensorOffDevice(Rule):
             if not (type(other) is cst.Name and other.value == name):
                 return False
             expr, holder = holder, self.ctx.parent(holder)
+        if type(holder) is cst.Element:
+            # `zeros, ones = zeros.cuda(), ones.cuda()`: the same position of a tuple target
+            values = self.ctx.parent(holder)
+            if not isinstance(values, (cst.Tuple, cst.List)):
+                return False
+            assign = self.ctx.parent(values)
+            if not isinstance(assign, cst.Assign) or assign.value is not values:
+                return False
+            position = next(i for i, e in enumerate(values.elements) if e is holder)
+            for target in assign.targets:
+                names = target.target
+                if isinstance(names, (cst.Tuple, cst.List)) and len(names.elements) == len(
+                    values.elements
+                ):
+                    bound = names.elements[position].value
+                    if isinstance(bound, cst.Name) and bound.value == name:
+                        return True
+            return False
         return (
             type(holder) is cst.Assign
             and holder.value is expr
