@@ -31,7 +31,7 @@ from .batchvalues import (
     name_words,
 )
 from .batchwalk import BatchWalker, condition_key
-from .modes import dynamic_model_class, file_model_classes
+from .modes import dynamic_model_class, file_model_classes, model_classes
 from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
@@ -558,6 +558,28 @@ class BatchFlow(Analysis):
                         return True
         return False
 
+    def project_model_classes(self, call: cst.Call) -> Optional[List[str]]:
+        """The qualified names of the classes the model `call` runs may be built from, when
+        every one is imported and may belong to the project (`from models import NRMS, LSTUR`;
+        `model = NRMS(...).to(device)` on one branch, `LSTUR(...)` on the other): their
+        `forward`, in another file, may place its inputs itself, which only the project phase
+        can read. None when a class is this file's, torch's or a known library's, or a binding
+        builds no class."""
+        target = _module_called(call)
+        if type(target) is not cst.Name:
+            return None
+        found = model_classes(self.ctx.analysis(TrainingSteps), target.value, call)
+        if not found or any(len(names) != 1 for names in found):
+            return None
+        classes = [next(iter(names)) for names in found]
+        for qualname in classes:
+            if qualname.startswith((LOCAL_PREFIX, "<", "torch.", "builtins.")):
+                return None
+            top = qualname.split(".")[0]
+            if top in _THIRD_PARTY or top in _STDLIB:
+                return None
+        return classes
+
     def runs_a_named_model(self, call: cst.Call) -> bool:
         """`self.model(data, target)`, `net.forward(x)`: a call that may run a module and is
         named like a model. What it returns is the model's output, not an item of the batch."""
@@ -695,6 +717,7 @@ class BatchFlow(Analysis):
 
 
 # -- helpers for the dataflow -----------------------------------------------------------------
+
 
 _STDLIB = frozenset(
     getattr(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -295,6 +295,10 @@ class Unmoved:
     # Found by the path check: the batch's moves sit on branches that exclude each other, and
     # this is what another of those branches leaves on the CPU.
     instead: Optional["Unmoved"] = None
+    # A model built from classes imported from the project, whose `forward` (in another file)
+    # may place this argument itself: (the classes' qualified names, the argument's position or
+    # keyword). Only the project phase can read those forwards.
+    forward_of: Optional[Tuple[List[str], Union[int, str]]] = None
 
 
 @dataclass

@@ -583,6 +583,11 @@ class BatchWalker:
                 # out of (`graph.ndata["feat"].to(device)`, a DGL graph), and may place it itself
                 continue
             self.report(v, arg.value, call, "model")
+            classes = self.a.project_model_classes(call)
+            if classes is not None and self.flow.findings:
+                last = self.flow.findings[-1]
+                if last.element is v and last.sink is call:
+                    last.forward_of = (classes, arg.keyword.value if arg.keyword else index)
 
     def _scattered(self, call: cst.Call) -> bool:
         """A loss module wrapped in DataParallel (`criterion = nn.DataParallel(criterion)`, on

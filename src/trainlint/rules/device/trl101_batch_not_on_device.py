@@ -9,11 +9,19 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.calls import keyword
+from ...analysis.base.nodes import positional_params
 from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
 from ...analysis.loop.batchflow import BatchFlow
 from ...analysis.loop.batchvalues import Element, Flow, Unmoved
 from ...analysis.parallel.parallel import Parallel
-from ...analysis.project.hierarchy import module_file
+from ...analysis.project.hierarchy import (
+    ClassRef,
+    Hierarchy,
+    deferred_candidates,
+    module_file,
+    resolution_facts,
+)
+from ...analysis.project.modules import Modules
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
 
@@ -132,7 +140,10 @@ class BatchNotOnDevice(Rule):
     x.to("cuda")` at its top: the model places what it gets), or whose class a lookup picks
     while the script runs (`Model = getattr(importlib.import_module(f"model.{name}"), name)`:
     a `forward` nobody can read here may place its inputs too; labels that meet its output in
-    a loss are still reported); scripts that never move
+    a loss are still reported), or whose class comes from another file of the project (`from
+    models.nrms import NRMS`): the project phase reads that class's `forward`, or its nearest
+    base's, and reports only when no class the model may be built from moves the argument;
+    scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file
@@ -141,9 +152,10 @@ class BatchNotOnDevice(Rule):
 
     When the batch is handed to a function imported from the project that may move it in place
     (`utils.to_cuda(batch)`), only the project phase of `trainlint check` can tell: it reads that
-    function from the other file and reports only if it does not move its argument. Under flake8,
-    which sees one file at a time, and when the other file is not part of the run, those findings
-    are not reported (never a guess). Names configured with `device-movers` in
+    function from the other file and reports only if it does not move its argument; the same
+    holds for a model of a class imported from the project. Under flake8, which sees one file at
+    a time, and when the other file is not part of the run, those findings are not reported
+    (never a guess). Names configured with `device-movers` in
     `[tool.trainlint]` are read by `trainlint`; flake8 runs with the built-in names only.
 
     ## Example
@@ -208,6 +220,8 @@ class BatchNotOnDevice(Rule):
         super().__init__(ctx)
         self._deferred: List[Tuple[Tuple[str, int], PendingReport]] = []
         self._unknown_model: List[PendingReport] = []
+        # candidate key -> the imported model class whose `forward` decides (project phase)
+        self._forward_questions: Dict[str, Dict[str, Any]] = {}
 
     # -- the per-file phase -------------------------------------------------------------------
 
@@ -245,6 +259,18 @@ class BatchNotOnDevice(Rule):
                 )
             )
         helper = element.helper or flow.helper
+        if helper is None and finding.forward_of is not None:
+            # `model(images)` where `model = Net()` and `Net` comes from another file of the
+            # project: its `forward` may move `images` itself. The project phase reads it.
+            classes, argument = finding.forward_of
+            key = f"forward{len(self._forward_questions)}"
+            self._forward_questions[key] = {
+                "classes": classes,
+                "arg": argument,
+                "unknown_model": self._model_of_unknown_placement(finding),
+            }
+            self.candidate(key, finding.use, message, fix=fix, related=related, help=help_text)
+            return
         if helper is None and self._model_of_unknown_placement(finding):
             # `model(inputs)` where `model` comes from elsewhere (a parameter, another file)
             # and only the batch's other moves say it is on the device: it may be a
@@ -471,26 +497,63 @@ class BatchNotOnDevice(Rule):
                 deferred.append({"helper": helper, "arg": arg, "diagnostic": diagnostic.to_dict()})
             for diagnostic in resolve_reports(self.ctx, self._unknown_model):
                 unknown_model.append(diagnostic.to_dict())
-        return {
+        facts: Dict[str, Any] = {
             "functions": movers,
-            "deferred": deferred,
+            "helper_deferred": deferred,
             "unknown_model": unknown_model,
             "wraps_inputs": self._wraps_inputs_here(),
+            "deferred": self._forward_questions,
         }
+        if self._forward_questions or self.ctx.nodes(cst.ClassDef):
+            facts.update(resolution_facts(self.ctx, self._class_facts(moves)))
+        return facts
+
+    def _class_facts(self, moves: Moves) -> Dict[str, object]:
+        """Each class of the file (with bases) -> its bases and, when it defines `forward`,
+        which arguments of a call of the module that `forward` moves: positions (`self` left
+        out) and parameter names, for the files that build the class."""
+        classes: Dict[str, object] = {}
+        for name, cls in self.ctx.analysis(Modules).classes.items():
+            entry: Dict[str, Any] = {"bases": list(cls.bases)}
+            forward = next(
+                (
+                    statement
+                    for statement in cls.node.body.body
+                    if type(statement) is cst.FunctionDef and statement.name.value == "forward"
+                ),
+                None,
+            )
+            if forward is not None:
+                params = [p.name.value for p in positional_params(forward)][1:]
+                moved = sorted(i - 1 for i in moves.moved_params(forward) if i > 0)
+                entry["forward"] = {"params": params, "moved": moved}
+            classes[name] = entry
+        return classes
 
     @classmethod
     def check_project(cls, project) -> Iterable[Diagnostic]:
         facts = project.facts(cls.code)
         out: List[Diagnostic] = []
-        if not any(f.get("wraps_inputs") for f in facts.values()):
+        wraps_inputs = any(f.get("wraps_inputs") for f in facts.values())
+        if not wraps_inputs:
             for data in facts.values():
                 out.extend(Diagnostic.from_dict(d) for d in data.get("unknown_model", []))
-        if not any(f.get("deferred") for f in facts.values()):
+        for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
+            if entry is None or (entry.get("unknown_model") and wraps_inputs):
+                continue
+            verdicts = [_forward_moves(hierarchy, c, path, entry["arg"]) for c in entry["classes"]]
+            # Reported when no class the model may be built from places the argument: like an
+            # undecidable branch, a choice of class is assumed to be the one that works.
+            if verdicts and all(verdict is False for verdict in verdicts):
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    out.append(diagnostic)
+        if not any(f.get("helper_deferred") for f in facts.values()):
             return out
         modules = _module_index(project)
         for display, data in facts.items():
             importer = project.paths.get(display)
-            for entry in data.get("deferred", []):
+            for entry in data.get("helper_deferred", []):
                 target = _helper_file(entry["helper"], importer, project, modules)
                 if target is None or target not in facts:
                     continue  # cannot know what the helper does: stay quiet
@@ -545,6 +608,32 @@ def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
             break
         run.append(statement)
     return run
+
+
+def _forward_moves(
+    hierarchy: Hierarchy, qualname: str, importer: Path, argument: Any
+) -> Optional[bool]:
+    """Does the `forward` of the class `qualname` (as imported in `importer`) move the
+    argument a call of the module hands it at `argument` (a position, or a keyword)? True or
+    False when the forward is read (the class's own, or the nearest base's that defines one);
+    False for a class of a module outside the project (a library's model, read as before);
+    None when the class is the project's but its `forward` cannot be read."""
+    ref = hierarchy.resolve(qualname, importer)
+    if not isinstance(ref, ClassRef):
+        module = qualname.rsplit(".", 1)[0]
+        if module.startswith(".") or hierarchy.module_file(module, importer) is not None:
+            return None  # a file of the project that does not say
+        return False
+    for _, class_facts in hierarchy.ancestry(ref).members:
+        forward = class_facts.get("forward")
+        if not isinstance(forward, dict):
+            continue
+        params = forward.get("params", [])
+        index = argument
+        if isinstance(argument, str):
+            index = params.index(argument) if argument in params else None
+        return isinstance(index, int) and index in forward.get("moved", [])
+    return None
 
 
 def _module_index(project) -> Dict[Path, str]:
