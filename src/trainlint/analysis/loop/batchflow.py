@@ -21,6 +21,7 @@ from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.expressions import Devices
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
+from ..parallel.parallel import Parallel
 from .batchvalues import (
     Flow,
     MODULE_NOT_FORWARD,
@@ -680,6 +681,22 @@ class BatchFlow(Analysis):
                     return False  # a criterion of this file that moves its targets itself
         return True
 
+    def takes_cpu_targets(self, call: cst.Call) -> bool:
+        """Is the loss `call` runs a CTC loss (torch's `nn.CTCLoss` / `F.ctc_loss`, warp-ctc's
+        `CTCLoss`)? Its targets and lengths may stay on the CPU: cuDNN's CTC wants them there,
+        torch's own kernel moves CPU targets to the log-probabilities' device itself, and
+        warp-ctc takes CPU labels. Also through a name or `self.criterion` bound only to one."""
+        func = call.func
+        if type(func) is cst.Call:  # nn.CTCLoss()(log_probs, targets, ...)
+            return _names_ctc(self.names.qualified(func.func))
+        if _names_ctc(self.names.qualified(func)):
+            return True
+        values = self.ctx.analysis(Parallel).bound_values(func, call)
+        return bool(values) and all(
+            type(value) is cst.Call and _names_ctc(self.names.qualified(value.func))
+            for value in values or ()
+        )
+
     def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
         """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound
         only to instances of a class named `...Loss` (not one of this file that moves things)."""
@@ -717,6 +734,11 @@ class BatchFlow(Analysis):
 
 
 # -- helpers for the dataflow -----------------------------------------------------------------
+
+
+def _names_ctc(qualified: FrozenSet[str]) -> bool:
+    """`torch.nn.CTCLoss`, `torch.nn.functional.ctc_loss`, `warpctc_pytorch.CTCLoss`."""
+    return any(q.split(".")[-1] in ("CTCLoss", "ctc_loss") for q in qualified)
 
 
 _STDLIB = frozenset(

@@ -555,7 +555,10 @@ class BatchWalker:
             return
         if self.a.is_loss(call):
             if on_device_args and not self._scattered(call):
-                for arg, v in values:
+                cpu_targets = self.a.takes_cpu_targets(call)
+                for position, (arg, v) in enumerate(values):
+                    if cpu_targets and (position > 0 or arg.keyword is not None):
+                        continue  # a CTC loss's targets and lengths may stay on the CPU
                     if isinstance(v, Element) and not arg.star:
                         self.report(v, arg.value, call, "loss")
             return

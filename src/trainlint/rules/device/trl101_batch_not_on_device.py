@@ -143,7 +143,8 @@ class BatchNotOnDevice(Rule):
     a loss are still reported), or whose class comes from another file of the project (`from
     models.nrms import NRMS`): the project phase reads that class's `forward`, or its nearest
     base's, and reports only when no class the model may be built from moves the argument;
-    scripts that never move
+    targets and lengths handed to a CTC loss (torch's `nn.CTCLoss` / `F.ctc_loss`, warp-ctc's
+    `CTCLoss`), which take them on the CPU; scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file
