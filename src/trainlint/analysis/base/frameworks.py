@@ -65,6 +65,19 @@ _MANAGED_SUFFIXES = ("LightningModule", "LightningDataModule")
 
 _DEFAULT_DEVICE_CALLS = ("torch.set_default_device", "torch.set_default_tensor_type")
 
+# Libraries whose models and losses are PyTorch's, though a file using them may never write
+# `torch` itself.
+_TORCH_LIBRARIES = frozenset(
+    {
+        "lightning", "accelerate", "transformers", "deepspeed", "ignite", "detectron2",
+        "mmengine", "mmcv", "mmdet", "mmseg", "mmpretrain", "mmcls", "timm", "fastai",
+        "diffusers", "peft", "trl", "dgl", "monai", "kornia", "sentence_transformers",
+        "allennlp", "fairseq", "speechbrain", "nemo", "espnet", "catalyst", "skorch",
+        "pyro", "gpytorch", "botorch", "einops", "x_transformers", "open_clip", "clip",
+        "segmentation_models_pytorch", "pytorch_lightning", "flash", "ultralytics",
+    }
+)
+
 
 class Frameworks(Analysis):
     def __init__(self, ctx) -> None:
@@ -102,6 +115,34 @@ class Frameworks(Analysis):
     def uses(self, framework: str) -> bool:
         """Does anything in the file belong to `framework` ("accelerate", "lightning", ...)?"""
         return framework in self._frameworks_in_file
+
+    def without_torch(self) -> bool:
+        """Is the file a script or notebook that uses no PyTorch: it imports neither torch
+        (nor `torch*` packages) nor a library built on it, and no star import could bring one
+        in? Such code (a NumPy-only homework framework with its own `model.backward(...)`)
+        records no autograd graph; a model and loss it builds from a module of its project are
+        taken to be that module's own. A module of helpers only (functions and classes, no
+        loop of its own at the top level) is not judged so: its callers may hand it torch's
+        models and losses without it ever importing torch."""
+        if self.ctx.scopes.module_scope.star_imports or not self._runs_as_script():
+            return False
+        for name in self.names.imported_names():
+            top = name.lstrip(".").split(".")[0]
+            if top.startswith("torch") or top in _TORCH_LIBRARIES:
+                return False
+        return True
+
+    def _runs_as_script(self) -> bool:
+        """A notebook, or a module with a loop or an `if __name__ == "__main__":` block at
+        its top level."""
+        if self.ctx.source.notebook is not None:
+            return True
+        for statement in self.ctx.module.body:
+            if type(statement) in (cst.For, cst.While):
+                return True
+            if type(statement) is cst.If and "__main__" in self.ctx.code(statement.test):
+                return True
+        return False
 
     # -- building -----------------------------------------------------------------------------
 

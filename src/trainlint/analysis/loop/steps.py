@@ -25,7 +25,9 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
 3. Grad mode. `grad_disabled(node)`: under `torch.no_grad()`/`inference_mode()` (lexically, by
    decorator, `torch.set_grad_enabled(False)`/`stack.enter_context(torch.no_grad())` earlier in
    the function, or because every same-file caller of the enclosing function is), or a call
-   given a legacy `Variable(x, volatile=True)` input (PyTorch < 0.4's way to the same end).
+   given a legacy `Variable(x, volatile=True)` input (PyTorch < 0.4's way to the same end), or
+   anywhere in a script or notebook that uses no PyTorch at all (`Frameworks.without_torch`:
+   a NumPy-only homework framework records no graph).
 
 4. Loops. `step_loops()` (loops that run `backward()` and an optimizer `step()`),
    `is_step_loop(loop)` (a `backward()` runs in the loop's own iteration, not only in a nested
@@ -107,6 +109,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
         self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
+        self._without_torch: Optional[bool] = None
         self._backpropagates: Optional[bool] = None
         self._may_update: Optional[bool] = None
         self._disablers: Optional[Dict[Optional[cst.FunctionDef], List[int]]] = None
@@ -741,6 +744,10 @@ class TrainingSteps(AutogradGraphs, Analysis):
         """Does `node` run with autograd off (no graph is recorded)?"""
         if self.loops.under_no_grad(node) or self._spelled_no_grad(node):
             return True
+        if self._without_torch is None:
+            self._without_torch = self.ctx.analysis(Frameworks).without_torch()
+        if self._without_torch:
+            return True  # no PyTorch in the file: nothing records a graph
         if type(node) is cst.Call and self._volatile_input(node):
             return True
         function = self.scopes.enclosing_function(node)

@@ -152,7 +152,8 @@ class LossAccumulatedWithGraph(Rule):
     the loss to a float), and files where nothing can require grad: a from-scratch network in a plain class whose
     `torch.zeros(...).normal_()` weights are updated by hand-written gradients (`w -= lr * dw`)
     has no `nn.Module`, `nn.Parameter`, `requires_grad`, optimizer or library-built model, so
-    no value carries a graph whatever it is called.
+    no value carries a graph whatever it is called, and files that import neither torch nor a
+    library built on it (a course's NumPy framework whose losses are floats).
 
     ## Fix safety
     For a numeric accumulator (started at `0`/`0.0`, only used as a number) the fix reads the

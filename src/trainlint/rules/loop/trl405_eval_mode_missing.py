@@ -84,7 +84,9 @@ class EvalModeMissing(Rule):
     that its own file never names when every call of it from the files that import it runs
     under `torch.no_grad()` (`with torch.no_grad(): validate(generator, ...)` in the trainer;
     one call with autograd on, or a file that hands the function on as a callback, keeps
-    the finding), loops that backpropagate (adversarial evaluation,
+    the finding), a missing `no_grad()` in a file that imports neither torch nor a library
+    built on it (a course's NumPy framework: nothing records a graph), loops that
+    backpropagate (adversarial evaluation,
     saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), a loop inside MONAI's `with eval_mode(model):` (eval mode and
     `no_grad()` both), and a missing `eval()` for a model of a class in the same file
