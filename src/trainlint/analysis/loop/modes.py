@@ -399,7 +399,12 @@ def _mode_free_class(
     if len(classes) != 1 or type(classes[0].node) is not cst.ClassDef:
         return False
     node: cst.ClassDef = classes[0].node
-    if not any(steps.names.is_(base.value, "torch.nn.Module") for base in node.bases):
+    # A ScriptModule (`torch.jit.ScriptModule` with `@torch.jit.script_method`s) is an
+    # nn.Module with the same train/eval switch.
+    if not any(
+        steps.names.is_(base.value, "torch.nn.Module", "torch.jit.ScriptModule")
+        for base in node.bases
+    ):
         return False
     free_layers = _mode_free_attributes(steps, node, seen)
     plain_values = _plain_value_attributes(steps, node)

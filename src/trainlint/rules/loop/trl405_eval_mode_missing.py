@@ -95,7 +95,8 @@ class EvalModeMissing(Rule):
     tests `isinstance(m, nn.BatchNorm2d)` or an activation its `forward` builds on the spot
     (`sigmoid = nn.Sigmoid()`), or an `nn.Sequential` of such layers;
     its submodules may be such classes of the file too, an attention pooling of two linear
-    layers), or a bare built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
+    layers; a `torch.jit.ScriptModule` subclass counts like an `nn.Module`), or a bare
+    built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
     counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
     may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
     pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
