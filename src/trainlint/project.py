@@ -158,10 +158,11 @@ class Project:
         return result.facts.get(code)
 
     def files_matching(self, pattern: re.Pattern) -> List[Path]:
-        """Python files of the project (under the root, excludes and .gitignore honoured) whose
-        text matches `pattern`: for joins that start from the other file (which config builds
-        this class), so that a run given only some files answers like a whole-tree run. Empty
-        without a loader (flake8). The texts are read once per run; nothing is parsed here."""
+        """Python files and notebooks of the project (under the root, excludes and .gitignore
+        honoured) whose text (a notebook's code cells) matches `pattern`: for joins that start
+        from the other file (which config builds this class), so that a run given only some
+        files answers like a whole-tree run. Empty without a loader (flake8). The texts are read
+        once per run; nothing is parsed here."""
         return [path for path, text in self._project_texts() if pattern.search(text)]
 
     def importers_of(self, name: str, path: Path) -> Set[Path]:
@@ -215,20 +216,39 @@ _WORD = re.compile(r"\w+")
 
 
 def read_project_texts(root: Path, settings: Settings) -> List[Tuple[Path, str]]:
-    """(absolute path, text) of the project's Python files: what discovery finds under the
-    root (excludes and .gitignore honoured), read as text; unreadable files are left out."""
+    """(absolute path, text) of the project's Python files and notebooks: what discovery
+    finds under the root (excludes and .gitignore honoured), read as text (a notebook as its
+    code cells, `notebook_code`); unreadable files are left out."""
     from .files import discover
 
     texts: List[Tuple[Path, str]] = []
     for path, _display in discover([root], settings).files:
-        if path.suffix != ".py":
+        if path.suffix not in (".py", ".ipynb"):
             continue
         try:
             data = read_regular_file(path)
         except OSError:
             continue
-        texts.append((Path(os.path.abspath(path)), project_text(data)))
+        text = file_text(path, data)
+        if text is not None:
+            texts.append((Path(os.path.abspath(path)), text))
     return texts
+
+
+def file_text(path: Path, data: bytes) -> Optional[str]:
+    """What the project phase searches in a file: a Python file's text (`project_text`), a
+    notebook's code cells one after another (a class a notebook builds is named there; its
+    outputs and prose are not code), None for a notebook that cannot be read."""
+    text = project_text(data)
+    if path.suffix != ".ipynb":
+        return text
+    from .notebook import NotebookError, load
+
+    try:
+        _, cells = load(text)
+    except (NotebookError, RecursionError, ValueError):
+        return None
+    return "\n".join(code for _, code in cells)
 
 
 def texts_digest(texts: List[Tuple[Path, str]]) -> str:

@@ -44,7 +44,7 @@ from .fixes import WriteError, apply_fixes, broken_by_fixes, edits_of, fixable, 
 from .library import Library
 from .project import (
     Project,
-    project_text,
+    file_text,
     read_project_texts,
     run_project_phase,
     texts_digest,
@@ -394,13 +394,17 @@ def _group(
 
 
 def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
-    """(absolute path, text) of the run's readable Python files, as the project phase reads
-    project files from disk: the bytes read before any fix (a fix is written after the run)."""
-    return [
-        (Path(os.path.abspath(state.path)), project_text(state.original))
-        for state in states.values()
-        if state.original is not None and state.path.suffix == ".py"
-    ]
+    """(absolute path, text) of the run's readable Python files and notebooks, as the project
+    phase reads project files from disk (`file_text`): the bytes read before any fix (a fix is
+    written after the run)."""
+    texts: List[Tuple[Path, str]] = []
+    for state in states.values():
+        if state.original is None or state.path.suffix not in (".py", ".ipynb"):
+            continue
+        text = file_text(state.path, state.original)
+        if text is not None:
+            texts.append((Path(os.path.abspath(state.path)), text))
+    return texts
 
 
 class ProjectFindings(NamedTuple):

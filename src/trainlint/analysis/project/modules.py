@@ -86,6 +86,7 @@ _WALKERS = {
     "__dict__",
 }
 _PARAMETER_WALKS = {"parameters", "named_parameters", "children", "modules", "named_children"}
+_WORDS = re.compile(r"\w+")
 # Methods whose reads of `self.x` only initialise weights (or describe them): not uses.
 _INIT_METHOD = re.compile(
     r"^_*(init|reset|initialize)(_|$)|init_weight|reset_param|^__init__$|^(extra_repr|__repr__)$"
@@ -141,6 +142,9 @@ class ModuleClass:
     init_methods: Set[str] = field(default_factory=set)  # __init__ and what only it calls
     escapes: Set[str] = field(default_factory=set)  # attribute-name prefixes; "" for every one
     frozen: Set[str] = field(default_factory=set)  # attribute names; ALL for every one
+    # Could the file itself build it: its name used other than where it is defined (a call, a
+    # base, `__all__`, a registry string), or a decorator that may register it?
+    named_in_file: bool = True
 
     @property
     def has_forward(self) -> bool:
@@ -161,6 +165,7 @@ class ModuleClass:
             "escapes": sorted(self.escapes),
             "frozen": sorted(self.frozen),
             "forward": self.has_forward,
+            "named_in_file": self.named_in_file,
         }
 
 
@@ -179,9 +184,28 @@ class Modules(Analysis):
         for node in ctx.nodes(cst.ClassDef):
             if node.bases and node.name.value not in self.classes:
                 self.classes[node.name.value] = self._read_class(node)
+        if self.classes:
+            used = self._names_used()
+            for name, cls in self.classes.items():
+                cls.named_in_file = bool(cls.node.decorators) or name in used
 
     def facts(self) -> Dict[str, object]:
         return {name: cls.to_facts() for name, cls in self.classes.items()}
+
+    def _names_used(self) -> Set[str]:
+        """The names the file uses other than to define a class or to name an attribute
+        (`self.head`, `x.Net`), and the words of its strings other than docstrings (`__all__ =
+        ["Net"]`, a registry key): what could build one of its classes."""
+        used: Set[str] = set()
+        defined = {id(node.name) for node in self.ctx.nodes(cst.ClassDef)}
+        attributes = {id(node.attr) for node in self.ctx.nodes(cst.Attribute)}
+        for name in self.ctx.nodes(cst.Name):
+            if id(name) not in defined and id(name) not in attributes:
+                used.add(name.value)
+        for string in self.ctx.nodes(cst.SimpleString):
+            if type(self.ctx.parent(string)) is not cst.Expr:  # a docstring builds nothing
+                used.update(_WORDS.findall(string.value))
+        return used
 
     # -- one class ----------------------------------------------------------------------------
 

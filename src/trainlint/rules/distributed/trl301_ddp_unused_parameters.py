@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -66,7 +67,9 @@ class DdpUnusedParameters(Rule):
     (its `forward` may read the attribute; trainlint does not guess),
     `getattr(self, name)`, iteration over `self.children()`/`modules()`/`parameters()`,
     `self.__dict__`, frozen parameters (`requires_grad_(False)`, `p.requires_grad = False`),
-    classes without a `forward` anywhere in their family (abstract bases), buffers
+    classes without a `forward` anywhere in their family (abstract bases), classes nothing in
+    the project builds (under the CLI: no decorator, no use of the name in their file other
+    than the definition, and no other file or notebook naming them; dead code), buffers
     (`register_buffer` is not a parameter), containers built empty and never added to
     (`self.blocks = nn.ModuleList()`: no parameters), and attributes read on another object
     (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP,
@@ -193,9 +196,12 @@ class DdpUnusedParameters(Rule):
                 message, help = found
                 if assumed:
                     message += " (assuming " + " and ".join(assumed) + ")"
-                family = [ref.name] + [sub.name for sub in hierarchy.subclasses(ref)]
+                subclasses = hierarchy.subclasses(ref)
+                family = [ref.name] + [sub.name for sub in subclasses]
                 if configs.naming(family, tolerant=True):
                     continue
+                if project.complete and not _may_be_built(project, hierarchy, [ref, *subclasses]):
+                    continue  # nothing in the project names the class: no run builds it
                 named = signals or configs.naming(family)
                 if not named and project.complete:
                     # The CLI sees the whole project: nothing in it trains with DDP, so no
@@ -211,6 +217,26 @@ class DdpUnusedParameters(Rule):
                 )
                 if diagnostic is not None:
                     yield diagnostic
+
+
+def _may_be_built(project, hierarchy: Hierarchy, refs: List[ClassRef]) -> bool:
+    """Can a run build one of `refs` (a class and its subclasses)? Its own file uses its name
+    other than to define it (a call, a base, `__all__`, a registry string) or decorates it, or
+    another file of the project, a notebook's code included, names it (a file defining a class
+    of the same name of its own means that one). A class nobody names is dead code: no DDP run
+    holds its parameters."""
+    for ref in refs:
+        facts = hierarchy.class_facts(ref)
+        if facts is None or facts.get("named_in_file", True):
+            return True
+        pattern = re.compile(rf"\b{re.escape(ref.name)}\b")
+        for path in project.files_matching(pattern):
+            if path == ref.path:
+                continue
+            other = hierarchy.facts_at(path)
+            if other is None or ref.name not in other.get("classes", {}):
+                return True
+    return False
 
 
 def training_signals(project, hierarchy: Hierarchy, evidence) -> List[str]:
