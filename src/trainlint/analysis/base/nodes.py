@@ -3,7 +3,7 @@ the names an assignment target binds, `self.<attr>`, code no run reaches."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, List, Set, Tuple
+from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -48,6 +48,14 @@ def target_names(target: cst.CSTNode) -> Set[str]:
     if type(target) is cst.StarredElement:
         return target_names(target.value)
     return set()
+
+
+def own_method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
+    """The method `name` a class defines in its own body (not inherited), if any."""
+    for statement in getattr(cls.body, "body", ()):
+        if type(statement) is cst.FunctionDef and statement.name.value == name:
+            return statement
+    return None
 
 
 def positional_params(function: cst.FunctionDef) -> List[cst.Param]:

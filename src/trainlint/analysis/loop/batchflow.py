@@ -15,7 +15,7 @@ from ..base.calls import keyword
 from ..base.conditions import Conditions
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..base.nodes import target_names
+from ..base.nodes import own_method, target_names
 from ...walk import own_nodes
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
@@ -553,10 +553,9 @@ class BatchFlow(Analysis):
         if dynamic_model_class(steps, target.value, call):
             return True  # a forward nobody can read here may place its inputs itself
         for cls in file_model_classes(steps, target.value, call):
-            for statement in cls.body.body:
-                if type(statement) is cst.FunctionDef and statement.name.value == "forward":
-                    if self.moves.forward_moves(statement, call, arg_index):
-                        return True
+            forward = own_method(cls, "forward")
+            if forward is not None and self.moves.forward_moves(forward, call, arg_index):
+                return True
         return False
 
     def project_model_classes(self, call: cst.Call) -> Optional[List[str]]:

@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...analysis.base.calls import keyword
-from ...analysis.base.nodes import positional_params
+from ...analysis.base.nodes import own_method, positional_params
 from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
 from ...analysis.loop.batchflow import BatchFlow
 from ...analysis.loop.batchvalues import Element, Flow, Unmoved
@@ -516,14 +516,7 @@ class BatchNotOnDevice(Rule):
         classes: Dict[str, object] = {}
         for name, cls in self.ctx.analysis(Modules).classes.items():
             entry: Dict[str, Any] = {"bases": list(cls.bases)}
-            forward = next(
-                (
-                    statement
-                    for statement in cls.node.body.body
-                    if type(statement) is cst.FunctionDef and statement.name.value == "forward"
-                ),
-                None,
-            )
+            forward = own_method(cls.node, "forward")
             if forward is not None:
                 params = [p.name.value for p in positional_params(forward)][1:]
                 moved = sorted(i - 1 for i in moves.moved_params(forward) if i > 0)
