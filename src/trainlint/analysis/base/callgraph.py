@@ -35,6 +35,7 @@ class CallGraph(Analysis):
         self._functions: Optional[Dict[str, List[cst.FunctionDef]]] = None
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._calls_by_name: Optional[Dict[str, List[cst.Call]]] = None  # `name(...)` calls
+        self._names: Optional[Dict[str, List[cst.Name]]] = None  # every Name node, by value
 
     def functions_named(self, name: str) -> List[cst.FunctionDef]:
         """Every function of this file (at any depth, methods too) with this name."""
@@ -241,9 +242,13 @@ class CallGraph(Analysis):
         """Does the file name a function or class anywhere but in its definition: a call, a
         callback (`fire.Fire(evaluate)`), an alias? Another object's member of that name
         counts only with `members` (`self.setup()` may be a method of that name, or not)."""
-        name = definition.name.value
-        for node in self.ctx.nodes(cst.Name):
-            if node.value != name or node is definition.name:
+        if self._names is None:
+            table: Dict[str, List[cst.Name]] = {}
+            for found in self.ctx.nodes(cst.Name):
+                table.setdefault(found.value, []).append(found)
+            self._names = table
+        for node in self._names.get(definition.name.value, ()):
+            if node is definition.name:
                 continue
             parent = self.ctx.parent(node)
             if not members and type(parent) is cst.Attribute and parent.attr is node:

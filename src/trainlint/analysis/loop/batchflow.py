@@ -492,14 +492,7 @@ class BatchFlow(Analysis):
         if not qualified:
             return None
         for qualname in sorted(qualified):
-            if qualname.startswith(LOCAL_PREFIX):
-                return None
-            if qualname.startswith("."):
-                return qualname
-            top = qualname.split(".")[0]
-            if top in _THIRD_PARTY or top in _STDLIB:
-                return None
-            return qualname
+            return qualname if _may_be_project(qualname) else None
         return None
 
     # -- what a callee is ---------------------------------------------------------------------
@@ -572,12 +565,8 @@ class BatchFlow(Analysis):
         if not found or any(len(names) != 1 for names in found):
             return None
         classes = [next(iter(names)) for names in found]
-        for qualname in classes:
-            if qualname.startswith((LOCAL_PREFIX, "<", "torch.", "builtins.")):
-                return None
-            top = qualname.split(".")[0]
-            if top in _THIRD_PARTY or top in _STDLIB:
-                return None
+        if not all(_may_be_project(q) and not q.startswith("<") for q in classes):
+            return None
         return classes
 
     def runs_a_named_model(self, call: cst.Call) -> bool:
@@ -733,6 +722,17 @@ class BatchFlow(Analysis):
 
 
 # -- helpers for the dataflow -----------------------------------------------------------------
+
+
+def _may_be_project(qualname: str) -> bool:
+    """May an imported name belong to this project: neither this file's (`<local>.`) nor of
+    torch, a known library or the standard library? A relative import (`.utils.f`) may."""
+    if qualname.startswith(LOCAL_PREFIX):
+        return False
+    if qualname.startswith("."):
+        return True
+    top = qualname.split(".")[0]
+    return top not in _THIRD_PARTY and top not in _STDLIB
 
 
 def _names_ctc(qualified: FrozenSet[str]) -> bool:

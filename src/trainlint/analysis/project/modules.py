@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set
 import libcst as cst
 
 from ...walk import children
+from ..base.callgraph import CallGraph
 from ..base.calls import is_false, keyword, positional, string_literal
 from ..base.identity import returned_module
 from ..base.names import Names, dotted_name
@@ -185,27 +186,24 @@ class Modules(Analysis):
             if node.bases and node.name.value not in self.classes:
                 self.classes[node.name.value] = self._read_class(node)
         if self.classes:
-            used = self._names_used()
+            graph = ctx.analysis(CallGraph)
+            words = self._string_words()
             for name, cls in self.classes.items():
-                cls.named_in_file = bool(cls.node.decorators) or name in used
+                cls.named_in_file = (
+                    bool(cls.node.decorators) or name in words or graph.named_in_file(cls.node)
+                )
 
     def facts(self) -> Dict[str, object]:
         return {name: cls.to_facts() for name, cls in self.classes.items()}
 
-    def _names_used(self) -> Set[str]:
-        """The names the file uses other than to define a class or to name an attribute
-        (`self.head`, `x.Net`), and the words of its strings other than docstrings (`__all__ =
-        ["Net"]`, a registry key): what could build one of its classes."""
-        used: Set[str] = set()
-        defined = {id(node.name) for node in self.ctx.nodes(cst.ClassDef)}
-        attributes = {id(node.attr) for node in self.ctx.nodes(cst.Attribute)}
-        for name in self.ctx.nodes(cst.Name):
-            if id(name) not in defined and id(name) not in attributes:
-                used.add(name.value)
+    def _string_words(self) -> Set[str]:
+        """The words of the file's strings other than docstrings (`__all__ = ["Net"]`, a
+        registry key): names that could build one of its classes."""
+        words: Set[str] = set()
         for string in self.ctx.nodes(cst.SimpleString):
             if type(self.ctx.parent(string)) is not cst.Expr:  # a docstring builds nothing
-                used.update(_WORDS.findall(string.value))
-        return used
+                words.update(_WORDS.findall(string.value))
+        return words
 
     # -- one class ----------------------------------------------------------------------------
 
