@@ -42,7 +42,9 @@ class SamplerSetEpochMissing(Rule):
     re-runs a sharded evaluation set after each round of head pruning, `backward()` for
     importance scores included, or iterated only in functions named for evaluation whose
     loops neither backpropagate nor step (`def test(self): for batch in self.test_ds: ...`, its
-    helpers followed). A loader also handed to any other function is reported. When a
+    helpers followed), directly or through an object such a function makes around it (an
+    apex-style `CudaPrefetcher(val_loader)` in `validate()`). A loader also handed to any
+    other function is reported. When a
     project builder returns several loaders (`train_ds, test_ds = load_data(...)`), the help
     names the one whose sampler is never told the epoch.
 
@@ -50,7 +52,11 @@ class SamplerSetEpochMissing(Rule):
     same key (`self.data_loader["train"]`), through a same-file function that returns its
     argument unchanged (`loader = announce(loader)`), and into an endless generator rebound
     under the same name (`loader = sample_data(loader)` whose `while True: for batch in
-    loader: yield batch` restarts the loader forever). The generator is reported too: its
+    loader: yield batch` restarts the loader forever), and into a class of this file that keeps
+    it (`self.batches = iter(loader)` in a prefetcher whose `next()` draws a batch): the loop
+    that starts the loader over is the one around where the object is made (the epoch loop
+    around `train()`), not the `while` that draws one pass from it, and the draws belong to the
+    objects made from this loader, not to every object of the class. The generator is reported too: its
     `while True` loop is the epoch loop, and each restart repeats the first pass's order unless
     the generator calls `set_epoch` with a pass counter (there is no epoch variable to fix
     with, so no fix is offered). A loader handed to a library call whose result replaces it
@@ -142,18 +148,21 @@ class SamplerSetEpochMissing(Rule):
             return
         self._record_builders(loaders)
         epoch_loops: List[Tuple[cst.CSTNode, LoaderUse, cst.Call, str]] = []
+        every_loader_ref: List[cst.CSTNode] = []
         for loader, how in loaders:
             loader_refs = flow.references(loader)
+            every_loader_ref.extend(loader_refs)
             if self._set_epoch_anywhere(loader_refs, through_loader=True):
                 return
             for use in flow.uses(loader):
                 if frameworks.managed(use.site):
                     return
-                for loop in flow.loops_around(use.site):
+                for loop in self._loops_drawing(use, loader_refs):
                     if self._loop_sets_epoch(loop, sampler_refs, loader_refs):
                         return
                     epoch_loops.append((loop, use, loader, how))
-        if not epoch_loops or self._only_evaluated([use for _, use, _, _ in epoch_loops]):
+        uses = [use for _, use, _, _ in epoch_loops]
+        if not epoch_loops or self._only_evaluated(uses, every_loader_ref):
             return
         loop, use, loader, how = self._epoch_loop(epoch_loops)
         row_note = "the loader is iterated again on every pass of this loop"
@@ -261,20 +270,22 @@ class SamplerSetEpochMissing(Rule):
             for use in self.flow.uses(ref):
                 if frameworks.managed(use.site):
                     return None
-                for loop in self.flow.loops_around(use.site):
+                for loop in self._loops_drawing(use, loader_refs):
                     if self._loop_sets_epoch(loop, [], loader_refs):
                         return None
                     epoch_loops.append((loop, use, None, "sampler"))
-        if not epoch_loops or self._only_evaluated([use for _, use, _, _ in epoch_loops]):
+        uses = [use for _, use, _, _ in epoch_loops]
+        if not epoch_loops or self._only_evaluated(uses, loader_refs):
             return None
         loop, use, _loader, _how = self._epoch_loop(epoch_loops)
         return loop, use
 
-    def _only_evaluated(self, uses: List[LoaderUse]) -> bool:
+    def _only_evaluated(self, uses: List[LoaderUse], loader_refs: List[cst.CSTNode]) -> bool:
         """Are the loader's batches only ever evaluated? Every pass is handed to a function of
         another file named for evaluation (`evaluate(model, val_loader, device)`), or iterated
-        here in a file where nothing can change weights: the repeated order then changes no
-        result."""
+        here in a file where nothing can change weights, or in functions named for evaluation
+        (directly, or by an object of a class of this file that the evaluation function made
+        around the loader): the repeated order then changes no result."""
         handed = [use for use in uses if use.kind != "loop"]
         if handed and not all(self._evaluation_call(use.site) for use in handed):
             return False
@@ -283,7 +294,12 @@ class SamplerSetEpochMissing(Rule):
         steps = self.ctx.analysis(TrainingSteps)
         if not steps.file_may_update_weights():
             return True
-        return all(self._evaluation_loop(steps, use.site) for use in uses if use.kind == "loop")
+        return all(
+            self._evaluation_loop(steps, use.site)
+            or self._drawn_by_evaluation_wrapper(steps, use.site, loader_refs)
+            for use in uses
+            if use.kind == "loop"
+        )
 
     def _evaluation_loop(self, steps: TrainingSteps, site: cst.CSTNode) -> bool:
         """`def test(self): for batch in self.test_ds: ...` with no backward and no step in what
@@ -297,6 +313,80 @@ class SamplerSetEpochMissing(Rule):
         if not _named_for_evaluation(function.name.value):
             return False
         return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
+
+    def _loops_drawing(self, use: LoaderUse, loader_refs: List[cst.CSTNode]) -> List[cst.CSTNode]:
+        """The loops around a use of the loader, through the same-file calls of its function.
+        For a use inside a class of this file that objects made from this loader keep
+        (`self.batches = iter(loader)` in a prefetcher, `self.train_ds` in a trainer), the
+        climb goes through calls inside the class and through calls on those objects only: the
+        training loop's prefetcher is another object than the one `validate()` makes, and the
+        loop around where the object is made (the epoch loop around `train()`, which makes a
+        new prefetcher) starts the loader over."""
+        made = self._wrappers_made(use.site, loader_refs)
+        if not made:
+            return self.flow.loops_around(use.site)
+        owner = next(a for a in self.ctx.ancestors(use.site) if type(a) is cst.ClassDef)
+        objects = {id(ref) for call in made for ref in self.flow.references(call)}
+        loops: List[cst.CSTNode] = []
+        frontier: List[cst.CSTNode] = [use.site, *made]
+        seen: set = set()
+        for _ in range(4):
+            following: List[cst.CSTNode] = []
+            for current in frontier:
+                for loop in self.flow.loops.enclosing_loops(current):
+                    if loop not in loops:
+                        loops.append(loop)
+                function = self.ctx.scopes.enclosing_function(current)
+                if function is None or function in seen:
+                    continue
+                seen.add(function)
+                in_class = any(a is owner for a in self.ctx.ancestors(function))
+                for caller in self.flow.loops.callgraph.callers(function):
+                    func = caller.func
+                    on_object = type(func) is cst.Attribute and id(func.value) in objects
+                    if not in_class or on_object or any(
+                        a is owner for a in self.ctx.ancestors(caller)
+                    ):
+                        following.append(caller)
+            frontier = following
+        return loops
+
+    def _wrappers_made(self, site: cst.CSTNode, loader_refs: List[cst.CSTNode]) -> List[cst.Call]:
+        """The calls making objects of the class of this file that `site` is in, from the
+        loader (`CudaPrefetcher(val_loader)`); none when `site` is in no class."""
+        owner = next((a for a in self.ctx.ancestors(site) if type(a) is cst.ClassDef), None)
+        if owner is None:
+            return []
+        made: List[cst.Call] = []
+        for ref in loader_refs:
+            node, parent = self.flow._climb(ref)
+            call = self.ctx.parent(parent) if type(parent) is cst.Arg else None
+            if type(call) is not cst.Call or type(call.func) is not cst.Name:
+                continue
+            bindings = self.ctx.scopes.lookup(call.func.value, call.func)
+            if any(binding.node is owner for binding in bindings) and call not in made:
+                made.append(call)
+        return made
+
+    def _drawn_by_evaluation_wrapper(
+        self, steps: TrainingSteps, site: cst.CSTNode, loader_refs: List[cst.CSTNode]
+    ) -> bool:
+        """`prefetcher = CudaPrefetcher(val_loader)` in `validate()`, whose methods draw with
+        `next(self.batches)`: the draws belong to the objects made around this loader, not to
+        every caller of the class's methods (the training loop's prefetcher is another object).
+        True when every such object is made in a function named for evaluation that neither
+        backpropagates nor steps (its helpers followed)."""
+        made = self._wrappers_made(site, loader_refs)
+        for call in made:
+            function = self.ctx.scopes.enclosing_function(call)
+            if function is None or not _named_for_evaluation(function.name.value):
+                return False
+            body = function.body
+            statements = body.body if type(body) is cst.IndentedBlock else ()
+            for statement in statements:
+                if any(e.kind in ("backward", "step") for e in events_of(steps.flow(statement))):
+                    return False
+        return bool(made)
 
     def _evaluation_call(self, site: cst.CSTNode) -> bool:
         """`evaluate(...)`, `validate(...)`, `engine.test(...)`: a call of a function this file
