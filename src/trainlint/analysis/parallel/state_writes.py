@@ -44,10 +44,12 @@ import libcst as cst
 
 from ...walk import children
 from ..base.callgraph import CallGraph
-from ..base.calls import argument, positional
-from ..base.names import Names
+from ..base.calls import argument, keyword, positional
+from ..base.names import LOCAL_PREFIX, Names
 from ..base.scopes import Scopes
 from ..base.vocabulary import disables_grad
+from ..device.tensors import DeviceTensors
+from ..project.modules import MODULE, ModuleClass, Modules
 from .parallel import MODULE_RETURNING
 from .. import Analysis
 from ..base.nodes import follows_exit, positional_params
@@ -121,6 +123,7 @@ class StateWrites(Analysis):
         self._self_attrs: Dict[cst.ClassDef, Dict[str, List[Tuple[cst.Attribute, bool]]]] = {}
         self._stores: Dict[Function, Dict[str, List[int]]] = {}
         self._tested: Dict[Function, Set[str]] = {}
+        self._submodules: Dict[cst.ClassDef, Set[str]] = {}
 
     # -- functions ----------------------------------------------------------------------------
 
@@ -132,7 +135,7 @@ class StateWrites(Analysis):
             if receiver is None or _grad_off_decorated(self.names, method):
                 found = []
             else:
-                found = list(self._writes(method, {receiver: ""}))
+                found = list(self._writes(method, {receiver: ""}, on_replica=True))
             self._method_writes[method] = found
         return list(found)
 
@@ -143,16 +146,27 @@ class StateWrites(Analysis):
             return []
         return list(self._writes(func, roots))
 
-    def _writes(self, func: Function, roots: Dict[str, str]) -> Iterator[StateWrite]:
+    def _writes(
+        self, func: Function, roots: Dict[str, str], on_replica: bool = False
+    ) -> Iterator[StateWrite]:
+        """The writes of `func`; `on_replica` when `self` is the module a forward runs on
+        (a method, not a hook, which keeps the original module)."""
         tensors = self._tensors_of(func)
         for node in _own_nodes(func):
             if type(node) in _WRITE_NODES and follows_exit(self.ctx, node):
                 continue  # after a `continue`/`return` of its block: it never runs
             for write in self._write_at(node, func, roots):
+                if on_replica and self._on_own_submodule(write):
+                    # `self.step_attack.bound = s`: DataParallel replicates submodules too, so
+                    # on a replica this sets an attribute of the replica's own copy, lost with
+                    # it like one of the module's own attributes, not shared.
+                    write.kind = "assign"
                 if write.kind == "item" and _top(write.attr) in tensors:
                     continue  # an in-place update of the module's own tensor
                 if write.kind == "item" and _plain(_written_value(node)):
                     continue  # strings and numbers: bookkeeping, no graph, no device
+                if write.kind == "item" and self._cpu_constant(_written_value(node)):
+                    continue  # `torch.arange(n)`: a fresh CPU tensor, no graph, no GPU
                 if write.kind == "item" and self._device_keyed(node):
                     continue  # each replica reads and writes its own GPU's entry
                 if write.kind == "item" and self._same_on_every_replica(node, func):
@@ -190,6 +204,17 @@ class StateWrites(Analysis):
                     yield from self._target(leaf, func, roots)
         elif type(node) is cst.Call:
             yield from self._call(node, func, roots)
+
+    def _cpu_constant(self, value: Optional[cst.BaseExpression]) -> bool:
+        """A tensor a torch factory makes on the CPU without a graph (`torch.arange(n)`, no
+        `device=`, no `requires_grad=True`): a memo of it (`self.targets[n] = torch.arange(n)`,
+        moved by each reader) mixes no GPUs and no graphs, whichever replica stored it."""
+        if type(value) is not cst.Call:
+            return False
+        if not self.ctx.analysis(DeviceTensors).factory_without_device(value):
+            return False
+        grad = keyword(value, "requires_grad")
+        return grad is None or (type(grad) is cst.Name and grad.value == "False")
 
     def _tensors_of(self, func: Function) -> Set[str]:
         cls = self._class_of(func)
@@ -697,13 +722,18 @@ class StateWrites(Analysis):
         return True
 
     def _made_earlier_in_the_call(self, write: StateWrite, func: Function, roots) -> bool:
-        """`self.weight = target.clone()`, then `self.weight[self.weight == 0] = w0`: the item
-        write changes the object the same call made a few statements before, on every path to
-        it (an earlier statement of its block or of a block around it), so on a replica it is
-        the replica's own new object, not one the replicas share. An alias (`self.w =
-        self.shared`, `self.w = cache`) is no new object."""
-        if "." in write.attr:
+        """`self.weight = target.clone()`, then `self.weight[self.weight == 0] = w0`, or
+        `self.attack = self.make_attack()`, then `self.attack.transform = t`: the item write
+        changes the object the same call made a few statements before, on every path to it (an
+        earlier statement of its block or of a block around it), so on a replica it is the
+        replica's own new object, not one the replicas share. An alias (`self.w =
+        self.shared`, `self.w = cache`) is no new object, and an object reached through the new
+        one (`self.attack.model.x = ...`) may be shared."""
+        if "[" in write.attr or write.attr.count(".") > 1:
             return False
+        attr = write.attr.split(".")[0]
+        if attr != write.attr and type(write.node) is not cst.Attribute:
+            return False  # `self.attack.queue.append(x)`: into what the new object holds
         child: Optional[cst.CSTNode] = self.ctx.statement_of(write.node)
         while child is not None and child is not func:
             parent = self.ctx.parent(child)
@@ -711,7 +741,7 @@ class StateWrites(Analysis):
                 for earlier in parent.body:  # type: ignore[union-attr]
                     if earlier is child:
                         break
-                    if self._makes_attr(earlier, write.attr, roots):
+                    if self._makes_attr(earlier, attr, roots):
                         return True
             child = parent
         return False
@@ -804,6 +834,46 @@ class StateWrites(Analysis):
         return False
 
     # -- classes ------------------------------------------------------------------------------
+
+    def _on_own_submodule(self, write: StateWrite) -> bool:
+        """Does the write set an attribute of a submodule (`self.<sub>.<attr> = ...`), one
+        that `__init__` registers and nothing else rebinds?"""
+        if write.kind != "item" or type(write.node) is not cst.Attribute:
+            return False
+        owner, _, _ = write.attr.rpartition(".")
+        if not owner or "." in owner or "[" in owner:
+            return False
+        cls = self._class_of(write.function)
+        return cls is not None and owner in self.submodules_of(cls)
+
+    def submodules_of(self, cls: cst.ClassDef) -> Set[str]:
+        """Attributes of `cls` holding a submodule: registered by `__init__` (or what only it
+        calls) as a torch.nn layer or an object of an nn.Module class of this file, and assigned
+        nowhere else in the class."""
+        found = self._submodules.get(cls)
+        if found is not None:
+            return found
+        found = set()
+        modules: Modules = self.ctx.analysis(Modules)
+        info = modules.classes.get(cls.name.value)
+        if info is not None and info.node is cls:
+            for name, attr in info.attrs.items():
+                if attr.kind == "module" or (
+                    attr.kind == "call" and _local_module_class(modules, attr.callee)
+                ):
+                    if self._assigned_only_by(cls, name, info.init_methods):
+                        found.add(name)
+        self._submodules[cls] = found
+        return found
+
+    def _assigned_only_by(self, cls: cst.ClassDef, attr: str, methods: Set[str]) -> bool:
+        for node, store in self._self_attrs_of(cls).get(attr, ()):
+            if not store:
+                continue
+            owner = self._owner_function(node)
+            if type(owner) is not cst.FunctionDef or owner.name.value not in methods:
+                return False
+        return True
 
     def _class_of(self, func: Function) -> Optional[cst.ClassDef]:
         for ancestor in self.ctx.ancestors(func):
@@ -1014,6 +1084,19 @@ def _is_self_attr_any(node: cst.CSTNode) -> bool:
         return False
     value = node.value
     return type(value) is cst.Name and value.value == "self"
+
+
+def _local_module_class(modules: Modules, callee: Optional[str], depth: int = 0) -> bool:
+    """Is `callee` ("<local>.Head") a class of this file that subclasses torch.nn.Module,
+    directly or through other classes of the file?"""
+    if callee is None or not callee.startswith(LOCAL_PREFIX) or depth > 4:
+        return False
+    cls: Optional[ModuleClass] = modules.classes.get(callee[len(LOCAL_PREFIX):])
+    if cls is None:
+        return False
+    return any(
+        base == MODULE or _local_module_class(modules, base, depth + 1) for base in cls.bases
+    )
 
 
 def _top(attr: str) -> str:

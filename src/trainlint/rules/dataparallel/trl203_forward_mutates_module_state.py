@@ -70,17 +70,24 @@ class ForwardMutatesModuleState(Rule):
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
     the eval-only branch of `self.training` (inference caches; a cache filled on the training
     branch is reported); local variables and local containers; strings and numbers put into a
-    container (bookkeeping, no graph); a value every replica computes alike, stored into a
+    container (bookkeeping, no graph), and fresh CPU tensors of torch factories
+    (`self.targets[n] = torch.arange(n)`, no `device=`, no `requires_grad=True`: no graph and
+    no GPU, whichever replica stores them); a value every replica computes alike, stored into a
     shared object (`self.config.num_buckets = n` with `n` from constants, the module's
     attributes and `x.shape[1]`: DataParallel splits only the batch dimension, so the racing
     writes agree); a write into an object the same call made a few statements before, on
     every path to the write (`self.weight = target.clone()`, then `self.weight[self.weight
-    == 0] = w0`: on a replica that object is the replica's own; an alias such as
-    `self.w = self.shared` makes none); a flag updated the same way on every call
+    == 0] = w0`, or `self.attack = make_attack()` then `self.attack.transform = t`: on a
+    replica that object is the replica's own; an alias such as `self.w = self.shared` makes
+    none); a flag updated the same way on every call
     (`self.training |= self.export`: the next forward applies it again); classes that are not
     modules, such as a legacy `torch.autograd.Function` keeping `self.saved = x` for its own
-    `backward` (it is built afresh for each call and never replicated). An attribute set in `forward` (not in a hook) is only
-    lost on the replica, so it is reported only when it matters: read by a method of the class
+    `backward` (it is built afresh for each call and never replicated). An attribute set in
+    `forward` (not in a hook) is only
+    lost on the replica, so it is reported only when it matters (an attribute of a
+    submodule `__init__` registers, `self.head.last_scores = s`, is one too: DataParallel
+    replicates submodules, so the replica sets it on its own copy; that the submodule's own
+    methods read it in a later call is not seen, a known problem): read by a method of the class
     or its relatives, or read on a model object in the project where it may be the wrapped module: through the
     wrapper's `.module` (`model.module.list_att`), or in a file that wraps a model itself or
     builds the class by name (a plain `model.list_att` in a demo that does neither reads a model
