@@ -522,12 +522,33 @@ class Modules(Analysis):
             func = node.func
             if type(func) is cst.Attribute and func.attr.value in _DATA_METHODS:
                 receiver = dotted_name(func.value) or ""
-                if not receiver.startswith(("self.", "math", "np.", "numpy")) and receiver:
+                root = receiver.split(".")[0]
+                if root in ("math", "np", "numpy"):
+                    # NumPy's own `np.sum(x)`: data-dependent when what it sums is
+                    # (`np.sum(mask.cpu().numpy())`), not over the module's config
+                    # (`np.sum(self.kinds) == 1`).
+                    if any(_names_data(self.ctx, arg.value) for arg in node.args):
+                        return True
+                elif receiver and root != "self":
                     return True
         return False
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _names_data(ctx, expr: cst.CSTNode) -> bool:
+    """Does `expr` name anything but the module's own state, NumPy or math, and literals (a
+    local such as `masks` in `masks.cpu().numpy() > 0`)?"""
+    for node in self_and_descendants(ctx, expr):
+        if type(node) is not cst.Name:
+            continue
+        parent = ctx.parent(node)
+        if type(parent) is cst.Attribute and parent.attr is node:
+            continue  # the `cpu` of `masks.cpu`
+        if node.value not in ("self", "np", "numpy", "math", "True", "False", "None"):
+            return True
+    return False
 
 
 def frozen_by_loop(ctx, loop: cst.For) -> Optional[cst.CSTNode]:

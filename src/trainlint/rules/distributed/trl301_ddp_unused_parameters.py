@@ -25,8 +25,11 @@ class DdpUnusedParameters(Rule):
     (`self.p = nn.Parameter(...)`, `self.head = nn.Linear(...)`, `register_parameter`,
     `add_module`, `nn.ModuleList`/`nn.Sequential`, a module class of the project) that no method
     of the class, its parents or its subclasses reads, or that `forward` reads only under a
-    data-dependent branch (`if random.random() < p:`, `if boxes.numel() > 0:`), when the
-    project's DDP wrap has neither `find_unused_parameters=True` nor `static_graph=True`.
+    data-dependent branch (`if random.random() < p:`, `if boxes.numel() > 0:`, `if
+    np.any(masks.cpu().numpy() > 0):`), when the project's DDP wrap has neither
+    `find_unused_parameters=True` nor `static_graph=True`. A branch on the module's own
+    configuration (`if np.sum(self.kinds) == 1 and self.kinds[2]:`) is not data-dependent: it
+    takes the same side at every step of one model.
 
     ## Why is this bad
     DistributedDataParallel all-reduces gradients bucket by bucket as autograd produces them.
