@@ -24,6 +24,12 @@ ROUND_END = "Watching for file changes."
 WAIT = 120  # seconds: an upper bound for one round on a loaded machine, not an expectation
 
 
+def _sigint_as_from_a_terminal() -> None:
+    # A suite started as a background job (`pytest &`) runs with SIGINT ignored, and a child
+    # inherits that: the watcher would then never see the Ctrl-C this test sends it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Watcher:
     def __init__(self, cwd: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
@@ -32,6 +38,7 @@ class Watcher:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=_sigint_as_from_a_terminal,
         )
         self.lines: "queue.Queue[str]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
