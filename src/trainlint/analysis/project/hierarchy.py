@@ -813,13 +813,20 @@ class Hierarchy:
     def frozen_outside(evidence: List[Tuple[Path, dict]]) -> Set[str]:
         return {name for _, facts in evidence for name in facts.get("frozen", ())}
 
-    def read_outside(self, source: Path, attr: str) -> bool:
+    def read_outside(self, source: Path, attr: str, by_parents: bool = True) -> bool:
         """Is `attr` read on an object other than `self` (`model.head.class_embed`) in a file of
-        `source`'s evidence (by text when the project's texts are at hand)?"""
-        return any(True for _ in self._outside_readers(source, attr))
+        `source`'s evidence (by text when the project's texts are at hand)? With `by_parents`
+        False, a module reading its own submodule's attribute (`self.decoder.last_state`) does
+        not count: the caller judges those by the reading method (`sub_reads` facts)."""
+        return any(True for _ in self._outside_readers(source, attr, by_parents))
 
     def read_past_a_wrapper(
-        self, source: Path, attr: str, wrapping: Set[Path], classes: Iterable[str]
+        self,
+        source: Path,
+        attr: str,
+        wrapping: Set[Path],
+        classes: Iterable[str],
+        by_parents: bool = True,
     ) -> bool:
         """Is `attr` read, on an object other than `self`, where a wrapped module's value would
         be read: through a wrapper's `.module` (`model.module.list_att`), or in a file that
@@ -834,7 +841,7 @@ class Hierarchy:
             if names
             else None
         )
-        for file, text in self._outside_readers(source, attr):
+        for file, text in self._outside_readers(source, attr, by_parents):
             if text is None or through_module.search(text):
                 return True
             if Path(os.path.abspath(file)) in wrapping:
@@ -843,14 +850,19 @@ class Hierarchy:
                 return True
         return False
 
-    def _outside_readers(self, source: Path, attr: str) -> Iterator[Tuple[Path, Optional[str]]]:
+    def _outside_readers(
+        self, source: Path, attr: str, by_parents: bool = True
+    ) -> Iterator[Tuple[Path, Optional[str]]]:
         """(file, its text) for each file of `source`'s evidence that reads `attr` on an object
-        other than `self`; the text is None for a file known only by its facts."""
+        other than `self` (with `by_parents` False, other than `self.<submodule>` too); the text
+        is None for a file known only by its facts."""
         pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        by_parent = re.compile(rf"\bself\.\w+\.{re.escape(attr)}\b")
         for file in self._evidence_files.get(Path(os.path.abspath(source)), ()):
             text = self.project.text_of(file)
             if text is not None:
-                if pattern.search(text):
+                found = len(pattern.findall(text))
+                if found and (by_parents or found > len(by_parent.findall(text))):
                     yield file, text
             elif attr in (self.facts_at(file) or {}).get("outside_reads", ()):
                 yield file, None

@@ -122,6 +122,8 @@ class Method:
     calls: Set[str] = field(default_factory=set)  # self.<name>() (unconditional)
     branch_calls: Set[str] = field(default_factory=set)
     super_calls: Set[str] = field(default_factory=set)  # super().<name>()
+    # `self.<sub>.<attr>` read as a value ("sub.attr"): what a submodule's forward left on it.
+    sub_reads: Set[str] = field(default_factory=set)
 
     def to_facts(self) -> Dict[str, object]:
         return {
@@ -130,6 +132,7 @@ class Method:
             "calls": sorted(self.calls),
             "branch_calls": sorted(self.branch_calls - self.calls),
             "super_calls": sorted(self.super_calls),
+            "sub_reads": sorted(self.sub_reads),
         }
 
 
@@ -384,6 +387,11 @@ class Modules(Analysis):
             method.branch_reads.add(name)
         else:
             method.reads.add(name)
+        if type(parent) is cst.Attribute and parent.value is node and not initialising:
+            holder = self.ctx.parent(parent)
+            called = type(holder) is cst.Call and holder.func is parent
+            if not called and not _is_store(holder, parent):
+                method.sub_reads.add(f"{name}.{parent.attr.value}")
 
     def _on_call(
         self,

@@ -88,7 +88,10 @@ class ForwardMutatesModuleState(Rule):
     submodule `__init__` registers, `self.head.last_scores = s`, is one too: DataParallel
     replicates submodules, so the replica sets it on its own copy; that the submodule's own
     methods read it in a later call is not seen, a known problem): read by a method of the class
-    or its relatives, or read on a model object in the project where it may be the wrapped module: through the
+    or its relatives, or by a module holding it as a submodule in a method outside what its
+    forward runs (`def attention_map(self): return self.encoder.last_attention`; a read in the
+    holder's forward right after calling the submodule reads the replica's own copy), or read on
+    a model object in the project where it may be the wrapped module: through the
     wrapper's `.module` (`model.module.list_att`), or in a file that wraps a model itself or
     builds the class by name (a plain `model.list_att` in a demo that does neither reads a model
     nobody wrapped, `build(opt, data_parallel=False)`: on the wrapper it would raise
@@ -346,15 +349,22 @@ class ForwardMutatesModuleState(Rule):
                 if not family.is_module and (family.complete or not family.has_forward):
                     continue  # not an nn.Module (a base of a library with a forward may be)
                 if effect == "carried" and not (
-                    _read_by(hierarchy.family(ref), attr) or hierarchy.read_outside(path, attr)
+                    _read_by(hierarchy.family(ref), attr)
+                    or hierarchy.read_outside(path, attr, by_parents=False)
+                    or _read_by_a_holder_after_the_call(hierarchy, attr)
                 ):
                     continue
                 relatives = hierarchy.family(ref)
                 if effect == "lost" and not (
                     _read_after_the_call(hierarchy, relatives, attr)
                     or hierarchy.read_past_a_wrapper(
-                        path, attr, wrapping, [member.name for member, _ in relatives.members]
+                        path,
+                        attr,
+                        wrapping,
+                        [member.name for member, _ in relatives.members],
+                        by_parents=False,
                     )
+                    or _read_by_a_holder_after_the_call(hierarchy, attr)
                 ):
                     # Set on a replica and read nowhere, or only by code of the same call
                     # (tacotron2's decoder states, set in forward and read by decode() during
@@ -421,6 +431,24 @@ def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> boo
                 continue
             if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
                 return True
+    return False
+
+
+def _read_by_a_holder_after_the_call(hierarchy: Hierarchy, attr: str) -> bool:
+    """Does a module read `self.<sub>.<attr>` (what a submodule's forward left on it) in a
+    method outside what a call of the module runs? Inside it (`self.generator(x)`, then
+    `self.generator.keep_out`), a replica reads its own submodule's copy, set in the same call;
+    after the call it reads the original's, which no replica ever set."""
+    suffix = f".{attr}"
+    for _, facts in hierarchy.known_files():
+        reach = facts.get("call_reach", {})
+        for name, cls in (facts.get("classes") or {}).items():
+            reached = set(reach.get(name, ()))
+            for method_name, method in (cls.get("methods") or {}).items():
+                if method_name in reached:
+                    continue
+                if any(read.endswith(suffix) for read in method.get("sub_reads", ())):
+                    return True
     return False
 
 
