@@ -5,7 +5,7 @@ TRL308).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -358,9 +358,13 @@ class LoaderFlow(Analysis):
             ]
         return None, []
 
-    def is_training_use(self, use: LoaderUse) -> bool:
+    def is_training_use(
+        self, use: LoaderUse, loader_refs: Sequence[cst.CSTNode] = ()
+    ) -> bool:
         """Is the loader iterated where a `.backward()` is reachable (or handed to a function
-        whose name says it trains)?"""
+        whose name says it trains)? With the loader's references, a backward that a switch of
+        the function turns off for every call handing it this loader does not count (see
+        `_switched_off`)."""
         if use.kind == "call":
             leaf = (dotted_name(use.site.func) or "").split(".")[-1].lower()  # type: ignore
             return "train" in leaf or leaf.startswith("fit")
@@ -371,7 +375,55 @@ class LoaderFlow(Analysis):
             if not loops:
                 return False
             body = loops[0].body
-        return any(is_method_call(call, "backward") for call, _ in self.loops.calls_in(body, 3))
+        return any(
+            is_method_call(call, "backward")
+            and not (not chain and self._switched_off(call, use.site, loader_refs))
+            for call, chain in self.loops.calls_in(body, 3)
+        )
+
+    def _switched_off(
+        self, call: cst.Call, site: cst.CSTNode, loader_refs: Sequence[cst.CSTNode]
+    ) -> bool:
+        """`def one_epoch(model, loader, is_train=True)` whose `loss.backward()` sits under `if
+        is_train:`, when every call of `one_epoch` in the file that hands it this loader passes
+        `is_train=False` (a literal, or the parameter's literal default): the evaluation pass
+        of a shared epoch function, which never backpropagates."""
+        function = self.scopes.enclosing_function(site)
+        if function is None or not loader_refs:
+            return False
+        params = list(positional_params(function)) + list(function.params.kwonly_params)
+        names = [param.name.value for param in params]
+        switches: List[Tuple[str, bool]] = []  # (parameter, the truth the backward needs)
+        child: cst.CSTNode = call
+        for ancestor in self.ctx.ancestors(call):
+            if ancestor is function:
+                break
+            if type(ancestor) is cst.If:
+                test, needs = ancestor.test, child is ancestor.body
+                if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                    test, needs = test.expression, not needs
+                if type(test) is cst.Name and test.value in names:
+                    switches.append((test.value, needs))
+            child = ancestor
+        if not switches:
+            return False
+        wanted = {id(ref) for ref in loader_refs}
+        arrivals = [
+            caller
+            for caller in self.loops.callgraph.callers(function)
+            if any(id(arg.value) in wanted for arg in caller.args)
+        ]
+        if not arrivals:
+            return False
+        skip_self = bool(names) and names[0] in ("self", "cls")
+        for name, needs in switches:
+            index = names.index(name) - (1 if skip_self else 0)
+            default = params[names.index(name)].default
+            values = [_argument_or(caller, name, index, default) for caller in arrivals]
+            truths = [_literal_truth(value) for value in values]
+            if all(truth is not None and truth != needs for truth in truths):
+                return True
+        return False
 
     # -- loops around, through callers --------------------------------------------------------
 
@@ -393,6 +445,33 @@ class LoaderFlow(Analysis):
                     next_frontier.extend(self.loops.callgraph.callers(function))
             frontier = next_frontier
         return out
+
+
+def _argument_or(
+    call: cst.Call, name: str, index: int, default: Optional[cst.BaseExpression]
+) -> Optional[cst.BaseExpression]:
+    """What `call` passes for parameter `name` (by keyword, or at `index`), else the default."""
+    positional = []
+    for arg in call.args:
+        if arg.star:
+            return None  # `*args` / `**kwargs`: cannot be told
+        if arg.keyword is not None:
+            if arg.keyword.value == name:
+                return arg.value
+        else:
+            positional.append(arg.value)
+    if 0 <= index < len(positional):
+        return positional[index]
+    return default
+
+
+def _literal_truth(value: Optional[cst.BaseExpression]) -> Optional[bool]:
+    """The truth of a literal (`False`, `None`, `0`, `"val" == ...` is not one); None if not."""
+    if type(value) is cst.Name and value.value in ("True", "False", "None"):
+        return value.value == "True"
+    if type(value) is cst.Integer:
+        return value.evaluated_value != 0
+    return None
 
 
 def _string_key(node: Optional[cst.CSTNode]) -> Optional[str]:

@@ -42,7 +42,9 @@ class DdpWithoutDistributedSampler(Rule):
     rank themselves (an `IterableDataset` that reads the rank, `split_dataset_by_node`,
     `dataset.shard(...)`, `Subset(ds, range(rank, n, world_size))`) or are built from items
     split by rank (MONAI's `partition_dataset(files, num_partitions=world_size)[rank]`, through
-    the names they pass on), and framework-managed code
+    the names they pass on), loaders handed only to calls of a shared epoch function that turn
+    its backward off (`run_epoch(..., val_loader, is_train=False)` when the backward sits under
+    `if is_train:`; a literal, or the parameter's literal default), and framework-managed code
     (Accelerate, Lightning, ... shard the loaders they prepare).
 
     ## Example
@@ -109,7 +111,8 @@ class DdpWithoutDistributedSampler(Rule):
             dataset = argument(call, 0, "dataset")
             if dataset is None or self._sharded(dataset):
                 continue
-            uses = [u for u in flow.uses(call) if flow.is_training_use(u)]
+            refs = flow.references(call)
+            uses = [u for u in flow.uses(call) if flow.is_training_use(u, refs)]
             if not uses or any(frameworks.managed(u.site) for u in uses):
                 continue
             name = self._loader_name(call)
