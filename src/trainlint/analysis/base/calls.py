@@ -99,6 +99,15 @@ def is_none(node: Optional[cst.CSTNode]) -> bool:
     return type(node) is cst.Name and node.value == "None"
 
 
+def literal_truth(node: Optional[cst.CSTNode]) -> Optional[bool]:
+    """The truth of a literal flag (`True`, `False`, `None`, `0`, `1`); None for anything else."""
+    if type(node) is cst.Name and node.value in ("True", "False", "None"):
+        return node.value == "True"
+    if type(node) is cst.Integer:
+        return node.evaluated_value != 0
+    return None
+
+
 def int_list(node: Optional[cst.CSTNode]) -> Optional[List[int]]:
     """[1, 2] / (1, 2) of integer literals -> [1, 2]; anything else -> None."""
     if not isinstance(node, (cst.List, cst.Tuple)):

@@ -58,6 +58,14 @@ def own_method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
     return None
 
 
+def enclosing_class(ctx, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+    """The nearest class whose body holds `node` (through nested functions), if any."""
+    for ancestor in ctx.ancestors(node):
+        if type(ancestor) is cst.ClassDef:
+            return ancestor
+    return None
+
+
 def positional_params(function: cst.FunctionDef) -> List[cst.Param]:
     """A function's parameters that a call can fill by position, in order (`self` included)."""
     return list(function.params.posonly_params) + list(function.params.params)

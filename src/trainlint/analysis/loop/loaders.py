@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ..base.calls import argument, has_star_args, literal_truth
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from .structure import Loops, is_method_call
@@ -419,8 +420,12 @@ class LoaderFlow(Analysis):
         for name, needs in switches:
             index = names.index(name) - (1 if skip_self else 0)
             default = params[names.index(name)].default
-            values = [_argument_or(caller, name, index, default) for caller in arrivals]
-            truths = [_literal_truth(value) for value in values]
+            truths = [
+                None if has_star_args(caller) else literal_truth(
+                    argument(caller, index, name) or default
+                )
+                for caller in arrivals
+            ]
             if all(truth is not None and truth != needs for truth in truths):
                 return True
         return False
@@ -445,33 +450,6 @@ class LoaderFlow(Analysis):
                     next_frontier.extend(self.loops.callgraph.callers(function))
             frontier = next_frontier
         return out
-
-
-def _argument_or(
-    call: cst.Call, name: str, index: int, default: Optional[cst.BaseExpression]
-) -> Optional[cst.BaseExpression]:
-    """What `call` passes for parameter `name` (by keyword, or at `index`), else the default."""
-    positional = []
-    for arg in call.args:
-        if arg.star:
-            return None  # `*args` / `**kwargs`: cannot be told
-        if arg.keyword is not None:
-            if arg.keyword.value == name:
-                return arg.value
-        else:
-            positional.append(arg.value)
-    if 0 <= index < len(positional):
-        return positional[index]
-    return default
-
-
-def _literal_truth(value: Optional[cst.BaseExpression]) -> Optional[bool]:
-    """The truth of a literal (`False`, `None`, `0`, `"val" == ...` is not one); None if not."""
-    if type(value) is cst.Name and value.value in ("True", "False", "None"):
-        return value.value == "True"
-    if type(value) is cst.Integer:
-        return value.evaluated_value != 0
-    return None
 
 
 def _string_key(node: Optional[cst.CSTNode]) -> Optional[str]:

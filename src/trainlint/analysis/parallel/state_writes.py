@@ -52,7 +52,7 @@ from ..device.tensors import DeviceTensors
 from ..project.modules import MODULE, ModuleClass, Modules
 from .parallel import MODULE_RETURNING
 from .. import Analysis
-from ..base.nodes import follows_exit, positional_params
+from ..base.nodes import enclosing_class, follows_exit, positional_params
 
 
 # Methods that change a Python container in place, whatever else holds them.
@@ -876,10 +876,7 @@ class StateWrites(Analysis):
         return True
 
     def _class_of(self, func: Function) -> Optional[cst.ClassDef]:
-        for ancestor in self.ctx.ancestors(func):
-            if type(ancestor) is cst.ClassDef:
-                return ancestor
-        return None
+        return enclosing_class(self.ctx, func)
 
     def attrs_of(self, cls: cst.ClassDef) -> Tuple[Set[str], Set[str]]:
         """(tensor attributes, container attributes) of `cls`: registered buffers and

@@ -10,6 +10,7 @@ from ...analysis.base.calls import argument, is_false, is_none
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
+from ...analysis.base.nodes import enclosing_class
 from ...analysis.base.vocabulary import EVAL_FUNCTION
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.loop.steps import TrainingSteps
@@ -325,7 +326,7 @@ class SamplerSetEpochMissing(Rule):
         made = self._wrappers_made(use.site, loader_refs)
         if not made:
             return self.flow.loops_around(use.site)
-        owner = next(a for a in self.ctx.ancestors(use.site) if type(a) is cst.ClassDef)
+        owner = enclosing_class(self.ctx, use.site)
         objects = {id(ref) for call in made for ref in self.flow.references(call)}
         loops: List[cst.CSTNode] = []
         frontier: List[cst.CSTNode] = [use.site, *made]
@@ -354,7 +355,7 @@ class SamplerSetEpochMissing(Rule):
     def _wrappers_made(self, site: cst.CSTNode, loader_refs: List[cst.CSTNode]) -> List[cst.Call]:
         """The calls making objects of the class of this file that `site` is in, from the
         loader (`CudaPrefetcher(val_loader)`); none when `site` is in no class."""
-        owner = next((a for a in self.ctx.ancestors(site) if type(a) is cst.ClassDef), None)
+        owner = enclosing_class(self.ctx, site)
         if owner is None:
             return []
         made: List[cst.Call] = []
