@@ -5,7 +5,7 @@ TRL308).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -14,7 +14,7 @@ from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
 from .structure import Loops, is_method_call
 from .. import Analysis
-from ..base.nodes import positional_params
+from ..base.nodes import enclosing_class, positional_params
 
 
 # -- where a DataLoader goes (the distributed rules: TRL303, TRL308) ---------------------------
@@ -435,10 +435,65 @@ class LoaderFlow(Analysis):
     def loops_around(self, node: cst.CSTNode, depth: int = 2) -> List[cst.CSTNode]:
         """Loops enclosing `node` in its function, then (up to `depth` levels) the loops
         enclosing the same-file calls of that function. Innermost first."""
+        return self._loops_through_callers([node], depth + 1)
+
+    def loops_drawing(
+        self, site: cst.CSTNode, loader_refs: Sequence[cst.CSTNode]
+    ) -> List[cst.CSTNode]:
+        """The loops that start the loader drawn at `site` over: those around it, through the
+        same-file calls of its function. For a draw inside a class of this file that objects
+        made from this loader keep (`self.batches = iter(loader)` in a prefetcher,
+        `self.train_ds` in a trainer), the climb goes through calls inside the class and
+        through calls on those objects only: the training loop's prefetcher is another object
+        than the one `validate()` makes, and the loop around where the object is made (the
+        epoch loop around `train()`, which makes a new prefetcher) starts the loader over."""
+        made = self.objects_made_from(site, loader_refs)
+        owner = enclosing_class(self.ctx, site)
+        if not made or owner is None:
+            return self.loops_around(site)
+        objects = {id(ref) for call in made for ref in self.references(call)}
+
+        def through(function: cst.FunctionDef, caller: cst.Call) -> bool:
+            if not any(a is owner for a in self.ctx.ancestors(function)):
+                return True
+            func = caller.func
+            if type(func) is cst.Attribute and id(func.value) in objects:
+                return True
+            return any(a is owner for a in self.ctx.ancestors(caller))
+
+        return self._loops_through_callers([site, *made], 4, through)
+
+    def objects_made_from(
+        self, site: cst.CSTNode, loader_refs: Sequence[cst.CSTNode]
+    ) -> List[cst.Call]:
+        """The calls making objects of the class of this file that `site` is in, from the
+        loader (`CudaPrefetcher(val_loader)`); none when `site` is in no class."""
+        owner = enclosing_class(self.ctx, site)
+        if owner is None:
+            return []
+        made: List[cst.Call] = []
+        for ref in loader_refs:
+            _, parent = self._climb(ref)
+            call = self.ctx.parent(parent) if type(parent) is cst.Arg else None
+            if type(call) is not cst.Call or type(call.func) is not cst.Name:
+                continue
+            bindings = self.scopes.lookup(call.func.value, call.func)
+            if any(binding.node is owner for binding in bindings) and call not in made:
+                made.append(call)
+        return made
+
+    def _loops_through_callers(
+        self,
+        starts: List[cst.CSTNode],
+        rounds: int,
+        through: Optional[Callable[[cst.FunctionDef, cst.Call], bool]] = None,
+    ) -> List[cst.CSTNode]:
+        """Loops enclosing `starts`, then those enclosing the same-file calls of their
+        functions (`through` picks which calls), for `rounds` levels. Innermost first."""
         out: List[cst.CSTNode] = []
-        frontier = [node]
+        frontier = list(starts)
         seen: Set[cst.CSTNode] = set()
-        for _ in range(depth + 1):
+        for _ in range(rounds):
             next_frontier: List[cst.CSTNode] = []
             for current in frontier:
                 for loop in self.loops.enclosing_loops(current):
@@ -447,7 +502,11 @@ class LoaderFlow(Analysis):
                 function = self.scopes.enclosing_function(current)
                 if function is not None and function not in seen:
                     seen.add(function)
-                    next_frontier.extend(self.loops.callgraph.callers(function))
+                    next_frontier.extend(
+                        caller
+                        for caller in self.loops.callgraph.callers(function)
+                        if through is None or through(function, caller)
+                    )
             frontier = next_frontier
         return out
 

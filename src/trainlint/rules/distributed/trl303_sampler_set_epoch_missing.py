@@ -10,7 +10,6 @@ from ...analysis.base.calls import argument, is_false, is_none
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
-from ...analysis.base.nodes import enclosing_class
 from ...analysis.base.vocabulary import EVAL_FUNCTION
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.loop.steps import TrainingSteps
@@ -158,7 +157,7 @@ class SamplerSetEpochMissing(Rule):
             for use in flow.uses(loader):
                 if frameworks.managed(use.site):
                     return
-                for loop in self._loops_drawing(use, loader_refs):
+                for loop in self.flow.loops_drawing(use.site, loader_refs):
                     if self._loop_sets_epoch(loop, sampler_refs, loader_refs):
                         return
                     epoch_loops.append((loop, use, loader, how))
@@ -271,7 +270,7 @@ class SamplerSetEpochMissing(Rule):
             for use in self.flow.uses(ref):
                 if frameworks.managed(use.site):
                     return None
-                for loop in self._loops_drawing(use, loader_refs):
+                for loop in self.flow.loops_drawing(use.site, loader_refs):
                     if self._loop_sets_epoch(loop, [], loader_refs):
                         return None
                     epoch_loops.append((loop, use, None, "sampler"))
@@ -315,60 +314,6 @@ class SamplerSetEpochMissing(Rule):
             return False
         return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
 
-    def _loops_drawing(self, use: LoaderUse, loader_refs: List[cst.CSTNode]) -> List[cst.CSTNode]:
-        """The loops around a use of the loader, through the same-file calls of its function.
-        For a use inside a class of this file that objects made from this loader keep
-        (`self.batches = iter(loader)` in a prefetcher, `self.train_ds` in a trainer), the
-        climb goes through calls inside the class and through calls on those objects only: the
-        training loop's prefetcher is another object than the one `validate()` makes, and the
-        loop around where the object is made (the epoch loop around `train()`, which makes a
-        new prefetcher) starts the loader over."""
-        made = self._wrappers_made(use.site, loader_refs)
-        if not made:
-            return self.flow.loops_around(use.site)
-        owner = enclosing_class(self.ctx, use.site)
-        objects = {id(ref) for call in made for ref in self.flow.references(call)}
-        loops: List[cst.CSTNode] = []
-        frontier: List[cst.CSTNode] = [use.site, *made]
-        seen: set = set()
-        for _ in range(4):
-            following: List[cst.CSTNode] = []
-            for current in frontier:
-                for loop in self.flow.loops.enclosing_loops(current):
-                    if loop not in loops:
-                        loops.append(loop)
-                function = self.ctx.scopes.enclosing_function(current)
-                if function is None or function in seen:
-                    continue
-                seen.add(function)
-                in_class = any(a is owner for a in self.ctx.ancestors(function))
-                for caller in self.flow.loops.callgraph.callers(function):
-                    func = caller.func
-                    on_object = type(func) is cst.Attribute and id(func.value) in objects
-                    if not in_class or on_object or any(
-                        a is owner for a in self.ctx.ancestors(caller)
-                    ):
-                        following.append(caller)
-            frontier = following
-        return loops
-
-    def _wrappers_made(self, site: cst.CSTNode, loader_refs: List[cst.CSTNode]) -> List[cst.Call]:
-        """The calls making objects of the class of this file that `site` is in, from the
-        loader (`CudaPrefetcher(val_loader)`); none when `site` is in no class."""
-        owner = enclosing_class(self.ctx, site)
-        if owner is None:
-            return []
-        made: List[cst.Call] = []
-        for ref in loader_refs:
-            node, parent = self.flow._climb(ref)
-            call = self.ctx.parent(parent) if type(parent) is cst.Arg else None
-            if type(call) is not cst.Call or type(call.func) is not cst.Name:
-                continue
-            bindings = self.ctx.scopes.lookup(call.func.value, call.func)
-            if any(binding.node is owner for binding in bindings) and call not in made:
-                made.append(call)
-        return made
-
     def _drawn_by_evaluation_wrapper(
         self, steps: TrainingSteps, site: cst.CSTNode, loader_refs: List[cst.CSTNode]
     ) -> bool:
@@ -377,7 +322,7 @@ class SamplerSetEpochMissing(Rule):
         every caller of the class's methods (the training loop's prefetcher is another object).
         True when every such object is made in a function named for evaluation that neither
         backpropagates nor steps (its helpers followed)."""
-        made = self._wrappers_made(site, loader_refs)
+        made = self.flow.objects_made_from(site, loader_refs)
         for call in made:
             function = self.ctx.scopes.enclosing_function(call)
             if function is None or not _named_for_evaluation(function.name.value):
