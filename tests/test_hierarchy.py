@@ -1,6 +1,7 @@
 """Class families across files (analysis/project/hierarchy.py): builtin and typing bases are
 known, names resolve through star re-exports (honouring `__all__`, chains bounded, cycles cut),
-seen through TRL301, whose findings need a complete family."""
+seen through TRL301, whose findings need a complete family; and the function a read sits in,
+told by indentation."""
 
 from __future__ import annotations
 
@@ -219,3 +220,38 @@ def test_a_dynamic_import_reaches_the_packages_it_names(tmp_path, load, reported
     assert not result.crashes, [c.describe() for c in result.crashes]
     found = [Path(d.path).name for d in result.diagnostics]
     assert found == (["counter.py"] if reported else [])
+
+
+ENCLOSING = '''\
+class Board:
+    names = [m.logits for m in ()]
+
+    def collect(self, model):
+        out = []
+        for name in self.names:
+            out.append(model.get_submodule(name).logits)
+        return out
+
+    async def clear(self, model):
+        def one(name):
+            model.get_submodule(name).logits = None
+        return one
+
+top = board.logits
+'''
+
+
+@pytest.mark.parametrize(
+    "needle, expected",
+    [
+        ("m.logits", None),  # a class body
+        ("(name).logits)", "collect"),
+        ("(name).logits = None", "one"),  # the innermost function
+        ("board.logits", None),  # module level
+    ],
+)
+def test_enclosing_def_reads_the_function_by_indentation(needle, expected):
+    from trainlint.analysis.project.hierarchy import _enclosing_def
+
+    offset = ENCLOSING.index(needle) + needle.index(".logits")
+    assert _enclosing_def(ENCLOSING, offset) == expected

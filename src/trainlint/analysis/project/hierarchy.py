@@ -86,6 +86,7 @@ _DDP_WORDS = re.compile(
 _FROM_IMPORT = re.compile(
     r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M
 )
+_DEF_LINE = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)")
 _PLAIN_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n#]+)", re.M)
 # `import_module("loss.adversarial")`, and `import_module("model." + name)` /
 # `import_module(f"model.{name}")` (any module of package `model`); `__import__` and any other
@@ -844,11 +845,64 @@ class Hierarchy:
         for file, text in self._outside_readers(source, attr, by_parents):
             if text is None or through_module.search(text):
                 return True
+            if self._read_only_where_modules_hand_themselves(text, attr):
+                continue  # read during a module's own call, on what that call runs
             if Path(os.path.abspath(file)) in wrapping:
                 return True
             if built is not None and built.search(text):
                 return True
         return False
+
+    def _read_only_where_modules_hand_themselves(self, text: str, attr: str) -> bool:
+        """Is every read of `.<attr>` in `text` inside a function that the project uses only in
+        calls that hand it a module itself, from what a call of that module runs
+        (`self.exits.collect(self)` in `forward`)? Such a function reads the module it is given
+        while that module's call is under way: on a replica, the replica's own submodules, as
+        that call left them. Every mention of the function's name counts as a use (a mention
+        in a comment or an alias makes the answer no); so does any doubt."""
+        if not self.project.complete:
+            return False  # flake8: the other files' uses cannot be counted
+        pattern = re.compile(rf"(?<!\bself)\.{re.escape(attr)}\b")
+        functions: Set[str] = set()
+        for match in pattern.finditer(text):
+            function = _enclosing_def(text, match.start())
+            if function is None:
+                return False  # a read at module level or in a class body
+            functions.add(function)
+        return bool(functions) and all(self._used_only_handed_a_module(f) for f in functions)
+
+    def may_be_a_module(self, ref: ClassRef) -> bool:
+        """An nn.Module, or a class with a `forward` whose bases are not all known (a
+        library's model class, `torchvision.models.ResNet`)."""
+        family = self.ancestry(ref)
+        return family.is_module or (not family.complete and family.has_forward)
+
+    def _used_only_handed_a_module(self, function: str) -> bool:
+        """Is every mention of `function` in the project's files (but its `def` lines) a call
+        that a module's `forward`, or a method it runs, makes with the module itself?"""
+        word = re.compile(rf"\b{re.escape(function)}\b")
+        definition = re.compile(rf"\bdef[ \t]+{re.escape(function)}\b")
+        mentions = handed = 0
+        for path in self.project.files_matching(word):
+            text = self.project.text_of(path) or ""
+            mentions += len(word.findall(text)) - len(definition.findall(text))
+            facts = self.facts_at(path)
+            if facts is None:
+                return False
+            reach = facts.get("call_reach", {})
+            for name, cls in (facts.get("classes") or {}).items():
+                reached = set(reach.get(name, ()))
+                methods = cls.get("methods") or {}
+                calls = [
+                    callee
+                    for method_name, method in methods.items()
+                    if method_name in reached
+                    for callee in method.get("hands_self_to", ())
+                    if callee == function
+                ]
+                if calls and self.may_be_a_module(ClassRef(Path(os.path.abspath(path)), name)):
+                    handed += len(calls)
+        return mentions > 0 and handed == mentions
 
     def _outside_readers(
         self, source: Path, attr: str, by_parents: bool = True
@@ -897,6 +951,28 @@ class Hierarchy:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+def _enclosing_def(text: str, offset: int) -> Optional[str]:
+    """The name of the innermost function whose body holds `offset` of a Python source text,
+    read by indentation; None at module level or directly in a class body."""
+    lines = text[:offset].split("\n")
+    current = lines[-1]
+    indent = len(current) - len(current.lstrip())
+    for line in reversed(lines[:-1]):
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        depth = len(line) - len(stripped)
+        if depth >= indent:
+            continue
+        found = _DEF_LINE.match(stripped)
+        if found:
+            return found.group(1)
+        if depth == 0:
+            return None
+        indent = depth
+    return None
 
 
 def classes_run_by(

@@ -124,6 +124,10 @@ class Method:
     super_calls: Set[str] = field(default_factory=set)  # super().<name>()
     # `self.<sub>.<attr>` read as a value ("sub.attr"): what a submodule's forward left on it.
     sub_reads: Set[str] = field(default_factory=set)
+    # The names of the functions a call hands `self` itself to (`self.exits.collect(self)` ->
+    # "collect"), once per call: what such a function reads of the module it is given, it
+    # reads during this method.
+    hands_self_to: List[str] = field(default_factory=list)
 
     def to_facts(self) -> Dict[str, object]:
         return {
@@ -133,6 +137,7 @@ class Method:
             "branch_calls": sorted(self.branch_calls - self.calls),
             "super_calls": sorted(self.super_calls),
             "sub_reads": sorted(self.sub_reads),
+            "hands_self_to": sorted(self.hands_self_to),
         }
 
 
@@ -404,6 +409,9 @@ class Modules(Analysis):
     ) -> None:
         func = call.func
         leaf = func.value if type(func) is cst.Name else None
+        if any(is_name(arg.value, self_name) for arg in call.args):
+            callee = func.attr.value if type(func) is cst.Attribute else leaf
+            method.hands_self_to.append(callee or "?")
         if type(func) is cst.Attribute:
             receiver = func.value
             attr = func.attr.value

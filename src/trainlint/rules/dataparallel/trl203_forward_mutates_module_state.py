@@ -95,7 +95,9 @@ class ForwardMutatesModuleState(Rule):
     wrapper's `.module` (`model.module.list_att`), or in a file that wraps a model itself or
     builds the class by name (a plain `model.list_att` in a demo that does neither reads a model
     nobody wrapped, `build(opt, data_parallel=False)`: on the wrapper it would raise
-    AttributeError), and neither a replica's
+    AttributeError; a read inside a function the project only ever calls from a module's
+    `forward`, handing it the module itself, `self.board.collect(self)`, reads the taps of
+    the replica that runs that call, as it left them), and neither a replica's
     own cache (`self.x = self.x.to(device)`, a write under `if self.x is None:`) nor a scratch
     value read back only later in the same method, nor a write under `if self.x is not None:`
     (or `if self.x:`) whose `self.x` starts as None in `__init__` and is set otherwise only by
@@ -345,8 +347,7 @@ class ForwardMutatesModuleState(Rule):
                     for enabler in woken_by.split(",")
                 ):
                     continue  # the guarded branch never runs in this project
-                family = hierarchy.ancestry(ref)
-                if not family.is_module and (family.complete or not family.has_forward):
+                if not hierarchy.may_be_a_module(ref):
                     continue  # not an nn.Module (a base of a library with a forward may be)
                 if effect == "carried" and not (
                     _read_by(hierarchy.family(ref), attr)
