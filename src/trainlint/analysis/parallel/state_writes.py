@@ -14,7 +14,7 @@ module (`self`) or an object it holds (a hook factory's `bank` parameter, given 
 - item assignment or deletion on a held object: `self.x[k] = v`, `del self.x[k]`, `bank[k] = v`;
 - a container-mutating method on a held object: `self.x.append(v)`, `extend`, `update`, ...;
 - `self.n += 1` unless `n` is a tensor of the module (a registered buffer or parameter, or an
-  attribute assigned a torch value).
+  attribute assigned a torch value, by the class or by a base class of the same file).
 
 What does not:
 
@@ -881,12 +881,23 @@ class StateWrites(Analysis):
     def attrs_of(self, cls: cst.ClassDef) -> Tuple[Set[str], Set[str]]:
         """(tensor attributes, container attributes) of `cls`: registered buffers and
         parameters and attributes assigned `nn.Parameter(...)` or a `torch.*` call; attributes
-        assigned `{}`, `[]`, `dict()`, `OrderedDict()`... in any method."""
+        assigned `{}`, `[]`, `dict()`, `OrderedDict()`... in any method; with those of its
+        bases defined in this file (a subclass's `self.steps += 1` updates the buffer its base
+        registered, in place)."""
         found = self._attrs.get(cls)
         if found is not None:
             return found
+        self._attrs[cls] = (set(_NORM_BUFFERS), set())  # a base cycle ends here
         tensors: Set[str] = set(_NORM_BUFFERS)
         containers: Set[str] = set()
+        classes = self.ctx.analysis(Modules).classes
+        for base in cls.bases:
+            if base.keyword is None and type(base.value) is cst.Name:
+                info = classes.get(base.value.value)
+                if info is not None and info.node is not cls:
+                    base_tensors, base_containers = self.attrs_of(info.node)
+                    tensors |= base_tensors
+                    containers |= base_containers
         for node in self.ctx.tree.descendants(cls.body):
             if type(node) is cst.Call and type(node.func) is cst.Attribute:
                 if node.func.attr.value in ("register_buffer", "register_parameter"):

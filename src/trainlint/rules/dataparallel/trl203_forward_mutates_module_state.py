@@ -64,7 +64,8 @@ class ForwardMutatesModuleState(Rule):
     or with "Expected all tensors to be on the same device".
 
     Not reported: in-place updates of the module's own tensors (`self.running_mean.mul_(m)`,
-    `self.num_batches_tracked += 1` on a registered buffer, `self.queue[:, i] = k`), which
+    `self.num_batches_tracked += 1` on a registered buffer, also one a base class of the same
+    file registers, `self.queue[:, i] = k`), which
     DataParallel keeps for the replica on `device_ids[0]` (BatchNorm relies on it); writes
     after a `continue`, `return` or `raise` of their block, which never run; writes under
     `torch.no_grad()` / `torch.inference_mode()` (a block or the method's decorator); writes on
