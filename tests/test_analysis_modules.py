@@ -310,3 +310,27 @@ def test_registrations_see_through_identity_calls():
     assert attrs["fc"].kind == "module"
     assert attrs["aux"].frozen
     assert "compiled" not in attrs  # an OptimizedModule: not known to own these parameters
+
+
+def test_attributes_kept_straight_from_init_parameters():
+    from trainlint.analysis.project.modules import attributes_from_init
+
+    code = textwrap.dedent(
+        """
+        class Consensus(nn.Module):
+            def __init__(self, segments, backbone, head=None, *, scale=1.0):
+                super().__init__()
+                self.segments = segments
+                self.backbone = backbone
+                self.head = head
+                self.scale = scale
+                self.width = segments * 2
+
+            def reset(self, head):
+                self.head = head
+        """
+    )
+    cls = cst.parse_module(code).body[0]
+    assert isinstance(cls, cst.ClassDef)
+    # `head` is set again by reset(); `scale` is keyword-only; `width` is computed.
+    assert attributes_from_init(cls) == {"segments": [0, "segments"], "backbone": [1, "backbone"]}

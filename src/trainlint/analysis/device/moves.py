@@ -381,6 +381,36 @@ class Moves(Analysis):
         (directly, through names derived from them, or by handing them to a mover)."""
         return self._summaries.get(function)
 
+    def handed_to_attributes(self, function: cst.FunctionDef) -> Dict[int, Set[str]]:
+        """Positional parameter index -> the attributes of the method's own object it calls
+        with a value derived from that parameter (`forward(self, clip)` reshaping `clip` and
+        calling `self.backbone(clip)`: {1: {"backbone"}}). Such an attribute may be a
+        DataParallel wrapper handed to `__init__`, which scatters what it gets to the GPUs."""
+        params = [p.name.value for p in _positional_params(function)]
+        if len(params) < 2:
+            return {}
+        nodes = list(subtree(function.body))
+        attributes = [
+            (node, node.func.attr.value)
+            for node in nodes
+            if type(node) is cst.Call
+            and type(node.func) is cst.Attribute
+            and type(node.func.value) is cst.Name
+            and node.func.value.value == params[0]
+        ]
+        if not attributes:
+            return {}
+        derived = self._derived_names(params, nodes)
+        handed: Dict[int, Set[str]] = {}
+        for call, attribute in attributes:
+            mentioned: Set[str] = set()
+            for arg in call.args:
+                mentioned |= names_in(arg.value)
+            for index, param in enumerate(params[1:], start=1):
+                if mentioned & derived[param]:
+                    handed.setdefault(index, set()).add(attribute)
+        return handed
+
     def _summarise(self, function: cst.FunctionDef) -> FrozenSet[int]:
         params = [p.name.value for p in _positional_params(function)]
         if not params or not self.may_move():

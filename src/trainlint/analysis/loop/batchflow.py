@@ -32,7 +32,7 @@ from .batchvalues import (
     name_words,
 )
 from .batchwalk import BatchWalker, condition_key
-from .modes import dynamic_model_class, file_model_classes, model_classes
+from .modes import dynamic_model_class, file_model_classes, model_classes, model_constructors
 from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
@@ -568,6 +568,25 @@ class BatchFlow(Analysis):
         if not all(_may_be_project(q) and not q.startswith("<") for q in classes):
             return None
         return classes
+
+    def wrapped_constructor_args(self, call: cst.Call) -> List[object]:
+        """The arguments of the constructor of the model `call` runs that hold a DataParallel
+        or DDP(device_ids) wrapper in every call that builds it (`TSN(n, net)` after `net =
+        nn.DataParallel(net).cuda()`: [1]), by position or keyword: a `forward` that hands its
+        input to such an attribute has the wrapper scatter it to the GPUs."""
+        target = _module_called(call)
+        if type(target) is not cst.Name:
+            return []
+        built = model_constructors(self.ctx.analysis(TrainingSteps), target.value, call)
+        common: Optional[Set[object]] = None
+        for constructor in built or ():
+            wrapped: Set[object] = set()
+            for index, arg in enumerate(constructor.args):
+                if arg.star or self.moves.placement(arg.value) != frozenset({WRAPPED}):
+                    continue
+                wrapped.add(arg.keyword.value if arg.keyword is not None else index)
+            common = wrapped if common is None else common & wrapped
+        return sorted(common or (), key=str)
 
     def runs_a_named_model(self, call: cst.Call) -> bool:
         """`self.model(data, target)`, `net.forward(x)`: a call that may run a module and is

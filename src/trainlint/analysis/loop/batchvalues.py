@@ -299,6 +299,10 @@ class Unmoved:
     # may place this argument itself: (the classes' qualified names, the argument's position or
     # keyword). Only the project phase can read those forwards.
     forward_of: Optional[Tuple[List[str], Union[int, str]]] = None
+    # ...and the constructor's arguments that hold a DataParallel wrapper in every call that
+    # builds the model (`TSN(n, net)` with `net` wrapped: [1]), for a `forward` that hands
+    # its input to the attribute `__init__` keeps such an argument in.
+    wrapped_init: List[object] = field(default_factory=list)
 
 
 @dataclass

@@ -591,6 +591,7 @@ class BatchWalker:
                 last = self.flow.findings[-1]
                 if last.element is v and last.sink is call:
                     last.forward_of = (classes, arg.keyword.value if arg.keyword else index)
+                    last.wrapped_init = self.a.wrapped_constructor_args(call)
 
     def _scattered(self, call: cst.Call) -> bool:
         """A loss module wrapped in DataParallel (`criterion = nn.DataParallel(criterion)`, on

@@ -233,6 +233,14 @@ def model_classes(
     return found
 
 
+def model_constructors(
+    steps: "TrainingSteps", name: str, at: cst.CSTNode
+) -> Optional[List[cst.Call]]:
+    """The calls that build what `name` holds at `at` (`_constructors`): `TSN(n, net)` for
+    `model = TSN(n, net).cuda()`; None when some binding is no such call."""
+    return _constructors(steps, name, at)
+
+
 def file_model_classes(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> List[cst.ClassDef]:
     """The module-level classes of this file that what `name` holds at `at` may be built from
     (`model_classes` whose qualified name is "<local>.Net")."""

@@ -724,3 +724,37 @@ def _built_empty(value: cst.CSTNode) -> bool:
     if type(only) is cst.List or type(only) is cst.Tuple or type(only) is cst.Dict:
         return not only.elements
     return False
+
+
+def attributes_from_init(cls: cst.ClassDef) -> Dict[str, List[object]]:
+    """Attributes `__init__` sets straight from one of its positional parameters
+    (`self.backbone = backbone`) and nothing else in the class sets -> [the parameter's
+    position in a call of the class (`self` left out), its name]: what a caller hands the
+    constructor there is what the attribute holds."""
+    init = next(
+        (s for s in cls.body.body if type(s) is cst.FunctionDef and s.name.value == "__init__"),
+        None,
+    )
+    if init is None:
+        return {}
+    params = [p.name.value for p in positional_params(init)]
+    if not params:
+        return {}
+    self_name = params[0]
+    stores: Dict[str, int] = {}
+    for node in descendants(cls.body):
+        if type(node) is cst.Assign:
+            for assigned in node.targets:
+                if type(assigned.target) is cst.Attribute:
+                    attr = assigned.target.attr.value
+                    stores[attr] = stores.get(attr, 0) + 1
+    found: Dict[str, List[object]] = {}
+    for node in descendants(init.body):
+        if type(node) is not cst.Assign or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0].target, node.value
+        if _is_self_attr(target, self_name) and type(value) is cst.Name:
+            attr = target.attr.value
+            if value.value in params[1:] and stores.get(attr) == 1:
+                found[attr] = [params.index(value.value) - 1, value.value]
+    return found

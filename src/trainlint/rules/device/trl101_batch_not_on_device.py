@@ -16,12 +16,13 @@ from ...analysis.loop.batchvalues import Element, Flow, Unmoved
 from ...analysis.parallel.parallel import Parallel
 from ...analysis.project.hierarchy import (
     ClassRef,
+    Family,
     Hierarchy,
     deferred_candidates,
     module_file,
     resolution_facts,
 )
-from ...analysis.project.modules import Modules
+from ...analysis.project.modules import Modules, attributes_from_init
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, PendingReport, Rule
 
@@ -142,7 +143,10 @@ class BatchNotOnDevice(Rule):
     a `forward` nobody can read here may place its inputs too; labels that meet its output in
     a loss are still reported), or whose class comes from another file of the project (`from
     models.nrms import NRMS`): the project phase reads that class's `forward`, or its nearest
-    base's, and reports only when no class the model may be built from moves the argument;
+    base's, and reports only when no class the model may be built from moves the argument, or
+    hands it to an attribute `__init__` keeps from a constructor argument that holds a
+    DataParallel wrapper in every call building the model (`SegmentConsensus(8, net)` after
+    `net = nn.DataParallel(net).cuda()`: the wrapper scatters the CPU clips itself);
     targets and lengths handed to a CTC loss (torch's `nn.CTCLoss` / `F.ctc_loss`, warp-ctc's
     `CTCLoss`), which take them on the CPU; scripts that never move
     anything to a device; code whose device placement a framework manages
@@ -269,6 +273,7 @@ class BatchNotOnDevice(Rule):
                 "classes": classes,
                 "arg": argument,
                 "unknown_model": self._model_of_unknown_placement(finding),
+                "wrapped_init": finding.wrapped_init,
             }
             self.candidate(key, finding.use, message, fix=fix, related=related, help=help_text)
             return
@@ -520,7 +525,14 @@ class BatchNotOnDevice(Rule):
             if forward is not None:
                 params = [p.name.value for p in positional_params(forward)][1:]
                 moved = sorted(i - 1 for i in moves.moved_params(forward) if i > 0)
-                entry["forward"] = {"params": params, "moved": moved}
+                hands = {
+                    str(index - 1): sorted(attributes)
+                    for index, attributes in moves.handed_to_attributes(forward).items()
+                }
+                entry["forward"] = {"params": params, "moved": moved, "hands": hands}
+            from_init = attributes_from_init(cls.node)
+            if from_init:
+                entry["from_init"] = from_init
             classes[name] = entry
         return classes
 
@@ -535,7 +547,10 @@ class BatchNotOnDevice(Rule):
         for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
             if entry is None or (entry.get("unknown_model") and wraps_inputs):
                 continue
-            verdicts = [_forward_moves(hierarchy, c, path, entry["arg"]) for c in entry["classes"]]
+            wrapped = entry.get("wrapped_init", [])
+            verdicts = [
+                _forward_moves(hierarchy, c, path, entry["arg"], wrapped) for c in entry["classes"]
+            ]
             # Reported when no class the model may be built from places the argument: like an
             # undecidable branch, a choice of class is assumed to be the one that works.
             if verdicts and all(verdict is False for verdict in verdicts):
@@ -605,11 +620,14 @@ def _leading_moves(statements, moves: Moves) -> List[cst.CSTNode]:
 
 
 def _forward_moves(
-    hierarchy: Hierarchy, qualname: str, importer: Path, argument: Any
+    hierarchy: Hierarchy, qualname: str, importer: Path, argument: Any, wrapped: List[Any]
 ) -> Optional[bool]:
     """Does the `forward` of the class `qualname` (as imported in `importer`) move the
     argument a call of the module hands it at `argument` (a position, or a keyword)? True or
-    False when the forward is read (the class's own, or the nearest base's that defines one);
+    False when the forward is read (the class's own, or the nearest base's that defines one):
+    it moves the argument, or hands it to an attribute `__init__` keeps from a constructor
+    argument that holds a DataParallel wrapper (`wrapped`, positions or keywords of the
+    model's construction: `TSN(n, net)` with `net` wrapped), which scatters it to the GPUs;
     False for a class of a module outside the project (a library's model, read as before);
     None when the class is the project's but its `forward` cannot be read."""
     ref = hierarchy.resolve(qualname, importer)
@@ -626,8 +644,26 @@ def _forward_moves(
         index = argument
         if isinstance(argument, str):
             index = params.index(argument) if argument in params else None
-        return isinstance(index, int) and index in forward.get("moved", [])
+        if not isinstance(index, int):
+            return False
+        if index in forward.get("moved", []):
+            return True
+        return wrapped != [] and any(
+            _kept_from(hierarchy.ancestry(ref), attribute, wrapped)
+            for attribute in forward.get("hands", {}).get(str(index), [])
+        )
     return None
+
+
+def _kept_from(family: Family, attribute: str, wrapped: List[Any]) -> bool:
+    """Does the nearest `__init__` of the family that sets `self.<attribute>` straight from a
+    parameter take it from one of the `wrapped` constructor arguments (position or name)?"""
+    for _, class_facts in family.members:
+        where = class_facts.get("from_init", {}).get(attribute)
+        if where is not None:
+            position, name = where
+            return position in wrapped or name in wrapped
+    return False
 
 
 def _module_index(project) -> Dict[Path, str]:
