@@ -129,7 +129,7 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
     mode-dependent behaviour (`nn.Linear(784, 10)`), an `nn.Sequential` of such layers, or an
     instance of a same-file `nn.Module` class built only from them (no `self.training` read)?
     Then a missing `model.eval()` changes nothing (the CIFAR-10 tutorial's `Net`)."""
-    built = _constructors(steps, name, at)
+    built = model_constructors(steps, name, at)
     if not built:
         return False
     for value in built:
@@ -143,7 +143,9 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
     return True
 
 
-def _constructors(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[List[cst.Call]]:
+def model_constructors(
+    steps: "TrainingSteps", name: str, at: cst.CSTNode
+) -> Optional[List[cst.Call]]:
     """The calls that build what `name` holds at `at`, through moves (`Net().to(device)`) and
     DataParallel/DDP wrappers, following `model = nn.DataParallel(model)` back to the earlier
     binding, and a function's parameter to the arguments of the file's calls of it
@@ -213,12 +215,12 @@ def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> 
 def model_classes(
     steps: "TrainingSteps", name: str, at: cst.CSTNode
 ) -> Optional[List[FrozenSet[str]]]:
-    """For each different call that builds what `name` holds at `at` (`_constructors`), the
+    """For each different call that builds what `name` holds at `at` (`model_constructors`), the
     qualified names its callee may have: one for `from model import Net`, one per star import
     for a name only star imports can bind (`from utils import *`, `from model import *`:
     "utils.Net", "model.Net"), "<local>.Net" for a class of this file. None when a binding is
     not such a call (unknown)."""
-    built = _constructors(steps, name, at)
+    built = model_constructors(steps, name, at)
     if not built:
         return None
     found: List[FrozenSet[str]] = []
@@ -231,14 +233,6 @@ def model_classes(
         if qualified not in found:
             found.append(qualified)
     return found
-
-
-def model_constructors(
-    steps: "TrainingSteps", name: str, at: cst.CSTNode
-) -> Optional[List[cst.Call]]:
-    """The calls that build what `name` holds at `at` (`_constructors`): `TSN(n, net)` for
-    `model = TSN(n, net).cuda()`; None when some binding is no such call."""
-    return _constructors(steps, name, at)
 
 
 def file_model_classes(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> List[cst.ClassDef]:
