@@ -530,9 +530,8 @@ class BatchNotOnDevice(Rule):
                     for index, attributes in moves.handed_to_attributes(forward).items()
                 }
                 entry["forward"] = {"params": params, "moved": moved, "hands": hands}
-            from_init = attributes_from_init(cls.node)
-            if from_init:
-                entry["from_init"] = from_init
+            if own_method(cls.node, "__init__") is not None:
+                entry["from_init"] = attributes_from_init(cls.node)
             classes[name] = entry
         return classes
 
@@ -656,13 +655,13 @@ def _forward_moves(
 
 
 def _kept_from(family: Family, attribute: str, wrapped: List[Any]) -> bool:
-    """Does the nearest `__init__` of the family that sets `self.<attribute>` straight from a
-    parameter take it from one of the `wrapped` constructor arguments (position or name)?"""
+    """Does the `__init__` a construction of the class runs (its own, or the nearest base's
+    that defines one) set `self.<attribute>` straight from one of the `wrapped` constructor
+    arguments (position or name)? Positions only mean something in that `__init__`."""
     for _, class_facts in family.members:
-        where = class_facts.get("from_init", {}).get(attribute)
-        if where is not None:
-            position, name = where
-            return position in wrapped or name in wrapped
+        if "from_init" in class_facts:
+            where = class_facts["from_init"].get(attribute)
+            return where is not None and (where[0] in wrapped or where[1] in wrapped)
     return False
 
 
