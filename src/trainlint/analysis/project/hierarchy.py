@@ -29,6 +29,7 @@ from ..base.names import LOCAL_PREFIX
 from ..parallel.settings import ARGPARSE, MM
 from ..parallel.wraps import DDP_KIND, Wraps
 from .installed import installed_class, is_library_file, library_absolute
+from .mentions import MODULE_CODE
 from .mmconfig import MMConfigs
 from .modules import ALL, CONTAINERS, MODULE, Modules, escaped
 
@@ -65,6 +66,9 @@ _MAX_NESTING = 12  # resolutions started inside a resolution (through installed 
 _UNKNOWN = object()
 _NOT_HERE = object()  # a star-imported module that does not define the name
 _STAR = "<star>."  # a lookup of a name through `from <file> import *`
+
+
+OUTSIDE = "outside"  # `Hierarchy.locate`: a name the project does not define
 
 
 class _Follow:
@@ -377,26 +381,88 @@ class Hierarchy:
             return None  # installed packages' files resolve their own names through here
         self._resolving += 1
         try:
-            stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
-            seen: Set[Tuple[str, Path]] = set()
-            steps = 0
-            while stack and steps < _MAX_STEPS:
-                steps += 1
-                name, where, falls_through = stack.pop()
-                if (name, where) in seen:
-                    continue  # a cycle of re-exports defines nothing new
-                seen.add((name, where))
-                found = self._resolve_step(name, where)
-                if isinstance(found, _Follow):
-                    stack.extend(reversed(found.lookups))
-                elif found is _NOT_HERE:
-                    if not falls_through:
-                        return None
-                else:
-                    return found
-            return None
+            return _walk(qualname, importer, self._resolve_step, None)
         finally:
             self._resolving -= 1
+
+    def locate(self, qualname: str, importer: Path):
+        """Where a name used in `importer` is defined in the project, for the files that
+        record what their definitions mention (mentions.py): (file, top-level name), (file,
+        MODULE_CODE) for a module of the project named as a whole (`flow_ssl`,
+        `models.__dict__`), OUTSIDE for a name the project does not define (a library's, a
+        builtin), or None when that cannot be told (a file on the way without facts, a star
+        import from nobody knows where). Imports are followed as `resolve` follows them."""
+        return _walk(qualname, importer, self._locate_step, OUTSIDE)
+
+    def _locate_step(self, qualname: str, importer: Path):
+        if qualname.startswith(LOCAL_PREFIX):
+            return self._defined_in(importer, qualname[len(LOCAL_PREFIX) :].split(".")[0])
+        if qualname.startswith(_STAR):
+            return self._defined_in(importer, qualname[len(_STAR) :], star=True)
+        level = len(qualname) - len(qualname.lstrip("."))
+        parts = [part for part in qualname.lstrip(".").split(".") if part]
+        for cut in range(len(parts), -1 if level else 0, -1):
+            path = self.module_file("." * level + ".".join(parts[:cut]), importer)
+            if path is None:
+                continue
+            rest = parts[cut:]
+            if not rest:
+                return (path, MODULE_CODE)
+            return self._defined_in(path, rest[0], whole_if_missing=rest[0].startswith("__"))
+        return OUTSIDE
+
+    def _defined_in(self, path: Path, name: str, star: bool = False, whole_if_missing=False):
+        """One step of `locate` in the file at `path`: the definition, where to look next, or
+        `_NOT_HERE` (a star-imported file that does not bind it)."""
+        facts = self.facts_at(path)
+        if facts is None or "mentions" not in facts or MODULE_CODE in facts.get("dynamic", ()):
+            return None  # unknown, or its top level binds names at run time
+        if star:
+            exported = facts.get("exports")
+            public = name in exported if exported is not None else not name.startswith("_")
+            if not public:
+                return _NOT_HERE
+        if name in facts["mentions"]:
+            return (Path(os.path.abspath(path)), name)
+        imported = facts.get("imports", {}).get(name)
+        if imported:
+            return _Follow([(imported, path, False)])
+        if whole_if_missing:
+            return (Path(os.path.abspath(path)), MODULE_CODE)  # `models.__dict__`
+        lookups = []
+        for module in facts.get("star_imports", ()):
+            target = self.module_file(module, path)
+            if target is None:
+                continue  # `from torch.nn import *`: a library's names build no project class
+            lookups.append((f"{_STAR}{name}", target, True))
+        for target in self.submodules(path, facts):
+            lookups.append((f"{_STAR}{name}", target, True))
+        lookups.reverse()
+        return _Follow(lookups) if lookups else _NOT_HERE
+
+    def submodules(self, path: Path, facts: dict) -> List[Path]:
+        """The files a package's __init__.py imports by computed name when its facts say it
+        imports its own submodules (`import_module("." + name, package=__name__)` over
+        `pkgutil.walk_packages(__path__)`): every file of its folder, below it too."""
+        if not facts.get("imports_submodules"):
+            return []
+        package = Path(os.path.abspath(path)).parent
+        files = {
+            Path(os.path.abspath(file))
+            for file in self.project.files_under(package)
+            if file.suffix == ".py"
+        }
+        files.discard(package / "__init__.py")
+        # A folder is a package to walk only with its __init__.py, up to this one.
+        return sorted(
+            file
+            for file in files
+            if file.parent == package or all(
+                folder / "__init__.py" in files
+                for folder in file.parents
+                if package in folder.parents
+            )
+        )
 
     def _resolve_step(self, qualname: str, importer: Path):
         """One step of `resolve`: a final answer, `_NOT_HERE`, or the lookups to make next."""
@@ -973,6 +1039,32 @@ def _enclosing_def(text: str, offset: int) -> Optional[str]:
             return None
         indent = depth
     return None
+
+
+def _walk(qualname: str, importer: Path, step, missing):
+    """Follow a name through re-exports and star imports: `step(name, file)` gives a final
+    answer, `_NOT_HERE`, or the lookups to make next (a star import offers several places a
+    name may come from: one that does not define it falls through to the next; a name imported
+    explicitly must be where the import says, else the answer is `missing`). Iterative, within
+    a fixed number of steps."""
+    stack: List[Tuple[str, Path, bool]] = [(qualname, importer, False)]
+    seen: Set[Tuple[str, Path]] = set()
+    steps = 0
+    while stack and steps < _MAX_STEPS:
+        steps += 1
+        name, where, falls_through = stack.pop()
+        if (name, where) in seen:
+            continue  # a cycle of re-exports defines nothing new
+        seen.add((name, where))
+        found = step(name, where)
+        if isinstance(found, _Follow):
+            stack.extend(reversed(found.lookups))
+        elif found is _NOT_HERE:
+            if not falls_through:
+                return missing
+        else:
+            return found
+    return missing if not stack else None
 
 
 def classes_run_by(

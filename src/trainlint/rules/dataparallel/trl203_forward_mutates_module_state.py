@@ -22,6 +22,8 @@ from ...analysis.project.hierarchy import (
     classes_run_by,
     file_facts,
 )
+from ...analysis.project.construction import Construction
+from ...analysis.project.mentions import Mentions
 from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
@@ -43,7 +45,12 @@ class ForwardMutatesModuleState(Rule):
     of this class: the class's file is that file or one it imports, by import lines or by
     `import_module` of a literal module or a package prefix (`import_module("model." + name)`
     may load any module of package `model`, not a loss of package `loss`; an `import_module` of
-    a name nobody can tell may load anything). Otherwise the rule is quiet: in
+    a name nobody can tell may load anything), and where the code that builds that model can
+    reach the class: the wrapping file, the files that import it, and what they name, followed
+    through helpers, registries (a decorator's or a module-level `MODELS["unet"] = UNet`), a
+    module named as a whole (`getattr(flows, args.flow)`) and a package that imports its own
+    submodules by name (a layer that only a model nobody builds uses is never run; a lookup by
+    computed name, `globals()[name]`, may build anything). Otherwise the rule is quiet: in
     projects without DataParallel, or that use it only around other, known models (whose
     classes and submodules do not include this one), the writes are harmless
     (DistributedDataParallel runs one model per process).
@@ -174,9 +181,10 @@ class ForwardMutatesModuleState(Rule):
     severity = Severity.WARNING
     severity_note = "error when the class is wrapped in DataParallel in the project"
     project = True
-    # "from .": a package's __init__.py re-exporting model classes (`from .core import Net`)
-    # holds no torch code but the hierarchy needs its imports to resolve `models.Net`.
-    markers = ("class ", "torch", "from .")
+    # "import": a package's __init__.py re-exporting model classes (`from .core import Net`)
+    # holds no torch code, but the hierarchy needs its imports to resolve `models.Net`, and a
+    # helper that builds a model from imported classes is on the way from a wrap to them.
+    markers = ("class ", "torch", "import")
 
     def finish(self) -> None:
         self.writes: StateWrites = self.ctx.analysis(StateWrites)
@@ -296,6 +304,7 @@ class ForwardMutatesModuleState(Rule):
         facts = file_facts(self.ctx)
         facts["call_reach"] = self.reach
         facts["sets_afresh"] = self.sets_afresh
+        facts.update(self.ctx.analysis(Mentions).facts())
         # Where each wrap of facts["wraps"] is, to name it in messages.
         sites = self.ctx.analysis(Wraps).sites
         facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in sites]
@@ -322,6 +331,7 @@ class ForwardMutatesModuleState(Rule):
         if not everywhere:
             return  # no DataParallel: one model per process, the writes are harmless
         wrapped = classes_run_by(hierarchy, everywhere)
+        construction = Construction(hierarchy)
         wrapping = {Path(os.path.abspath(wrap[1])) for wrap in everywhere}
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
@@ -382,16 +392,20 @@ class ForwardMutatesModuleState(Rule):
                     message = base
                     where = f"nn.DataParallel runs `{name}` at {wrapped[ref]}."
                     severity = Severity.ERROR
-                elif near:
-                    # The wrapped model is not one the analysis can name: say what is assumed.
+                elif any(construction.may_build(wrap[1], ref) for wrap in near):
+                    # The wrapped model is not one the analysis can name, but the code that
+                    # builds it may build this class: say what is assumed.
+                    wrap = next(w for w in near if construction.may_build(w[1], ref))
                     message = f"{base} (if under DataParallel)"
                     where = (
-                        f"nn.DataParallel is used at {near[0][0]} around a model the analysis "
+                        f"nn.DataParallel is used at {wrap[0]} around a model the analysis "
                         f"cannot name; this assumes that model runs `{name}`."
                     )
                     severity = Severity.WARNING
                 else:
-                    continue  # DataParallel only around other, known classes
+                    # DataParallel only around other, known classes, or around models built
+                    # by code that names nothing on the way to this class.
+                    continue
                 diagnostic = project.candidate(
                     display,
                     cls.code,

@@ -1,0 +1,182 @@
+"""Which classes of the project the code of a file may build, following what it names.
+
+A DataParallel wrap of a model the analysis cannot name (`getattr(flow_ssl, args.flow)(...)`,
+`build_model(cfg)`) may run any class that the code building it can reach: the wrapping file
+and the files that import it (one of them may hand it the model), every definition they name,
+everything those name, and so on (mentions.py records the names; `Hierarchy.locate` finds where
+each is defined). A module-level statement naming several things links them both ways; a
+module named as a whole reaches every name it binds.
+
+Registration runs at import: every file the reached code lives in, and every file those import,
+runs its decorators. A definition decorated by a function of the project is reached when that
+function, or something it names (the registry dict it fills), is reached; one decorated by a
+library's decorator, or by one that cannot be found, is reached as soon as its file is imported.
+
+A class no such path names cannot be built there: a layer only a model nobody builds uses, a
+class nothing instantiates. The answer is unknown (None: any class may run) when the walk meets
+code that looks names up at run time, or a file of the project whose facts are not at hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..base.names import LOCAL_PREFIX
+from .hierarchy import OUTSIDE, ClassRef, Hierarchy
+from .mentions import MODULE_CODE
+
+Definition = Tuple[Path, str]  # (file, top-level name or MODULE_CODE)
+_MAX_DEFINITIONS = 20000  # a walk this large is answered "unknown" rather than finished
+
+
+class _Unknown(Exception):
+    """The walk met code it cannot follow: any class may be built."""
+
+
+class Construction:
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._reached: Dict[Path, Optional[Set[Definition]]] = {}
+        self._located: Dict[Tuple[str, Path], Optional[List[Definition]]] = {}
+        self._links: Dict[Path, Dict[str, List[List[str]]]] = {}
+
+    def may_build(self, builder: Path, ref: ClassRef) -> bool:
+        """May code that `builder` (or a file importing it) runs build an object of class
+        `ref`, or of a subclass that runs its methods?"""
+        builder = Path(os.path.abspath(builder))
+        if builder not in self._reached:
+            try:
+                self._reached[builder] = _Walk(self, builder).run()
+            except _Unknown:
+                self._reached[builder] = None
+        reached = self._reached[builder]
+        return reached is None or (Path(os.path.abspath(ref.path)), ref.name) in reached
+
+    def facts(self, path: Path) -> dict:
+        facts = self.hierarchy.facts_at(path)
+        if facts is None or "mentions" not in facts:
+            raise _Unknown(path)
+        return facts
+
+    def locate(self, qualname: str, importer: Path) -> List[Definition]:
+        """The definitions a name used in `importer` stands for (none: not the project's)."""
+        key = (qualname, importer)
+        if key not in self._located:
+            found = self.hierarchy.locate(qualname, importer)
+            if found is None:
+                self._located[key] = None
+            elif found == OUTSIDE:
+                self._located[key] = []
+            else:
+                path, name = found
+                self._located[key] = [(Path(os.path.abspath(path)), name)]
+        located = self._located[key]
+        if located is None:
+            raise _Unknown(qualname)
+        return located
+
+    def links_of(self, path: Path, facts: dict) -> Dict[str, List[List[str]]]:
+        """Top-level name -> the module-level statements of its file that name it."""
+        if path not in self._links:
+            index: Dict[str, List[List[str]]] = {}
+            for group in facts.get("links", ()):
+                for qualname in group:
+                    if qualname.startswith(LOCAL_PREFIX):
+                        name = qualname[len(LOCAL_PREFIX) :].split(".")[0]
+                        index.setdefault(name, []).append(group)
+            self._links[path] = index
+        return self._links[path]
+
+
+class _Walk:
+    """One walk from a builder file over what its code names."""
+
+    def __init__(self, construction: Construction, builder: Path) -> None:
+        self.construction = construction
+        self.hierarchy = construction.hierarchy
+        self.builder = builder
+        self.reached: Set[Definition] = set()
+        self.todo: List[Definition] = []
+        self.imported: Set[Path] = set()
+        # A registry (a decorator's definition, or what it names) -> the definitions it
+        # decorates, in the files imported so far.
+        self.registered: Dict[Definition, List[Definition]] = {}
+
+    def run(self) -> Set[Definition]:
+        for path in sorted(self.hierarchy.importers(self.builder)):
+            facts = self.construction.facts(path)
+            self.todo.append((path, MODULE_CODE))
+            self.todo.extend((path, name) for name in facts["mentions"])
+        while self.todo:
+            definition = self.todo.pop()
+            if definition in self.reached:
+                continue
+            self.reached.add(definition)
+            if len(self.reached) > _MAX_DEFINITIONS:
+                raise _Unknown(self.builder)
+            self._import(definition[0])
+            self.todo.extend(self._named_by(definition))
+            self.todo.extend(self.registered.get(definition, ()))
+        return self.reached
+
+    def _named_by(self, definition: Definition) -> List[Definition]:
+        """What `definition` reaches: what its code names, the module-level statements that
+        name it, and, for a module named as a whole, every top-level name the module binds."""
+        path, name = definition
+        facts = self.construction.facts(path)
+        out_of_package: List[Definition] = []
+        dynamic = facts.get("dynamic", ())
+        if name in dynamic or MODULE_CODE in dynamic:
+            raise _Unknown(definition)
+        if name == MODULE_CODE:
+            named = [LOCAL_PREFIX + n for n in facts["mentions"]]
+            named += [LOCAL_PREFIX + n for n in facts.get("imports", {})]
+            named += list(facts.get("star_imports", ()))
+            for submodule in self.hierarchy.submodules(path, facts):
+                out_of_package.append((submodule, MODULE_CODE))
+        else:
+            named = list(facts["mentions"].get(name, ()))
+        for group in self.construction.links_of(path, facts).get(name, ()):
+            named.extend(group)
+        out: List[Definition] = out_of_package
+        for qualname in named:
+            out.extend(self.construction.locate(qualname, path))
+        return out
+
+    def _import(self, path: Path) -> None:
+        """Importing a file runs its decorators, and imports what it imports."""
+        pending = [path]
+        while pending:
+            current = pending.pop()
+            if current in self.imported:
+                continue
+            self.imported.add(current)
+            facts = self.hierarchy.facts_at(current)
+            if facts is None:
+                continue  # no import, no class, no torch: registers nothing
+            if "mentions" not in facts:
+                raise _Unknown(current)
+            for name, decorators in facts.get("decorated", {}).items():
+                self._register((current, name), decorators)
+            pending.extend(self.hierarchy.imported_files(current))
+            pending.extend(self.hierarchy.submodules(current, facts))
+
+    def _register(self, decorated: Definition, decorators: List[str]) -> None:
+        registries: List[Definition] = []
+        for qualname in decorators:
+            located = [] if qualname == "?" else self.construction.locate(qualname, decorated[0])
+            if not located:
+                self.todo.append(decorated)  # a library's decorator: it may be built anywhere
+                return
+            for registry in located:
+                registries.append(registry)
+                if registry[1] != MODULE_CODE:
+                    facts = self.construction.facts(registry[0])
+                    for named in facts["mentions"].get(registry[1], ()):
+                        registries.extend(self.construction.locate(named, registry[0]))
+        for registry in registries:
+            self.registered.setdefault(registry, []).append(decorated)
+            if registry in self.reached:
+                self.todo.append(decorated)
