@@ -176,3 +176,54 @@ def test_mentions_record_names_decorators_links_and_lookups():
 def test_globals_outside_a_package_walker_is_a_run_time_lookup():
     facts = _facts("for name in NAMES:\n    globals()[name] = make(name)\n", "pkg/__init__.py")
     assert facts["dynamic"] == [MODULE_CODE]
+
+
+TAPPED = (
+    "import torch.nn as nn\nfrom .tap import Tap\n{decorator}\n"
+    "class Tapped(nn.Module):\n    def __init__(self, in_dim, hidden=8):\n"
+    "        super().__init__()\n        self.tap = Tap()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "call, decorator, reported",
+    [
+        ("getattr(nets, name)(channels=3)", "", []),  # Tapped takes no `channels`
+        ("getattr(nets, name)(in_dim=3)", "", ["tap.py"]),
+        ("getattr(nets, name)(3, 8)", "", ["tap.py"]),
+        ("getattr(nets, name)(3, 8, 1)", "", []),  # one positional argument too many
+        ("getattr(nets, name)(hidden=3)", "", []),  # `in_dim` missing
+        ("getattr(nets, name)(**options)", "", ["tap.py"]),
+        # a decorator that hands back what it is given keeps the signature; another may not
+        ("getattr(nets, name)(channels=3)", "from .marks import keep\n@keep", []),
+        ("getattr(nets, name)(channels=3)", "from .marks import wrap\n@wrap", ["tap.py"]),
+    ],
+)
+def test_a_class_picked_by_name_must_accept_the_call(tmp_path, call, decorator, reported):
+    marks = (
+        "import functools\n\n"
+        "def keep(cls):\n    cls.marked = True\n    return cls\n\n"
+        "def wrap(cls):\n    return lambda *a, **k: cls()\n"
+    )
+    root = _project(tmp_path, {
+        "train.py": _train("import nets\nname, options = input(), {}", call),
+        "nets/__init__.py": "from .tapped import Tapped\nfrom .plain import Plain\n",
+        "nets/plain.py": "import torch.nn as nn\n\nclass Plain(nn.Module):\n"
+                         "    def __init__(self, channels=3):\n        super().__init__()\n",
+        "nets/marks.py": marks,
+        "nets/tapped.py": TAPPED.format(decorator=decorator),
+        "nets/tap.py": LAYER,
+    })  # fmt: skip
+    assert _reported(root) == reported
+
+
+def test_a_picked_name_handed_on_may_be_called_with_anything(tmp_path):
+    root = _project(tmp_path, {
+        "train.py": _train("import nets\nfrom build import build",
+                           "build(getattr(nets, input()))"),
+        "build.py": "def build(kind):\n    return kind(channels=3, extra=1)\n",
+        "nets/__init__.py": "from .tapped import Tapped\n",
+        "nets/tapped.py": TAPPED.format(decorator=""),
+        "nets/tap.py": LAYER,
+    })  # fmt: skip
+    assert _reported(root) == ["tap.py"]

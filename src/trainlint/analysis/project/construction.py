@@ -12,6 +12,11 @@ runs its decorators. A definition decorated by a function of the project is reac
 function, or something it names (the registry dict it fills), is reached; one decorated by a
 library's decorator, or by one that cannot be found, is reached as soon as its file is imported.
 
+A module named whole by `getattr(module, name)(...)` offers only what accepts one of the calls
+made with it (a class whose `__init__` takes no `in_channels` is not what
+`getattr(flows, args.flow)(in_channels=3)` builds), when its signature is known: its own
+`__init__`, and decorators, if any, that return the class they are given.
+
 A class no such path names cannot be built there: a layer only a model nobody builds uses, a
 class nothing instantiates. The answer is unknown (None: any class may run) when the walk meets
 code that looks names up at run time, or a file of the project whose facts are not at hand.
@@ -25,7 +30,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from ..base.names import LOCAL_PREFIX
 from .hierarchy import OUTSIDE, ClassRef, Hierarchy
-from .mentions import MODULE_CODE
+from .mentions import MODULE_CODE, accepts
 
 Definition = Tuple[Path, str]  # (file, top-level name or MODULE_CODE)
 _MAX_DEFINITIONS = 20000  # a walk this large is answered "unknown" rather than finished
@@ -77,6 +82,23 @@ class Construction:
             raise _Unknown(qualname)
         return located
 
+    def may_call(self, definition: Definition, shapes: List[str]) -> bool:
+        """May a call in one of `shapes` (mentions.py's `_call_shape`) of the function or class
+        `definition` succeed? Yes unless its signature is known and accepts none of them; a
+        class's signature counts only when each of its decorators returns what it is given."""
+        path, name = definition
+        facts = self.facts(path)
+        signature = facts.get("signatures", {}).get(name)
+        if signature is None:
+            return True
+        for decorator in facts.get("decorated", {}).get(name, ()):
+            located = [] if decorator == "?" else self.locate(decorator, path)
+            if not located or any(
+                d[1] not in self.facts(d[0]).get("identities", ()) for d in located
+            ):
+                return True
+        return accepts(signature, shapes)
+
     def links_of(self, path: Path, facts: dict) -> Dict[str, List[List[str]]]:
         """Top-level name -> the module-level statements of its file that name it."""
         if path not in self._links:
@@ -105,10 +127,14 @@ class _Walk:
         self.registered: Dict[Definition, List[Definition]] = {}
 
     def run(self) -> Set[Definition]:
+        # The files that may hold the model: what runs in them (their definitions and their
+        # own statements), not every name they import.
         for path in sorted(self.hierarchy.importers(self.builder)):
             facts = self.construction.facts(path)
-            self.todo.append((path, MODULE_CODE))
+            if MODULE_CODE in facts.get("dynamic", ()):
+                raise _Unknown(path)
             self.todo.extend((path, name) for name in facts["mentions"])
+            self.todo.extend(self._located(facts.get("top_level", ()), path))
         while self.todo:
             definition = self.todo.pop()
             if definition in self.reached:
@@ -140,9 +166,30 @@ class _Walk:
             named = list(facts["mentions"].get(name, ()))
         for group in self.construction.links_of(path, facts).get(name, ()):
             named.extend(group)
-        out: List[Definition] = out_of_package
+        return out_of_package + self._located(named, path)
+
+    def _located(self, named, path: Path) -> List[Definition]:
+        out: List[Definition] = []
         for qualname in named:
-            out.extend(self.construction.locate(qualname, path))
+            qualname, _, shapes = qualname.partition("(")
+            found = self.construction.locate(qualname, path)
+            if shapes and len(found) == 1 and found[0][1] == MODULE_CODE:
+                out.extend(self._callable_in(found[0][0], shapes.rstrip(")").split("|")))
+            else:
+                out.extend(found)
+        return out
+
+    def _callable_in(self, module: Path, shapes: List[str]) -> List[Definition]:
+        """What `getattr(module, name)(...)` may build, called in one of `shapes`: every name
+        the module binds whose signature accepts one of them (or is not known)."""
+        facts = self.construction.facts(module)
+        out: List[Definition] = [(m, MODULE_CODE) for m in self.hierarchy.submodules(module, facts)]
+        for star in facts.get("star_imports", ()):
+            out.extend(self.construction.locate(star, module))
+        for name in [*facts["mentions"], *facts.get("imports", {})]:
+            for definition in self.construction.locate(LOCAL_PREFIX + name, module):
+                if definition[1] == MODULE_CODE or self.construction.may_call(definition, shapes):
+                    out.append(definition)
         return out
 
     def _import(self, path: Path) -> None:

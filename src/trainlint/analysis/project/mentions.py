@@ -21,6 +21,12 @@ is `dynamic`, and reaching it makes the answer unknown (every class may run). On
 read instead: a package's `__init__.py` importing its own submodules by computed name
 (`import_module("." + name, package=__name__)` over `pkgutil.walk_packages(__path__)`) and
 binding their names with `globals().update(...)` is `imports_submodules`, a star import of each.
+
+A module picked from by name and called (`getattr(flows, args.flow)(in_channels=3)`, also
+through a variable every use of which calls it) is recorded with the shapes of those calls,
+`flows(0;in_channels)`; `signatures` holds what each top-level function, and each class with
+its own `__init__`, accepts, so that construction.py can leave out what such a call cannot
+build (it would raise TypeError first).
 """
 
 from __future__ import annotations
@@ -62,7 +68,14 @@ class Mentions(Analysis):
         self.module_bound: Set[str] = set(self.scopes.module_scope.bindings)
         self.mentions: Dict[str, Set[str]] = {}
         self.links: List[List[str]] = []
+        # What the module's own statements (outside definitions) name: `main()`, a loop.
+        self.top_level: Set[str] = set()
         self.decorated: Dict[str, Set[str]] = {}
+        # What calls each top-level function, and each class with its own `__init__`, accept.
+        self.signatures: Dict[str, dict] = {}
+        # Functions that return their one argument as it came (`def export(fn): ...; return
+        # fn`): as decorators, they leave a class's signature as it is.
+        self.identities: List[str] = []
         self.dynamic: Set[str] = set()
         # A package's __init__.py importing its own submodules by computed name, and binding
         # their names with `globals().update(...)`: `imports_submodules`, read as a star
@@ -78,9 +91,12 @@ class Mentions(Analysis):
         return {
             "mentions": {name: sorted(found) for name, found in sorted(self.mentions.items())},
             "links": self.links,
+            "top_level": sorted(self.top_level),
             "decorated": {name: sorted(found) for name, found in sorted(self.decorated.items())},
             "dynamic": sorted(self.dynamic),
             "imports_submodules": self.imports_submodules,
+            "signatures": self.signatures,
+            "identities": self.identities,
         }
 
     # -- the file's top level -------------------------------------------------------------------
@@ -103,6 +119,26 @@ class Mentions(Analysis):
                 decorators |= self._names_in(decorator.decorator, name) or {"?"}
             if decorators:
                 self.decorated[name] = decorators
+            if isinstance(statement, cst.FunctionDef):
+                self.signatures[name] = _signature(statement, bound=False)
+                if _returns_its_argument(statement):
+                    self.identities.append(name)
+            else:
+                init = next(
+                    (
+                        s
+                        for s in statement.body.body
+                        if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+                    ),
+                    None,
+                )
+                metaclass = any(
+                    k.keyword and k.keyword.value == "metaclass" for k in statement.keywords
+                )
+                if init is not None and not metaclass:
+                    # (A decorator may replace the class: construction.py keeps the signature
+                    # only when each decorator returns what it is given.)
+                    self.signatures[name] = _signature(init, bound=True)
             return
         if type(statement) is cst.SimpleStatementLine:
             for small in statement.body:
@@ -145,6 +181,7 @@ class Mentions(Analysis):
         found: Set[str] = set()
         for node in nodes:
             found |= self._names_in(node, MODULE_CODE)
+        self.top_level |= found
         if len(found) > 1:
             self.links.append(sorted(found))
 
@@ -182,8 +219,54 @@ class Mentions(Analysis):
                     self.dynamic.add(owner)
             if kind is cst.Name and _is_label(parent, current):
                 continue
-            found |= self._qualified(current, owner)
+            names = self._qualified(current, owner)
+            shapes = self._picked_and_called(current)
+            if shapes:
+                names = {f"{name}({'|'.join(shapes)})" for name in names}
+            found |= names
         return found
+
+    # -- a class picked by name from a module, then called ------------------------------------
+
+    def _picked_and_called(self, chain: cst.CSTNode) -> List[str]:
+        """The call shapes of `getattr(models, args.arch)(num_classes=10)`, or of
+        `make = getattr(models, name)` then `make(num_classes=10)` (each call the name makes),
+        for the `models` of it: only what accepts one of them can be built there. Empty when
+        the picked value is used otherwise too (handed on, stored)."""
+        arg = self.ctx.parent(chain)
+        lookup = self.ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not (
+            isinstance(arg, cst.Arg)
+            and isinstance(lookup, cst.Call)
+            and isinstance(lookup.func, cst.Name)
+            and lookup.func.value == "getattr"
+            and len(lookup.args) == 2
+            and lookup.args[0] is arg
+            and not isinstance(lookup.args[1].value, cst.SimpleString)
+        ):
+            return []
+        user = self.ctx.parent(lookup)
+        if isinstance(user, cst.Call) and user.func is lookup:
+            return [_call_shape(user)]
+        assign = self.ctx.parent(user) if isinstance(user, cst.AssignTarget) else user
+        if not (
+            isinstance(assign, cst.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0].target, cst.Name)
+        ):
+            return []
+        target = assign.targets[0].target
+        shapes = []
+        for use in self.ctx.nodes(cst.Name):
+            if use is target or use.value != target.value:
+                continue
+            if not any(b.statement is assign for b in self.scopes.lookup(use.value, use)):
+                continue  # another variable of that name
+            call = self.ctx.parent(use)
+            if not (isinstance(call, cst.Call) and call.func is use):
+                return []  # handed on: may be called with anything
+            shapes.append(_call_shape(call))
+        return sorted(set(shapes))
 
     def _qualified(self, chain: cst.CSTNode, owner: str) -> Set[str]:
         names = self.names.qualified(chain)
@@ -257,6 +340,92 @@ class Mentions(Analysis):
             self.imports_submodules = True
             return True
         return False
+
+
+def _call_shape(call: cst.Call) -> str:
+    """`2;in_channels,k` for a call with two positional arguments and those keywords; `*` for
+    one with `*args` or `**kwargs` (any signature may accept it)."""
+    if any(arg.star for arg in call.args):
+        return "*"
+    positional = sum(1 for arg in call.args if arg.keyword is None)
+    keywords = sorted(arg.keyword.value for arg in call.args if arg.keyword is not None)
+    return f"{positional};{','.join(keywords)}"
+
+
+def accepts(signature: dict, shapes: List[str]) -> bool:
+    """Can a function or class with `signature` (see `_signature`) be called in one of the
+    `shapes` of `_call_shape` without a TypeError?"""
+    for shape in shapes:
+        if shape == "*":
+            return True
+        count, _, words = shape.partition(";")
+        keywords = [w for w in words.split(",") if w]
+        positional = signature["positional"]
+        if int(count) > len(positional) and not signature["varargs"]:
+            continue
+        filled = set(positional[: int(count)])
+        named = set(positional) | set(signature["keyword_only"])
+        if any(k not in named for k in keywords) and not signature["varkw"]:
+            continue
+        if any(k in filled for k in keywords):
+            continue  # given twice
+        filled |= set(keywords)
+        if all(name in filled for name in signature["required"]):
+            return True
+    return False
+
+
+def _signature(function: cst.FunctionDef, bound: bool) -> dict:
+    """What calls a function accepts: positional parameter names, keyword-only ones, those
+    without a default, and whether it takes *args / **kwargs. `bound`: the first parameter is
+    `self` (a class's `__init__`)."""
+    params = function.params
+    positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+    required = [
+        p.name.value
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+        if p.default is None
+    ]
+    if bound and positional:
+        required = [name for name in required if name != positional[0]]
+        positional = positional[1:]
+    return {
+        "positional": positional,
+        "keyword_only": [p.name.value for p in params.kwonly_params],
+        "required": required,
+        "varargs": isinstance(params.star_arg, cst.Param),
+        "varkw": params.star_kwarg is not None,
+    }
+
+
+def _returns_its_argument(function: cst.FunctionDef) -> bool:
+    params = function.params
+    if (
+        len(params.params) != 1
+        or isinstance(params.star_arg, cst.Param)
+        or params.star_kwarg is not None
+        or params.kwonly_params
+    ):
+        return False
+    name = params.params[0].name.value
+    returns = [
+        node
+        for node in _walk_own(function.body)
+        if isinstance(node, cst.Return)
+    ]
+    return bool(returns) and all(
+        isinstance(r.value, cst.Name) and r.value.value == name for r in returns
+    )
+
+
+def _walk_own(node: cst.CSTNode):
+    """The nodes under `node`, nested functions, lambdas and classes left out."""
+    todo = list(node.children)
+    while todo:
+        current = todo.pop()
+        yield current
+        if not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            todo.extend(current.children)
 
 
 def _callee(decorator: cst.CSTNode) -> cst.CSTNode:

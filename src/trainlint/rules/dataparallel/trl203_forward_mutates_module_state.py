@@ -48,7 +48,8 @@ class ForwardMutatesModuleState(Rule):
     a name nobody can tell may load anything), and where the code that builds that model can
     reach the class: the wrapping file, the files that import it, and what they name, followed
     through helpers, registries (a decorator's or a module-level `MODELS["unet"] = UNet`), a
-    module named as a whole (`getattr(flows, args.flow)`) and a package that imports its own
+    module named as a whole (`getattr(flows, args.flow)(channels=3)`: what it offers that
+    accepts that call) and a package that imports its own
     submodules by name (a layer that only a model nobody builds uses is never run; a lookup by
     computed name, `globals()[name]`, may build anything). Otherwise the rule is quiet: in
     projects without DataParallel, or that use it only around other, known models (whose
