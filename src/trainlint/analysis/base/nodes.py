@@ -71,6 +71,19 @@ def positional_params(function: cst.FunctionDef) -> List[cst.Param]:
     return list(function.params.posonly_params) + list(function.params.params)
 
 
+def call_param_index(function: cst.FunctionDef, call: cst.Call, arg_index: int, offset: int) -> int:
+    """The index among `function`'s positional parameters that argument `arg_index` of `call`
+    fills: by keyword, or by position shifted by `offset` (1 for a method called on an object,
+    whose `self` the call does not pass); -1 for a keyword no such parameter has."""
+    arg = call.args[arg_index]
+    if arg.keyword is not None:
+        for i, param in enumerate(positional_params(function)):
+            if param.name.value == arg.keyword.value:
+                return i
+        return -1
+    return arg_index + offset
+
+
 def loops_over_range(loop: cst.CSTNode) -> bool:
     """Is `loop` a `for` (or a comprehension's `for`) over `range(...)`, which counts in ints?"""
     if not isinstance(loop, (cst.For, cst.CompFor)) or type(loop.iter) is not cst.Call:

@@ -14,7 +14,14 @@ from ..base.memo import Summaries
 from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
-from ..base.nodes import is_self_attr, names_in, positional_params, subtree, target_names
+from ..base.nodes import (
+    call_param_index,
+    is_self_attr,
+    names_in,
+    positional_params,
+    subtree,
+    target_names,
+)
 from ..base.scopes import Scopes
 from ..base.vocabulary import DTYPE_WORDS
 from .expressions import Devices
@@ -323,9 +330,9 @@ class Moves(Analysis):
         offset = 1 if _is_method_call(call, function) else 0
         if arg_index is None:
             return any(
-                self._param_index(function, call, i, offset) in moved for i in range(len(call.args))
+                call_param_index(function, call, i, offset) in moved for i in range(len(call.args))
             )
-        return self._param_index(function, call, arg_index, offset) in moved
+        return call_param_index(function, call, arg_index, offset) in moved
 
     def _mover_name(self, dotted: str, own: bool = False) -> bool:
         """A well-known mover's name (`to_device`, `send_to_device`), or one configured with
@@ -362,19 +369,10 @@ class Moves(Analysis):
                 return False
         return returned
 
-    def _param_index(self, function, call: cst.Call, arg_index: int, offset: int) -> int:
-        arg = call.args[arg_index]
-        if arg.keyword is not None:
-            for i, param in enumerate(_positional_params(function)):
-                if param.name.value == arg.keyword.value:
-                    return i
-            return -1
-        return arg_index + offset
-
     def forward_moves(self, forward: cst.FunctionDef, call: cst.Call, arg_index: int) -> bool:
         """Does a module's `forward` move what argument `arg_index` of a call of the module
         (`model(x)`: `forward(self, x)`) hands it?"""
-        return self._param_index(forward, call, arg_index, 1) in self.moved_params(forward)
+        return call_param_index(forward, call, arg_index, 1) in self.moved_params(forward)
 
     def moved_params(self, function: cst.FunctionDef) -> FrozenSet[int]:
         """Indices of the positional parameters whose values `function` moves to a device

@@ -20,6 +20,7 @@ from ...walk import own_nodes
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import LOSS_CALLEE, MODEL_WORDS, is_functional_loss
 from ..device.expressions import Devices
+from ..device.host_side import HostSide
 from ..device.moves import MOVED, Moves, UNPLACED, WRAPPED
 from ..parallel.parallel import Parallel
 from .batchvalues import (
@@ -535,8 +536,9 @@ class BatchFlow(Analysis):
     def moved_by_forward(self, call: cst.Call, arg_index: int) -> bool:
         """Does the model's own `forward` move what argument `arg_index` hands it (`x =
         x.to("cuda")` at the top of `forward`, in a class of this file the model is built
-        from)? A CPU item given to such a model meets the device only inside the model, which
-        has placed it there itself. A model of a class a lookup chooses while the script runs
+        from), or use it only on the host (lengths for `pack_padded_sequence`, host_side.py)?
+        A CPU item given to such a model meets the device only inside the model, which has
+        placed it there itself, or never. A model of a class a lookup chooses while the script runs
         (`getattr(importlib.import_module(...), name)`) may do so too: nothing says it does
         not."""
         target = _module_called(call)
@@ -545,9 +547,13 @@ class BatchFlow(Analysis):
         steps = self.ctx.analysis(TrainingSteps)
         if dynamic_model_class(steps, target.value, call):
             return True  # a forward nobody can read here may place its inputs itself
+        host = self.ctx.analysis(HostSide)
         for cls in file_model_classes(steps, target.value, call):
             forward = own_method(cls, "forward")
-            if forward is not None and self.moves.forward_moves(forward, call, arg_index):
+            if forward is not None and (
+                self.moves.forward_moves(forward, call, arg_index)
+                or host.takes_on_host(forward, call, arg_index)
+            ):
                 return True
         return False
 
@@ -557,17 +563,19 @@ class BatchFlow(Analysis):
         `model = NRMS(...).to(device)` on one branch, `LSTUR(...)` on the other): their
         `forward`, in another file, may place its inputs itself, which only the project phase
         can read. None when a class is this file's, torch's or a known library's, or a binding
-        builds no class."""
+        builds no class. A class named through star imports is given as its alternatives,
+        "utils.Net|model.Net"."""
         target = _module_called(call)
         if type(target) is not cst.Name:
             return None
         found = model_classes(self.ctx.analysis(TrainingSteps), target.value, call)
-        if not found or any(len(names) != 1 for names in found):
+        if not found:
             return None
-        classes = [next(iter(names)) for names in found]
-        if not all(_may_be_project(q) and not q.startswith("<") for q in classes):
+        if not all(_may_be_project(q) and not q.startswith("<") for q in set().union(*found)):
             return None
-        return classes
+        # A name only star imports can bind offers one candidate per star import ("a.Net|b.Net"):
+        # the project phase takes the one that defines it.
+        return ["|".join(sorted(names)) for names in found]
 
     def wrapped_constructor_args(self, call: cst.Call) -> List[object]:
         """The arguments of the constructor of the model `call` runs that hold a DataParallel
@@ -692,17 +700,27 @@ class BatchFlow(Analysis):
         """Is the loss `call` runs a CTC loss (torch's `nn.CTCLoss` / `F.ctc_loss`, warp-ctc's
         `CTCLoss`)? Its targets and lengths may stay on the CPU: cuDNN's CTC wants them there,
         torch's own kernel moves CPU targets to the log-probabilities' device itself, and
-        warp-ctc takes CPU labels. Also through a name or `self.criterion` bound only to one."""
+        warp-ctc takes CPU labels. Also through a name or `self.criterion` bound only to one, or
+        a parameter every call of its function in the file passes one for."""
         func = call.func
         if type(func) is cst.Call:  # nn.CTCLoss()(log_probs, targets, ...)
             return _names_ctc(self.names.qualified(func.func))
         if _names_ctc(self.names.qualified(func)):
             return True
         values = self.ctx.analysis(Parallel).bound_values(func, call)
-        return bool(values) and all(
+        if values and all(
             type(value) is cst.Call and _names_ctc(self.names.qualified(value.func))
-            for value in values or ()
+            for value in values
+        ):
+            return True
+        # A function's parameter: what the file's calls of the function pass for it
+        # (`train(model, loader, criterion)` called with `criterion = nn.CTCLoss()`).
+        built = (
+            model_constructors(self.ctx.analysis(TrainingSteps), func.value, call)
+            if type(func) is cst.Name
+            else None
         )
+        return bool(built) and all(_names_ctc(self.names.qualified(c.func)) for c in built or ())
 
     def _bound_to_loss_class(self, func: cst.BaseExpression) -> bool:
         """`dice = smp.losses.DiceLoss(mode="binary")`, `focal = FocalLoss()`: a name bound

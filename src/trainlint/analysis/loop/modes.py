@@ -19,7 +19,7 @@ layers only, and only in train mode).
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -167,7 +167,11 @@ def model_constructors(
                 passed = _passed_for(steps, binding)
                 if passed is None:
                     return None
-                places.extend(passed)
+                for given, call in passed:
+                    if isinstance(given, str):
+                        places.append((given, call))
+                    else:
+                        found.append(given)  # `train(net, loader, nn.CTCLoss())`
                 continue
             value = _unwrapped(binding.value) if binding.kind == "assign" else None
             if type(value) is cst.Name and value.value == held:
@@ -182,10 +186,13 @@ def model_constructors(
     return found
 
 
-def _passed_for(steps: "TrainingSteps", binding) -> Optional[List[Tuple[str, cst.CSTNode]]]:
-    """The names the file's calls of a function pass for one of its parameters, each with its
-    call; None when a call passes something else or the function has no call in the file
-    (methods are not followed: their receiver is another question)."""
+def _passed_for(
+    steps: "TrainingSteps", binding
+) -> Optional[List[Tuple[Union[str, cst.Call], cst.CSTNode]]]:
+    """What the file's calls of a function pass for one of its parameters, each with its call:
+    a name, or a call that builds the value (`nn.CTCLoss()`, moves and wrappers taken off);
+    None when a call passes something else or the function has no call in the file (methods
+    are not followed: their receiver is another question)."""
     scope = binding.scope
     function = scope.node if scope is not None else None
     if type(function) is not cst.FunctionDef:
@@ -194,9 +201,18 @@ def _passed_for(steps: "TrainingSteps", binding) -> Optional[List[Tuple[str, cst
     if not params or params[0] in ("self", "cls"):
         return None
     passed = steps.loops.callgraph.passed_for(function, binding.name)
-    if passed is None or any(type(value) is not cst.Name for _, value in passed):
+    if passed is None:
         return None
-    return [(value.value, call) for call, value in passed]  # type: ignore[attr-defined]
+    out: List[Tuple[Union[str, cst.Call], cst.CSTNode]] = []
+    for call, value in passed:
+        built = _unwrapped(value)
+        if isinstance(value, cst.Name):
+            out.append((value.value, call))
+        elif isinstance(built, cst.Call):
+            out.append((built, call))
+        else:
+            return None
+    return out
 
 
 def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> Optional[str]:

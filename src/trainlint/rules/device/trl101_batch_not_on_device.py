@@ -10,6 +10,7 @@ import libcst as cst
 
 from ...analysis.base.calls import keyword
 from ...analysis.base.nodes import own_method, positional_params
+from ...analysis.device.host_side import HostSide
 from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
 from ...analysis.loop.batchflow import BatchFlow
 from ...analysis.loop.batchvalues import Element, Flow, Unmoved
@@ -138,17 +139,23 @@ class BatchNotOnDevice(Rule):
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
     followed), and a method may prepare and move its input itself; an item handed to a model
     whose class, defined in the same file, moves that argument in its own `forward` (`x =
-    x.to("cuda")` at its top: the model places what it gets), or whose class a lookup picks
+    x.to("cuda")` at its top: the model places what it gets) or uses it only on the host
+    (lengths it packs a sequence with, `pack_padded_sequence(x, lengths)`, which wants them on
+    the CPU, or turns into Python values, `lengths.clamp(max=t).cpu()`, `lens.tolist()`, also
+    through a submodule of a class of the same file, `self.encoder(x, lengths)`), or whose class a lookup picks
     while the script runs (`Model = getattr(importlib.import_module(f"model.{name}"), name)`:
     a `forward` nobody can read here may place its inputs too; labels that meet its output in
     a loss are still reported), or whose class comes from another file of the project (`from
-    models.nrms import NRMS`): the project phase reads that class's `forward`, or its nearest
-    base's, and reports only when no class the model may be built from moves the argument, or
+    models.nrms import NRMS`, or a star import, `from asr_model import *`, of the one module
+    that defines it): the project phase reads that class's `forward`, or its nearest base's,
+    and reports only when no class the model may be built from moves the argument (or uses it
+    only on the host), or
     hands it to an attribute `__init__` keeps from a constructor argument that holds a
     DataParallel wrapper in every call building the model (`SegmentConsensus(8, net)` after
     `net = nn.DataParallel(net).cuda()`: the wrapper scatters the CPU clips itself);
     targets and lengths handed to a CTC loss (torch's `nn.CTCLoss` / `F.ctc_loss`, warp-ctc's
-    `CTCLoss`), which take them on the CPU; scripts that never move
+    `CTCLoss`), which take them on the CPU, also one a training function is handed by every
+    call of it in the file (`train(model, loader, nn.CTCLoss())`); scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
     code); what follows, in the loop, a statement that hands a call a name nothing in the file
@@ -158,7 +165,9 @@ class BatchNotOnDevice(Rule):
     When the batch is handed to a function imported from the project that may move it in place
     (`utils.to_cuda(batch)`), only the project phase of `trainlint check` can tell: it reads that
     function from the other file and reports only if it does not move its argument; the same
-    holds for a model of a class imported from the project. Under flake8, which sees one file at
+    holds for a model of a class imported from the project, and for both at once (a batch
+    collated by another file's function, handed to a model of another file's class, is reported
+    only when neither places the item). Under flake8, which sees one file at
     a time, and when the other file is not part of the run, those findings are not reported
     (never a guess). Names configured with `device-movers` in
     `[tool.trainlint]` are read by `trainlint`; flake8 runs with the built-in names only.
@@ -223,7 +232,7 @@ class BatchNotOnDevice(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._deferred: List[Tuple[Tuple[str, int], PendingReport]] = []
+        self._deferred: List[Tuple[Tuple[str, int], PendingReport, Optional[Dict[str, Any]]]] = []
         self._unknown_model: List[PendingReport] = []
         # candidate key -> the imported model class whose `forward` decides (project phase)
         self._forward_questions: Dict[str, Dict[str, Any]] = {}
@@ -264,6 +273,14 @@ class BatchNotOnDevice(Rule):
                 )
             )
         helper = element.helper or flow.helper
+        forward_question = None
+        if finding.forward_of is not None:
+            classes, argument = finding.forward_of
+            forward_question = {
+                "classes": classes,
+                "arg": argument,
+                "wrapped_init": finding.wrapped_init,
+            }
         if helper is None and finding.forward_of is not None:
             # `model(images)` where `model = Net()` and `Net` comes from another file of the
             # project: its `forward` may move `images` itself. The project phase reads it.
@@ -293,7 +310,9 @@ class BatchNotOnDevice(Rule):
         pending = PendingReport(
             self, finding.use, None, message, self.severity, fix, tuple(related), help_text
         )
-        self._deferred.append((helper, pending))
+        # A batch from another file's collate, handed to a model of another file's class:
+        # reported only when neither the helper nor the model's `forward` places the item.
+        self._deferred.append((helper, pending, forward_question))
 
     def _model_of_unknown_placement(self, finding: Unmoved) -> bool:
         if finding.kind != "model" or type(finding.sink) is not cst.Call:
@@ -498,9 +517,16 @@ class BatchNotOnDevice(Rule):
         if self._deferred or self._unknown_model:
             from ...pending import resolve_reports
 
-            diagnostics = resolve_reports(self.ctx, [p for _, p in self._deferred])
-            for ((helper, arg), _), diagnostic in zip(self._deferred, diagnostics):
-                deferred.append({"helper": helper, "arg": arg, "diagnostic": diagnostic.to_dict()})
+            diagnostics = resolve_reports(self.ctx, [p for _, p, _ in self._deferred])
+            for ((helper, arg), _, forward), diagnostic in zip(self._deferred, diagnostics):
+                deferred.append(
+                    {
+                        "helper": helper,
+                        "arg": arg,
+                        "diagnostic": diagnostic.to_dict(),
+                        "forward": forward,
+                    }
+                )
             for diagnostic in resolve_reports(self.ctx, self._unknown_model):
                 unknown_model.append(diagnostic.to_dict())
         facts: Dict[str, Any] = {
@@ -519,17 +545,19 @@ class BatchNotOnDevice(Rule):
         which arguments of a call of the module that `forward` moves: positions (`self` left
         out) and parameter names, for the files that build the class."""
         classes: Dict[str, object] = {}
+        host_side = self.ctx.analysis(HostSide)
         for name, cls in self.ctx.analysis(Modules).classes.items():
             entry: Dict[str, Any] = {"bases": list(cls.bases)}
             forward = own_method(cls.node, "forward")
             if forward is not None:
                 params = [p.name.value for p in positional_params(forward)][1:]
                 moved = sorted(i - 1 for i in moves.moved_params(forward) if i > 0)
+                host = sorted(i - 1 for i in host_side.host_params(forward) if i > 0)
                 hands = {
                     str(index - 1): sorted(attributes)
                     for index, attributes in moves.handed_to_attributes(forward).items()
                 }
-                entry["forward"] = {"params": params, "moved": moved, "hands": hands}
+                entry["forward"] = {"params": params, "moved": moved, "hands": hands, "host": host}
             if own_method(cls.node, "__init__") is not None:
                 entry["from_init"] = attributes_from_init(cls.node)
             classes[name] = entry
@@ -559,6 +587,7 @@ class BatchNotOnDevice(Rule):
         if not any(f.get("helper_deferred") for f in facts.values()):
             return out
         modules = _module_index(project)
+        joint: Optional[Hierarchy] = None
         for display, data in facts.items():
             importer = project.paths.get(display)
             for entry in data.get("helper_deferred", []):
@@ -573,6 +602,15 @@ class BatchNotOnDevice(Rule):
                 arg = entry["arg"]
                 if moved and (arg < 0 or arg in moved):
                     continue  # the helper moves it
+                forward = entry.get("forward")
+                if forward is not None and importer is not None:
+                    joint = joint or Hierarchy(project, cls.code)
+                    verdicts = [
+                        _forward_moves(joint, c, importer, forward["arg"], forward["wrapped_init"])
+                        for c in forward["classes"]
+                    ]
+                    if not verdicts or not all(verdict is False for verdict in verdicts):
+                        continue  # the model's `forward` places it, or may
                 out.append(Diagnostic.from_dict(entry["diagnostic"]))
         return out
 
@@ -622,13 +660,20 @@ def _forward_moves(
     hierarchy: Hierarchy, qualname: str, importer: Path, argument: Any, wrapped: List[Any]
 ) -> Optional[bool]:
     """Does the `forward` of the class `qualname` (as imported in `importer`) move the
-    argument a call of the module hands it at `argument` (a position, or a keyword)? True or
+    argument a call of the module hands it at `argument` (a position, or a keyword), or use it
+    only on the host (lengths it packs a sequence with)? True or
     False when the forward is read (the class's own, or the nearest base's that defines one):
     it moves the argument, or hands it to an attribute `__init__` keeps from a constructor
     argument that holds a DataParallel wrapper (`wrapped`, positions or keywords of the
     model's construction: `TSN(n, net)` with `net` wrapped), which scatters it to the GPUs;
     False for a class of a module outside the project (a library's model, read as before);
     None when the class is the project's but its `forward` cannot be read."""
+    if "|" in qualname:
+        # Star imports: the one alternative that names a class of the project is the class.
+        defined = [q for q in qualname.split("|") if isinstance(hierarchy.resolve(q, importer), ClassRef)]
+        if len(defined) != 1:
+            return None
+        qualname = defined[0]
     ref = hierarchy.resolve(qualname, importer)
     if not isinstance(ref, ClassRef):
         module = qualname.rsplit(".", 1)[0]
@@ -645,8 +690,8 @@ def _forward_moves(
             index = params.index(argument) if argument in params else None
         if not isinstance(index, int):
             return False
-        if index in forward.get("moved", []):
-            return True
+        if index in forward.get("moved", []) or index in forward.get("host", []):
+            return True  # placed by the model, or never meets the device
         return wrapped != [] and any(
             _kept_from(hierarchy.ancestry(ref), attribute, wrapped)
             for attribute in forward.get("hands", {}).get(str(index), [])
