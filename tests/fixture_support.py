@@ -119,3 +119,15 @@ def lint(paths: List[Path], select: List[str], root: Optional[Path] = None, **kw
 
 def codes_checked(code: str, expected: Dict[Tuple[int, str], Optional[str]]) -> Set[str]:
     return {code} | {c for _, c in expected}
+
+
+def project_tree(tmp_path: Path, files: Dict[str, str]) -> Path:
+    """A project of `files` (relative path -> text) in `tmp_path/proj`, marked as a repository
+    root with an empty `.git` folder."""
+    root = tmp_path / "proj"
+    (root / ".git").mkdir(parents=True)
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root

@@ -14,7 +14,7 @@ from typing import Dict, List
 import libcst as cst
 import pytest
 
-from fixture_support import lint
+from fixture_support import lint, project_tree
 from trainlint.analysis.project.mentions import MODULE_CODE, Mentions
 from trainlint.config import Settings
 from trainlint.context import FileContext
@@ -43,13 +43,7 @@ model = nn.DataParallel({build}).cuda()
 
 
 def _project(tmp_path: Path, files: Dict[str, str]) -> Path:
-    root = tmp_path / "proj"
-    (root / ".git").mkdir(parents=True)
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return project_tree(tmp_path, {name: textwrap.dedent(text) for name, text in files.items()})
 
 
 def _reported(root: Path) -> List[str]:

@@ -6,11 +6,11 @@ told by indentation."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import pytest
 
-from fixture_support import lint
+from fixture_support import lint, project_tree
 
 TRAIN = (
     "import os\n"
@@ -43,16 +43,6 @@ def _findings(root: Path) -> List[Tuple[str, int, str]]:
     )
 
 
-def _project(tmp_path: Path, files: Dict[str, str]) -> Path:
-    root = tmp_path / "proj"
-    (root / ".git").mkdir(parents=True)
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def _base_file(bases: str, imports: str = "import torch.nn as nn\n") -> str:
     return f"{imports}\n\nclass Base({bases}):\n    pass\n"
 
@@ -69,7 +59,7 @@ def _base_file(bases: str, imports: str = "import torch.nn as nn\n") -> str:
     ],
 )
 def test_builtin_and_typing_bases_are_known(tmp_path, imports, bases):
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -83,7 +73,7 @@ def test_builtin_and_typing_bases_are_known(tmp_path, imports, bases):
 
 def test_a_rebound_builtin_name_is_not_the_builtin(tmp_path):
     # `object` bound to a library class in the file: unknown, so the family is incomplete.
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -99,7 +89,7 @@ def test_a_rebound_builtin_name_is_not_the_builtin(tmp_path):
 
 
 def test_chained_star_re_exports_resolve(tmp_path):
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -116,7 +106,7 @@ def test_chained_star_re_exports_resolve(tmp_path):
 
 def test_a_name_left_out_of_all_is_not_re_exported(tmp_path):
     # `from .base import *` does not bind Base (not in __all__): the parent is unknown.
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -130,7 +120,7 @@ def test_a_name_left_out_of_all_is_not_re_exported(tmp_path):
 
 
 def test_a_private_name_is_not_star_exported_without_all(tmp_path):
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -143,7 +133,7 @@ def test_a_private_name_is_not_star_exported_without_all(tmp_path):
 
 
 def test_star_import_cycles_end(tmp_path):
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": TRAIN,
@@ -164,7 +154,7 @@ def test_a_long_star_chain_is_bounded(tmp_path):
         files[f"models/m{i}.py"] = f"from .m{i + 1} import *\n"
     files["models/m80.py"] = _base_file("nn.Module")
     files["models/head.py"] = HEAD.format(base_module="models", base="Base")
-    root = _project(tmp_path, files)
+    root = project_tree(tmp_path, files)
     assert _findings(root) == []
 
 
@@ -204,7 +194,7 @@ def _dynamic_wrap(load: str) -> str:
     ],
 )
 def test_a_dynamic_import_reaches_the_packages_it_names(tmp_path, load, reported):
-    root = _project(
+    root = project_tree(
         tmp_path,
         {
             "train.py": "NAME = 'plain'\n" + _dynamic_wrap(load),
