@@ -36,7 +36,8 @@ Built on `structure.py` (`Loops`: batch sources, `under_no_grad`), the same-file
    `eval_loops()` (evaluation loops: over a validation/test loader or in an evaluation function,
    calling a model, with no backward/step).
 
-5. The file. `file_backpropagates()` (anything calls `backward`), `file_may_update_weights()`
+5. The file. `file_backpropagates()` (anything calls `backward`, in a file that uses PyTorch),
+   `file_may_update_weights()`
    (False only when nothing in the file can change weights: no step, no optimizer, no call
    named for training or updating, no gradient written into a weight by hand).
 """
@@ -880,13 +881,16 @@ class TrainingSteps(AutogradGraphs, Analysis):
         return None
 
     def file_backpropagates(self) -> bool:
-        """Cheap: does anything in the file call `.backward(...)` or `autograd.backward`?"""
+        """Cheap: does anything in the file call `.backward(...)` or `autograd.backward`, in a
+        file that uses PyTorch? A script or notebook that uses none (`Frameworks.without_torch`:
+        a course's NumPy framework, `mlp.backward(dLdA)`) computes its gradients its own way:
+        nothing accumulates in `.grad`, and no graph is kept."""
         found = self._backpropagates
         if found is None:
             found = self._backpropagates = any(
                 type(call.func) is cst.Attribute and call.func.attr.value == "backward"
                 for call in self.ctx.nodes(cst.Call)
-            )
+            ) and not self.ctx.analysis(Frameworks).without_torch()
         return found
 
     def file_may_update_weights(self) -> bool:

@@ -65,7 +65,9 @@ class ZeroGradMissingOrMisplaced(Rule):
     loop runs when the optimizer is built where the analysis cannot see which modules it holds
     (`self.model.bottleneck.zero_grad()` after backward, `self.opt` from a base class in
     another file: the step still applies the rest), and framework-managed code
-    (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it.
+    (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it; nor
+    a script or notebook that uses no PyTorch at all (a course's NumPy framework whose
+    `mlp.backward(dLdA)` assigns each layer's gradient afresh).
 
     A model whose own `forward` resets its gradients (`self.zero_grad()` at the top of
     `forward`, as a 2018 BiLSTM-CRF tagger does, or in a method `forward` calls) resets them on
