@@ -61,6 +61,11 @@ def _host(body: str, extra: str = "") -> set:
          "    mask = torch.arange(x.shape[1], device=x.device) < lens[:, None]\n"
          "    return x * mask\n", set()),
         ("def forward(self, x, lens):\n    return self.rnn(x)\n", set()),  # never read: not shown
+        # through a name bound to the same values at the top of the body
+        ("def forward(self, x, lens):\n    clamped = lens.clamp(max=x.shape[1])\n"
+         "    return self.rnn(pack(x, clamped))\n", {2}),
+        ("def forward(self, x, lens):\n    clamped = lens.clamp(max=x.shape[1])\n"
+         "    return x[:, :, None] * clamped\n", set()),
     ],
 )
 def test_host_params(body, expected):

@@ -8,8 +8,9 @@ item on the CPU and hands it to the model is right, not a forgotten `.to(device)
 
 `host_params(forward)` gives the positional parameters (self at 0) every use of which is such
 a use, also through a submodule of a class of the same file (`self.encoder(x, lengths)` with
-`self.encoder = Encoder(...)` whose `forward` packs them). A parameter rebound in the body, or
-used any other way (arithmetic, a call nobody reads), is not one.
+`self.encoder = Encoder(...)` whose `forward` packs them), and through a name bound to them
+(`clamped = lens.clamp(max=t)`, then packed). A parameter rebound in the body, or used any
+other way (arithmetic, a call nobody reads), is not one.
 """
 
 from __future__ import annotations
@@ -66,13 +67,16 @@ class HostSide(Analysis):
         of the module (`model(x, lengths)`: `forward(self, x, lengths)`) hands it?"""
         return call_param_index(forward, call, arg_index, 1) in self.host_params(forward)
 
-    def _host_only(self, function: cst.FunctionDef, name: str, depth: int) -> bool:
-        """Is every read of the parameter's value a host use? A rebinding at the top level of
-        the body (`outputs, lens = pad_packed_sequence(...)`) ends its value: later reads are
-        of another; a rebinding anywhere else leaves it unknown."""
+    def _host_only(
+        self, function: cst.FunctionDef, name: str, depth: int, start: int = 0
+    ) -> bool:
+        """Is every read of the value a host use: the parameter's, or the local's bound by the
+        top-level statement before `start`? A rebinding at the top level of the body
+        (`outputs, lens = pad_packed_sequence(...)`) ends the value: later reads are of another;
+        a rebinding anywhere else leaves it unknown."""
         stores = {id(node) for node in self._stored_names(function) if node.value == name}
         reads: List[cst.Name] = []
-        for statement in function.body.body:
+        for statement in function.body.body[start:]:
             nodes = [n for n in subtree(statement) if type(n) is cst.Name and n.value == name]
             stored_here = [n for n in nodes if id(n) in stores]
             reads.extend(n for n in nodes if id(n) not in stores)
@@ -119,6 +123,20 @@ class HostSide(Analysis):
             if parent.attr.value not in _KEEPING_METHODS:
                 return False
             value, parent = call, self.ctx.parent(call)
+        if (
+            isinstance(parent, cst.Assign)
+            and parent.value is value
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+            and parent.targets[0].target.value != use.value
+            and depth < _MAX_DEPTH
+        ):
+            # `clamped = lens.clamp(max=t)`: a name for the same values, read on the host too
+            line = self.ctx.parent(parent)
+            start = next((i for i, s in enumerate(function.body.body) if s is line), -1) + 1
+            if not start:
+                return False  # bound inside a branch or loop: which reads see it is unknown
+            return self._host_only(function, parent.targets[0].target.value, depth + 1, start)
         if not isinstance(parent, cst.Arg) or parent.value is not value:
             return False  # rebound, compared, computed with: not only on the host
         call = self.ctx.parent(parent)

@@ -11,6 +11,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
 
 import libcst as cst
 
+from ..base.callgraph import CallGraph
 from ..base.calls import keyword
 from ..base.conditions import Conditions
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
@@ -79,7 +80,7 @@ class BatchFlow(Analysis):
         if managed is not None:
             flow.quiet = f"managed by {managed}"
             return flow
-        reason = self._loader_moves(source, flow)
+        reason = self._loader_moves(source, flow) or self._never_run_in_notebook(source)
         if reason is not None:
             flow.quiet = reason
             return flow
@@ -100,6 +101,20 @@ class BatchFlow(Analysis):
         devices: Devices = self.ctx.analysis(Devices)
         flow.findings = [f for f in flow.findings if not devices.cuda_declined(f.use)]
         return flow
+
+    def _never_run_in_notebook(self, source: BatchSource) -> Optional[str]:
+        """A loop inside a function that no cell of the notebook calls or hands on (`def
+        train_model(model, loader, ...)` left without the cell that runs it): nothing can import
+        a notebook's function, so the loop never runs, and what its model is cannot be told."""
+        if self.ctx.source.notebook is None:
+            return None
+        graph = self.ctx.analysis(CallGraph)
+        for ancestor in self.ctx.ancestors(source.node):
+            if type(ancestor) is cst.FunctionDef and not graph.named_in_file(
+                ancestor, members=True
+            ):
+                return f"`{ancestor.name.value}` is never called in this notebook"
+        return None
 
     def _drop_unreachable(self, flow: Flow, body: List[cst.BaseStatement]) -> None:
         """Unfinished code: a statement the body always runs hands a call a name nothing binds

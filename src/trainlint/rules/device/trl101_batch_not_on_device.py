@@ -158,9 +158,12 @@ class BatchNotOnDevice(Rule):
     call of it in the file (`train(model, loader, nn.CTCLoss())`); scripts that never move
     anything to a device; code whose device placement a framework manages
     (Lightning, Accelerate, HF Trainer, MMEngine, detectron2, ignite, DeepSpeed, default-device
-    code); what follows, in the loop, a statement that hands a call a name nothing in the file
-    binds (an exercise's blank: `output = model(noisy_data)` under "# your code here" stops every
-    iteration with NameError; what comes before it is still reported).
+    code); a loop inside a function that no cell of its notebook calls or hands on (a starter's
+    training function left without the cell that runs it: nothing can import a notebook's
+    function, so the loop never runs); what follows, in the loop, a statement that hands a call
+    a name nothing in the file binds (an exercise's blank: `output = model(noisy_data)` under "#
+    your code here" stops every iteration with NameError; what comes before it is still
+    reported).
 
     When the batch is handed to a function imported from the project that may move it in place
     (`utils.to_cuda(batch)`), only the project phase of `trainlint check` can tell: it reads that
