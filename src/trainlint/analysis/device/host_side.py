@@ -15,7 +15,7 @@ other way (arithmetic, a call nobody reads), is not one.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
@@ -46,6 +46,9 @@ class HostSide(Analysis):
         super().__init__(ctx)
         self.names: Names = ctx.analysis(Names)
         self._summaries: Dict[int, FrozenSet[int]] = {}
+        # id(function) -> (function, the names its body binds): one walk per function, not
+        # one per parameter asked about.
+        self._stores: Dict[int, Tuple[cst.FunctionDef, List[cst.Name]]] = {}
 
     def host_params(self, forward: cst.FunctionDef, _depth: int = 0) -> FrozenSet[int]:
         """Indices of the positional parameters `forward` uses only on the host."""
@@ -87,6 +90,9 @@ class HostSide(Analysis):
         return bool(reads) and all(self._host_use(use, function, depth) for use in reads)
 
     def _stored_names(self, function: cst.FunctionDef) -> List[cst.Name]:
+        known = self._stores.get(id(function))
+        if known is not None and known[0] is function:
+            return known[1]
         found: List[cst.Name] = []
         for node in subtree(function.body):
             targets: List[cst.CSTNode] = []
@@ -100,6 +106,7 @@ class HostSide(Analysis):
                 targets = [node.target]
             for target in targets:
                 found.extend(_target_names(target))
+        self._stores[id(function)] = (function, found)
         return found
 
     @staticmethod

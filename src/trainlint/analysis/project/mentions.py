@@ -31,7 +31,7 @@ build (it would raise TypeError first).
 
 from __future__ import annotations
 
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -82,6 +82,7 @@ class Mentions(Analysis):
         # import of each (a superset of what it binds).
         self.package = ctx.source.path.endswith("__init__.py")
         self.imports_submodules = False
+        self._definitions: Optional[Set[str]] = None  # the file's top-level def and class names
         self._run_time_globals = False
         self._statements(ctx.module.body)
         if self._run_time_globals and not self.imports_submodules:
@@ -307,11 +308,13 @@ class Mentions(Analysis):
         return owner == MODULE_CODE or owner not in self._defined_names()
 
     def _defined_names(self) -> Set[str]:
-        return {
-            node.name.value
-            for node in self.ctx.module.body
-            if isinstance(node, (cst.ClassDef, cst.FunctionDef))
-        }
+        if self._definitions is None:
+            self._definitions = {
+                node.name.value
+                for node in self.ctx.module.body
+                if isinstance(node, (cst.ClassDef, cst.FunctionDef))
+            }
+        return self._definitions
 
     def _own_submodule(self, chain: cst.CSTNode, owner: str) -> bool:
         """`import_module("." + name, package=__name__)` at the top of a package's
