@@ -686,11 +686,20 @@ class Moves(Analysis):
                 position = index.get(node, -1)
                 if position < use and (last is None or position > last[0]):
                     last = (position, kind)
-            elif kind == MOVED:
+            elif kind == MOVED and self._same_variable(name, node, scope_node):
                 elsewhere = MOVED
         if last is not None:
             return last
         return (None, elsewhere) if elsewhere is not None else None
+
+    def _same_variable(self, name: str, statement: cst.CSTNode, scope_node: cst.CSTNode) -> bool:
+        """Does `name`, evaluated at `statement` in another function, mean the variable of
+        `scope_node`? A `train(model, ...)` whose parameter is called `model` moves its own
+        local, not the notebook's `model` a cell before the call runs."""
+        bindings = self.scopes.lookup(name, statement)
+        return not bindings or all(
+            b.scope is not None and b.scope.node is scope_node for b in bindings
+        )
 
     def _call_statements(self, scope_node: cst.CSTNode) -> Dict[str, List[cst.Expr]]:
         """The expression statements that are method calls on a name (`model.cuda()`) under a
@@ -707,16 +716,23 @@ class Moves(Analysis):
                 if type(call) is not cst.Call:
                     continue
                 func = call.func
-                if type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+                if type(func) is cst.Attribute and type(func.value) is cst.Name:
+                    names = [func.value.value]
+                elif type(func) is cst.Name:
+                    # `prepare(model, device)`: a function of the file may move it in place
+                    names = [a.value.value for a in call.args if type(a.value) is cst.Name]
+                else:
                     continue
-                name = func.value.value
                 for ancestor in self.ctx.ancestors(node):
                     if type(ancestor) in holders:
-                        index.setdefault(id(ancestor), {}).setdefault(name, []).append(node)
+                        for name in names:
+                            index.setdefault(id(ancestor), {}).setdefault(name, []).append(node)
         return index.get(id(scope_node), {})
 
     def _placement_statement(self, call: cst.Call, name: str) -> Optional[str]:
         func = call.func
+        if type(func) is cst.Name:
+            return self._moved_by_function(call, name)
         if not (
             type(func) is cst.Attribute
             and type(func.value) is cst.Name
@@ -730,6 +746,30 @@ class Moves(Analysis):
             return UNPLACED
         if func.attr.value == "to" and call.args and self._is_cpu(call.args[0].value):
             return UNPLACED
+        return None
+
+    def _moved_by_function(self, call: cst.Call, name: str) -> Optional[str]:
+        """MOVED when `call` (a statement) hands the module `name` to a function of this file
+        that moves that parameter (`def prepare(model, device): model.to(device)`): a
+        module's `.to` works in place, so the caller's module is on the device afterwards."""
+        function = self.callgraph.function_for(call.func)
+        if function is None:
+            return None
+        params = [p.name.value for p in _positional_params(function)]
+        moved = self.moved_params(function)
+        for position, arg in enumerate(call.args):
+            if arg.star:
+                return None  # the positions after it are unknown
+            if type(arg.value) is not cst.Name or arg.value.value != name:
+                continue
+            if arg.keyword is None:
+                index: Optional[int] = position
+            elif arg.keyword.value in params:
+                index = params.index(arg.keyword.value)
+            else:
+                index = None
+            if index is not None and index in moved:
+                return MOVED
         return None
 
 

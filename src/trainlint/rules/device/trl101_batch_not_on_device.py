@@ -43,7 +43,11 @@ class BatchNotOnDevice(Rule):
     their first use next to the device, also inside a function of the same file the loop hands
     them to (`train_step(model, images, labels)`):
     - an argument of a model that was moved (`model.to(device)`, `.cuda()`, a model passed into a
-      function from a call site that moved it), or of a callee named like a model (`model`,
+      function from a call site that moved it, or handed before the use to a function of the
+      file that moves that parameter, `place_on(model, device)`: `Module.to` works in place;
+      a function's parameter named `model` is its own variable, so a `train(model, ...)` that
+      moves it says nothing about a check cell that ran the model on a CPU batch before the
+      cell calling `train`), or of a callee named like a model (`model`,
       `net`, `self.encoder`, ...) while the loop moves other items of the same batch (a
       move of the model's own output, `self.loss(output.cuda(), label)`, is not one: it says
       nothing about where the model or the batch is);
