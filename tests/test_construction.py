@@ -102,6 +102,22 @@ def test_registries_reach_what_was_put_into_them(tmp_path, registry):
     assert _reported(root) == ["tap.py"]
 
 
+@pytest.mark.parametrize("global_name", ["__name__", "__file__", "__doc__"])
+def test_a_star_import_does_not_bind_the_scripts_own_module_globals(tmp_path, global_name):
+    # `if __name__ == "__main__":` under `from nets import *`: `__name__` is the script's own,
+    # not the package named whole, so the layer only an import line names stays out of reach.
+    train = _train("from nets import *", "build()") + f"print({global_name})\n"
+    root = _project(tmp_path, {
+        "train.py": train,
+        "nets/__init__.py": "from .plain import *\n",
+        "nets/plain.py": "import torch.nn as nn\nfrom .tap import Tap\n\n"
+                         "class Plain(nn.Module):\n    def forward(self, x):\n        return x\n\n"
+                         "def build():\n    return Plain()\n",
+        "nets/tap.py": LAYER,
+    })  # fmt: skip
+    assert _reported(root) == []
+
+
 def test_a_package_importing_its_submodules_by_name_binds_their_names(tmp_path):
     walker = (
         "import importlib\nimport pkgutil\n\n"

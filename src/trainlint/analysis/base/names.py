@@ -5,7 +5,9 @@
 to the canonical `torch.nn.DataParallel`. Resolution follows the bindings in effect where the
 expression is evaluated (imports inside functions count; a local `class DataParallel` is not
 torch's), simple alias assignments (`DP = nn.DataParallel`) and star imports (a name only a
-star import binds may also be the package of that name the file's own imports name).
+star import binds may also be the package of that name the file's own imports name; the
+globals every module has, `__name__`, `__file__`, `__doc__`, are the file's own and never a star
+import's, so `if __name__ == "__main__":` under `from pkg import *` does not name the package).
 
 This is a small import-alias table over the `Scopes` analysis; libcst's QualifiedNameProvider
 would cost more than the parse itself.
@@ -56,6 +58,12 @@ CANONICAL.update(
 )
 
 LOCAL_PREFIX = "<local>."  # qualified name of something defined in this file
+# Globals every module has from the start: a free `__name__` is the file's own, never a name
+# a star import brought (a star import hands on no underscored name its `__all__` leaves out).
+MODULE_GLOBALS = frozenset(
+    {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__", "__builtins__",
+     "__cached__", "__path__"}
+)
 
 
 def canonical(qualname: str) -> str:
@@ -169,6 +177,8 @@ class Names(Analysis):
         bindings = self.scopes.lookup(node.value, node)
         out: Set[str] = set()
         if not bindings:
+            if node.value in MODULE_GLOBALS:
+                return out
             for star in self._star_imports_for(node):
                 out.add(canonical(f"{star}.{node.value}"))
                 if node.value in self._package_roots():
