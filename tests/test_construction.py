@@ -118,6 +118,50 @@ def test_a_star_import_does_not_bind_the_scripts_own_module_globals(tmp_path, gl
     assert _reported(root) == []
 
 
+PLAIN = (
+    "import torch.nn as nn\n\n"
+    "class Plain(nn.Module):\n    def forward(self, x):\n        return x\n\n"
+    "NETS = {'plain': Plain}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "body, reported",
+    [
+        # the tap is a loss beside the model: the slice of the wrapped value leaves it out
+        ("model = NETS[name]()\n    model = nn.DataParallel(model).cuda()\n"
+         "    tap = Tap()\n    return tap(model(x))\n", []),
+        # set on the model before the wrap: part of what the replicas run
+        ("model = NETS[name]()\n    model.head = Tap()\n"
+         "    model = nn.DataParallel(model).cuda()\n    return model(x)\n", ["tap.py"]),
+        # added through a module method
+        ("model = NETS[name]()\n    model.add_module('tap', Tap())\n"
+         "    return nn.DataParallel(model)(x)\n", ["tap.py"]),
+        # handed to a helper of the project, whose code builds it
+        ("model = NETS[name]()\n    attach(model)\n    return nn.DataParallel(model)(x)\n",
+         ["tap.py"]),
+        # a model from the caller: the whole file and its importers count
+        ("return nn.DataParallel(name)(Tap()(x))\n", ["tap.py"]),
+        # the model leaves the function: whoever gets it may change it
+        ("model = NETS[name]()\n    tap = Tap()\n    return nn.DataParallel(model), tap\n",
+         ["tap.py"]),
+    ],
+)
+def test_the_wrapped_value_is_followed_not_the_whole_file(tmp_path, body, reported):
+    train = (
+        "import torch.nn as nn\nfrom nets.plain import NETS\nfrom nets.tap import Tap\n"
+        "from nets.helpers import attach\n\n\ndef run(name, x):\n    " + body
+    )
+    root = _project(tmp_path, {
+        "train.py": train,
+        "nets/__init__.py": "",
+        "nets/plain.py": PLAIN,
+        "nets/helpers.py": "from .tap import Tap\n\ndef attach(model):\n    model.tap = Tap()\n",
+        "nets/tap.py": LAYER,
+    })  # fmt: skip
+    assert _reported(root) == reported
+
+
 def test_a_package_importing_its_submodules_by_name_binds_their_names(tmp_path):
     walker = (
         "import importlib\nimport pkgutil\n\n"

@@ -1,8 +1,9 @@
 """Which classes of the project the code of a file may build, following what it names.
 
 A DataParallel wrap of a model the analysis cannot name (`getattr(flow_ssl, args.flow)(...)`,
-`build_model(cfg)`) may run any class that the code building it can reach: the wrapping file
-and the files that import it (one of them may hand it the model), every definition they name,
+`build_model(cfg)`) may run any class that the code building it can reach: what the slice of
+the wrapped value names (wrapped_model.py), or, when that slice is not closed, the wrapping file
+and the files that import it (one of them may hand it the model); every definition they name,
 everything those name, and so on (mentions.py records the names; `Hierarchy.locate` finds where
 each is defined). A module-level statement naming several things links them both ways; a
 module named as a whole reaches every name it binds.
@@ -43,20 +44,23 @@ class _Unknown(Exception):
 class Construction:
     def __init__(self, hierarchy: Hierarchy) -> None:
         self.hierarchy = hierarchy
-        self._reached: Dict[Path, Optional[Set[Definition]]] = {}
+        self._reached: Dict[Tuple[Path, str], Optional[Set[Definition]]] = {}
         self._located: Dict[Tuple[str, Path], Optional[List[Definition]]] = {}
         self._links: Dict[Path, Dict[str, List[List[str]]]] = {}
 
-    def may_build(self, builder: Path, ref: ClassRef) -> bool:
+    def may_build(self, builder: Path, ref: ClassRef, wrapped: Optional[dict] = None) -> bool:
         """May code that `builder` (or a file importing it) runs build an object of class
-        `ref`, or of a subclass that runs its methods?"""
+        `ref`, or of a subclass that runs its methods? With `wrapped` (wrapped_model.py's
+        slice of one wrap: the names the code building and changing its model mentions, and
+        whether files importing the builder count too), only what those names reach."""
         builder = Path(os.path.abspath(builder))
-        if builder not in self._reached:
+        key = (builder, repr(wrapped))
+        if key not in self._reached:
             try:
-                self._reached[builder] = _Walk(self, builder).run()
+                self._reached[key] = _Walk(self, builder).run(wrapped)
             except _Unknown:
-                self._reached[builder] = None
-        reached = self._reached[builder]
+                self._reached[key] = None
+        reached = self._reached[key]
         return reached is None or (Path(os.path.abspath(ref.path)), ref.name) in reached
 
     def facts(self, path: Path) -> dict:
@@ -126,10 +130,16 @@ class _Walk:
         # decorates, in the files imported so far.
         self.registered: Dict[Definition, List[Definition]] = {}
 
-    def run(self) -> Set[Definition]:
+    def run(self, wrapped: Optional[dict] = None) -> Set[Definition]:
         # The files that may hold the model: what runs in them (their definitions and their
-        # own statements), not every name they import.
-        for path in sorted(self.hierarchy.importers(self.builder)):
+        # own statements), not every name they import. With a slice of the wrapped value,
+        # the builder contributes only what the slice names.
+        starts = sorted(self.hierarchy.importers(self.builder))
+        if wrapped is not None:
+            self._import(self.builder)
+            self.todo.extend(self._located(wrapped["names"], self.builder))
+            starts = [p for p in starts if p != self.builder] if wrapped["importers"] else []
+        for path in starts:
             facts = self.construction.facts(path)
             if MODULE_CODE in facts.get("dynamic", ()):
                 raise _Unknown(path)

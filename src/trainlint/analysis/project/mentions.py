@@ -111,13 +111,13 @@ class Mentions(Analysis):
             name = statement.name.value
             found = self.mentions.setdefault(name, set())
             for part in self._parts_of_definition(statement):
-                found |= self._names_in(part, name)
+                found |= self.names_in(part, name)
             decorators: Set[str] = set()
             for decorator in statement.decorators:
                 if _harmless(self.names.qualified(_callee(decorator.decorator))):
                     continue
                 # A decorator of a library (nothing of it recorded): may register anything.
-                decorators |= self._names_in(decorator.decorator, name) or {"?"}
+                decorators |= self.names_in(decorator.decorator, name) or {"?"}
             if decorators:
                 self.decorated[name] = decorators
             if isinstance(statement, cst.FunctionDef):
@@ -174,14 +174,14 @@ class Mentions(Analysis):
             for target in targets:
                 assert isinstance(target, cst.Name)
                 name = target.value
-                self.mentions.setdefault(name, set()).update(self._names_in(value, name))
+                self.mentions.setdefault(name, set()).update(self.names_in(value, name))
             return
         self._link([small])
 
     def _link(self, nodes: List[cst.CSTNode]) -> None:
         found: Set[str] = set()
         for node in nodes:
-            found |= self._names_in(node, MODULE_CODE)
+            found |= self.names_in(node, MODULE_CODE)
         self.top_level |= found
         if len(found) > 1:
             self.links.append(sorted(found))
@@ -198,7 +198,7 @@ class Mentions(Analysis):
 
     # -- names ------------------------------------------------------------------------------------
 
-    def _names_in(self, node: cst.CSTNode, owner: str) -> Set[str]:
+    def names_in(self, node: cst.CSTNode, owner: str) -> Set[str]:
         """The qualified names of the file's top level or of imports that `node` mentions (each
         dotted chain once, as far as it is a plain chain); marks `owner` dynamic on the way."""
         found: Set[str] = set()
@@ -218,7 +218,7 @@ class Mentions(Analysis):
                 assert isinstance(current, cst.Attribute)
                 if current.attr.value in _DYNAMIC_ATTRIBUTES:
                     self.dynamic.add(owner)
-            if kind is cst.Name and _is_label(parent, current):
+            if kind is cst.Name and is_label(parent, current):
                 continue
             names = self._qualified(current, owner)
             shapes = self._picked_and_called(current)
@@ -442,7 +442,7 @@ def _harmless(qualnames) -> bool:
     )
 
 
-def _is_label(parent, name: cst.Name) -> bool:
+def is_label(parent, name: cst.Name) -> bool:
     """A name that labels rather than refers: an attribute's member, a keyword of a call, a
     parameter, a definition's own name, an import's alias."""
     if type(parent) is cst.Attribute:

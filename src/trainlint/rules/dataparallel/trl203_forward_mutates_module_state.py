@@ -24,6 +24,7 @@ from ...analysis.project.hierarchy import (
 )
 from ...analysis.project.construction import Construction
 from ...analysis.project.mentions import Mentions
+from ...analysis.project.wrapped_model import WrappedModels
 from ...analysis.project.modules import Modules, forward_reach
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
@@ -46,7 +47,10 @@ class ForwardMutatesModuleState(Rule):
     `import_module` of a literal module or a package prefix (`import_module("model." + name)`
     may load any module of package `model`, not a loss of package `loss`; an `import_module` of
     a name nobody can tell may load anything), and where the code that builds that model can
-    reach the class: the wrapping file, the files that import it, and what they name, followed
+    reach the class: the code that builds and changes the wrapped value (its assignments,
+    attributes set on it, `model.add_module(...)`, helpers it is handed to; a metric loss built
+    beside it is not part of it), or, when that value comes from a caller or leaves its
+    function, the wrapping file and the files that import it, and what they name, followed
     through helpers, registries (a decorator's or a module-level `MODELS["unet"] = UNet`), a
     module named as a whole (`getattr(flows, args.flow)(channels=3)`: what it offers that
     accepts that call) and a package that imports its own
@@ -306,6 +310,7 @@ class ForwardMutatesModuleState(Rule):
         facts["call_reach"] = self.reach
         facts["sets_afresh"] = self.sets_afresh
         facts.update(self.ctx.analysis(Mentions).facts())
+        facts.update(self.ctx.analysis(WrappedModels).facts())
         # Where each wrap of facts["wraps"] is, to name it in messages.
         sites = self.ctx.analysis(Wraps).sites
         facts["wrap_rows"] = [self.ctx.span(site.call)[0] for site in sites]
@@ -337,6 +342,7 @@ class ForwardMutatesModuleState(Rule):
         # A model built through a registry or a dynamic import (`build_model(config)`) is a
         # DataParallel wrap of a class nobody can name: it may be any model of the project.
         unknown = [wrap for wrap in everywhere if not wrap[2]]
+        slices = wrap_slices(hierarchy, list(hierarchy.known_files()))
         for display, (path, keys) in sorted(files.items()):
             # In a repository of many examples, one example's DataParallel of a known class
             # says nothing of another's models; a wrap whose model is named and does not run
@@ -393,10 +399,12 @@ class ForwardMutatesModuleState(Rule):
                     message = base
                     where = f"nn.DataParallel runs `{name}` at {wrapped[ref]}."
                     severity = Severity.ERROR
-                elif any(construction.may_build(wrap[1], ref) for wrap in near):
+                elif any(construction.may_build(w[1], ref, slices.get(w[0])) for w in near):
                     # The wrapped model is not one the analysis can name, but the code that
                     # builds it may build this class: say what is assumed.
-                    wrap = next(w for w in near if construction.may_build(w[1], ref))
+                    wrap = next(
+                        w for w in near if construction.may_build(w[1], ref, slices.get(w[0]))
+                    )
                     message = f"{base} (if under DataParallel)"
                     where = (
                         f"nn.DataParallel is used at {wrap[0]} around a model the analysis "
@@ -433,6 +441,21 @@ def data_parallel_wraps(
                 where = f"{hierarchy.display(path)}:{row}"
                 found.append((where, path, list(wrap.get("classes", ()))))
     return sorted(found, key=lambda item: item[0])
+
+
+def wrap_slices(
+    hierarchy: Hierarchy, evidence: List[Tuple[Path, dict]]
+) -> Dict[str, Optional[dict]]:
+    """"train.py:57" -> the slice wrapped_model.py recorded for that DataParallel wrap (None:
+    the whole file and its importers count)."""
+    found: Dict[str, Optional[dict]] = {}
+    for path, facts in evidence:
+        rows = facts.get("wrap_rows", [])
+        slices = facts.get("wrap_slices", [])
+        for index, wrap in enumerate(facts.get("wraps", ())):
+            if wrap.get("kind") == DP_KIND and index < len(rows) and index < len(slices):
+                found[f"{hierarchy.display(path)}:{rows[index]}"] = slices[index]
+    return found
 
 
 def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> bool:
