@@ -109,7 +109,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
-        self._no_grad_functions: Dict[cst.FunctionDef, bool] = {}
+        self._no_grad_functions: Dict[Tuple[cst.FunctionDef, int], bool] = {}
         self._without_torch: Optional[bool] = None
         self._backpropagates: Optional[bool] = None
         self._may_update: Optional[bool] = None
@@ -741,8 +741,11 @@ class TrainingSteps(AutogradGraphs, Analysis):
 
     # -- grad mode ----------------------------------------------------------------------------
 
-    def grad_disabled(self, node: cst.CSTNode, _depth: int = 2) -> bool:
-        """Does `node` run with autograd off (no graph is recorded)?"""
+    def grad_disabled(self, node: cst.CSTNode, _depth: int = 5) -> bool:
+        """Does `node` run with autograd off (no graph is recorded)? Also when every chain of
+        same-file calls that reaches it starts under `torch.no_grad()` (up to five calls up:
+        a `__main__` block's `with torch.no_grad(): eval_single_ckpt()` that calls
+        `eval_one_epoch()`, which calls `eval_one_epoch_rpn()`)."""
         if self.loops.under_no_grad(node) or self._spelled_no_grad(node):
             return True
         if self._without_torch is None:
@@ -756,11 +759,13 @@ class TrainingSteps(AutogradGraphs, Analysis):
             return True
         if function is None or _depth <= 0:
             return False
-        cached = self._no_grad_functions.get(function)
+        key = (function, _depth)
+        cached = self._no_grad_functions.get(key)
         if cached is None:
+            self._no_grad_functions[key] = False  # a cycle of calls: not known to be off
             callers = self.callers(function)
             cached = bool(callers) and all(self.grad_disabled(c, _depth - 1) for c in callers)
-            self._no_grad_functions[function] = cached
+            self._no_grad_functions[key] = cached
         return cached
 
     def _volatile_input(self, call: cst.Call) -> bool:

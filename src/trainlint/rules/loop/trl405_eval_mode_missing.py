@@ -79,7 +79,10 @@ class EvalModeMissing(Rule):
     echo), sets the mode of `net`, like `net.eval()`.
 
     Not reported: a caller that sets `model.eval()` (and `no_grad()`) before calling the
-    evaluation function, an evaluation function whose callers are all in other files and that
+    evaluation function, a missing `no_grad()` where every chain of same-file calls that
+    reaches the loop starts under it (up to five calls up: `with torch.no_grad():
+    eval_single_ckpt(...)` in the `__main__` block, which reaches the loop through
+    `eval_one_epoch`), an evaluation function whose callers are all in other files and that
     sets neither mode (the caller decides), a missing `no_grad()` in a module-level function
     that its own file never names when every call of it from the files that import it runs
     under `torch.no_grad()` (`with torch.no_grad(): validate(generator, ...)` in the trainer;
