@@ -16,6 +16,7 @@ from ..base.calls import argument, is_true, keyword
 from ..base.names import Names, dotted_name
 from ..base.nodes import (
     call_param_index,
+    is_name,
     is_self_attr,
     names_in,
     positional_params,
@@ -592,7 +593,15 @@ class Moves(Analysis):
             if in_place is not None:
                 position, kind = in_place
                 index = self.ctx.tree.index
-                latest = max(index.get(b.statement or b.node, -1) for b in bindings)
+                # `model = model.train()` rebinds the same module: a move before it still holds
+                latest = max(
+                    (
+                        index.get(b.statement or b.node, -1)
+                        for b in bindings
+                        if not _same_module_again(b, name.value)
+                    ),
+                    default=-1,
+                )
                 if position is None:  # moved in another function (`main()` moves a global)
                     if UNPLACED in found or UNKNOWN_PLACEMENT in found:
                         found.discard(UNPLACED)
@@ -684,6 +693,8 @@ class Moves(Analysis):
                 continue
             if self.scopes.enclosing_function(node) is here:
                 position = index.get(node, -1)
+                if any(ancestor is node for ancestor in self.ctx.ancestors(at)):
+                    continue  # `evaluate(loader, model)`: the use is the call's own argument
                 if position < use and (last is None or position > last[0]):
                     last = (position, kind)
             elif kind == MOVED and self._same_variable(name, node, scope_node):
@@ -756,7 +767,24 @@ class Moves(Analysis):
         if function is None:
             return None
         params = [p.name.value for p in _positional_params(function)]
-        moved = self.moved_params(function)
+        # Only a move of the parameter itself counts (`model.to(device)`, `model =
+        # model.cuda()`): moving what the module returns (`model(x).to(device)`) leaves it.
+        moved = {
+            index
+            for index, param in enumerate(params)
+            if any(
+                type(statement.value) is cst.Call
+                and self._placement_statement(statement.value, param) == MOVED
+                for statement in self._call_statements(function).get(param, ())
+                if type(statement.value.func) is cst.Attribute
+            )
+            or any(
+                type(node) is cst.Assign
+                and any(is_name(t.target, param) for t in node.targets)
+                and self._value_placement(node.value, 1) == {MOVED}
+                for node in subtree(function.body)
+            )
+        }
         for position, arg in enumerate(call.args):
             if arg.star:
                 return None  # the positions after it are unknown
@@ -771,6 +799,19 @@ class Moves(Analysis):
             if index is not None and index in moved:
                 return MOVED
         return None
+
+
+def _same_module_again(binding, name: str) -> bool:
+    """`name = name.train()`, `name = name.float()`: a module method that returns the module
+    itself where it is, bound to the same name (`name = name.cpu()` moves it, so is not)."""
+    value = binding.value
+    return (
+        binding.kind == "assign"
+        and type(value) is cst.Call
+        and type(value.func) is cst.Attribute
+        and value.func.attr.value in _MODULE_RETURNS_SELF
+        and is_name(value.func.value, name)
+    )
 
 
 def _last_word_per_method(moves: "Moves", events: List[cst.CSTNode], here) -> List[cst.CSTNode]:
