@@ -773,10 +773,10 @@ class Moves(Analysis):
             index
             for index, param in enumerate(params)
             if any(
-                type(statement.value) is cst.Call
+                isinstance(statement.value, cst.Call)
+                and isinstance(statement.value.func, cst.Attribute)
                 and self._placement_statement(statement.value, param) == MOVED
                 for statement in self._call_statements(function).get(param, ())
-                if type(statement.value.func) is cst.Attribute
             )
             or any(
                 type(node) is cst.Assign
