@@ -767,24 +767,7 @@ class Moves(Analysis):
         if function is None:
             return None
         params = [p.name.value for p in _positional_params(function)]
-        # Only a move of the parameter itself counts (`model.to(device)`, `model =
-        # model.cuda()`): moving what the module returns (`model(x).to(device)`) leaves it.
-        moved = {
-            index
-            for index, param in enumerate(params)
-            if any(
-                isinstance(statement.value, cst.Call)
-                and isinstance(statement.value.func, cst.Attribute)
-                and self._placement_statement(statement.value, param) == MOVED
-                for statement in self._call_statements(function).get(param, ())
-            )
-            or any(
-                type(node) is cst.Assign
-                and any(is_name(t.target, param) for t in node.targets)
-                and self._value_placement(node.value, 1) == {MOVED}
-                for node in subtree(function.body)
-            )
-        }
+        moved = self._params_moved_in_place(function, params)
         for position, arg in enumerate(call.args):
             if arg.star:
                 return None  # the positions after it are unknown
@@ -799,6 +782,36 @@ class Moves(Analysis):
             if index is not None and index in moved:
                 return MOVED
         return None
+
+    def _params_moved_in_place(self, function: cst.FunctionDef, params: List[str]) -> Set[int]:
+        """The positions of the parameters `function` moves itself (`model.to(device)`,
+        `model = model.cuda()`); moving what the module returns (`model(x).to(device)`)
+        leaves the module where it is. Read once per function."""
+        memo = self.__dict__.setdefault("_params_moved_memo", {})
+        if function in memo:
+            return memo[function]
+        statements = self._call_statements(function)
+        moved: Set[int] = set()
+        for index, param in enumerate(params):
+            if any(
+                isinstance(statement.value, cst.Call)
+                and isinstance(statement.value.func, cst.Attribute)
+                and self._placement_statement(statement.value, param) == MOVED
+                for statement in statements.get(param, ())
+            ):
+                moved.add(index)
+        for node in subtree(function.body):
+            if type(node) is not cst.Assign:
+                continue
+            bound = [
+                index
+                for index, param in enumerate(params)
+                if any(is_name(t.target, param) for t in node.targets)
+            ]
+            if bound and self._value_placement(node.value, 1) == {MOVED}:
+                moved.update(bound)
+        memo[function] = moved
+        return moved
 
 
 def _same_module_again(binding, name: str) -> bool:

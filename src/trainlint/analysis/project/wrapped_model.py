@@ -52,12 +52,19 @@ class WrappedModels(Analysis):
         super().__init__(ctx)
         self.mentions: Mentions = ctx.analysis(Mentions)
         self.scopes = ctx.scopes
+        # Every name that refers (not an attribute's member, a keyword, a parameter), by text,
+        # for all the wraps of the file.
+        self.references: Dict[str, List[cst.Name]] = {}
         # Per wrap site (Wraps.sites order): {"names": [...], "importers": at module level}
         self.slices: List[Optional[dict]] = []
         for site in ctx.analysis(Wraps).sites:
             if site.kind != DP_KIND or site.classes:
                 self.slices.append(None)  # named classes: construction.py is not asked
                 continue
+            if not self.references:
+                for node in ctx.nodes(cst.Name):
+                    if not is_label(ctx.parent(node), node):
+                        self.references.setdefault(node.value, []).append(node)
             piece = _Slice(self, site.call)
             try:
                 names = sorted(piece.run())
@@ -89,11 +96,7 @@ class _Slice:
         self.scope: Scope = (
             self.scopes.by_node[function] if function is not None else self.scopes.module_scope
         )
-        # Every name that refers (not an attribute's member, a keyword, a parameter), by text.
-        self.references: Dict[str, List[cst.Name]] = {}
-        for node in self.ctx.nodes(cst.Name):
-            if not is_label(self.ctx.parent(node), node):
-                self.references.setdefault(node.value, []).append(node)
+        self.references = models.references
         self.names: Set[str] = set()
         self.holding: Set[str] = set()  # variables that hold the model or a part of it
         self.computed: Set[str] = set()  # variables the model is only computed from
