@@ -50,6 +50,7 @@ class WrapSite:
     kind: str  # DDP_KIND or DP_KIND
     call: cst.Call
     classes: Set[str] = field(default_factory=set)  # qualified names; empty: unknown
+    module: Optional[cst.BaseExpression] = None  # the wrapped module's expression, if given
     # keyword -> "true" / "false" / "unknown" (an expression) / "config" (a configuration
     # read, in `settings`) for find_unused_parameters and static_graph; absent when not
     # given. With **kwargs both are "unknown".
@@ -84,6 +85,7 @@ class Wraps(Analysis):
             site = WrapSite(kind, call)
             module = call.args[0].value if call.args and not call.args[0].keyword else None
             module = keyword(call, "module") or module
+            site.module = module
             if module is not None:
                 site.classes = self.classes_of(module)
             if has_star_args(call):

@@ -33,7 +33,7 @@ import libcst as cst
 from .. import Analysis
 from ..base.identity import RETURNS_RECEIVER
 from ..base.scopes import Binding, Scope
-from ..parallel.wraps import DP_KIND, Wraps
+from ..parallel.wraps import DP_KIND, WrapSite, Wraps
 from .mentions import Mentions, is_label
 
 # nn.Module methods whose result is the module or one of its submodules.
@@ -65,7 +65,7 @@ class WrappedModels(Analysis):
                 for node in ctx.nodes(cst.Name):
                     if not is_label(ctx.parent(node), node):
                         self.references.setdefault(node.value, []).append(node)
-            piece = _Slice(self, site.call)
+            piece = _Slice(self, site)
             try:
                 names = sorted(piece.run())
             except _Open:
@@ -87,11 +87,12 @@ class WrappedModels(Analysis):
 
 
 class _Slice:
-    def __init__(self, models: WrappedModels, call: cst.Call) -> None:
+    def __init__(self, models: WrappedModels, site: WrapSite) -> None:
         self.models = models
         self.ctx = models.ctx
         self.scopes = models.scopes
-        self.call = call
+        self.site = site
+        self.call = call = site.call
         function = self.scopes.enclosing_function(call)
         self.scope: Scope = (
             self.scopes.by_node[function] if function is not None else self.scopes.module_scope
@@ -103,10 +104,7 @@ class _Slice:
         self.todo: List[Tuple[str, bool]] = []
 
     def run(self) -> Set[str]:
-        module = self.call.args[0].value if self.call.args else None
-        for arg in self.call.args:
-            if arg.keyword is not None and arg.keyword.value == "module":
-                module = arg.value
+        module = self.site.module
         if module is None:
             raise _Open(self.call)
         self._flow(module, holds=True)
