@@ -92,6 +92,22 @@ def loops_over_range(loop: cst.CSTNode) -> bool:
     return type(func) is cst.Name and func.value == "range"
 
 
+def counts_in_ints(loop: cst.CSTNode, target: cst.CSTNode) -> bool:
+    """Does `loop` bind its target `target` to ints: any target of a loop over `range(...)`,
+    or the counter of `for i, item in enumerate(...)` (the first name of its target tuple)?"""
+    if loops_over_range(loop):
+        return True
+    if not isinstance(loop, (cst.For, cst.CompFor)) or type(loop.iter) is not cst.Call:
+        return False
+    func = loop.iter.func
+    if type(func) is not cst.Name or func.value != "enumerate":
+        return False
+    pair = loop.target
+    if not isinstance(pair, (cst.Tuple, cst.List)) or not pair.elements:
+        return False
+    return pair.elements[0].value is target
+
+
 def is_name(node: cst.CSTNode, name: str) -> bool:
     """The bare name `name`."""
     return type(node) is cst.Name and node.value == name

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ...walk import own_nodes
 from ..base.names import dotted_name
-from ..base.nodes import loops_over_range, target_names
+from ..base.nodes import counts_in_ints, target_names
 from ..device.moves import WRAPPED, Move
 from .batchvalues import (
     BINARY_METHODS,
@@ -518,12 +518,13 @@ class BatchWalker:
         return True
 
     def _counts_up(self, name: cst.Name) -> bool:
-        """Is every binding of `name` a loop over `range(...)`?"""
+        """Is every binding of `name` a loop that counts in ints (`for j in range(...)`, the
+        counter of `for k, item in enumerate(...)`)?"""
         bindings = self.a.scopes.lookup(name.value, name)
         return bool(bindings) and all(
             b.kind in ("for", "comprehension")
             and b.statement is not None
-            and loops_over_range(b.statement)
+            and counts_in_ints(b.statement, b.node)
             for b in bindings
         )
 

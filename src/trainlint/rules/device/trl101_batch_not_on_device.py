@@ -133,8 +133,9 @@ class BatchNotOnDevice(Rule):
     whose `batch_graphs.ndata["feat"]` is moved: an object holding tensors, not a tensor);
     labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output;
     an item indexed by integers in arithmetic or a comparison, `pred[j] == labels[j]` with `j`
-    from `range(...)`, or `labels[0]` (indexed down to one element it is a zero-dim tensor, which
-    PyTorch lets meet CUDA tensors like a Python number; `labels[mask]` keeps a dimension); a whole batch
+    from `range(...)` or the counter of `enumerate(...)`, or `labels[0]` (indexed down to one
+    element it is a zero-dim tensor, which PyTorch lets meet CUDA tensors like a Python number;
+    `labels[mask]` keeps a dimension, also with `mask` from `enumerate(masks)`); a whole batch
     handed over with `model(**data)` after the loop moved items of it by key
     (`data["pixel_values"] = data["pixel_values"].to(device)`: which other keys a collator's
     output holds is not visible, while a keyed item passed on unmoved is still reported); an item
