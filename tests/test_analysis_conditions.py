@@ -354,3 +354,99 @@ def last_iteration(code: str) -> bool:
 )
 def test_last_iteration_branch(code, expected):
     assert last_iteration(code) is expected
+
+
+def ends_outer_loop(code: str) -> bool:
+    """Does the last `break` of `code` end the `while` around its loop as well?"""
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    brk = list(ctx.nodes(cst.Break))[-1]
+    return ctx.analysis(Conditions).ends_outer_loop(brk)
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        pytest.param(
+            """
+            while seen < limit and going:
+                for x in loader:
+                    if late:
+                        going = False
+                        break
+            """,
+            True,
+            id="flag-cleared-on-the-line-above",
+        ),
+        pytest.param(
+            """
+            while self.running:
+                for x in loader:
+                    if late:
+                        self.running = False; break
+            """,
+            True,
+            id="attribute-flag-on-the-same-line",
+        ),
+        pytest.param(
+            """
+            while seen < limit and going:
+                for x in loader:
+                    if late:
+                        break
+            """,
+            False,
+            id="a-plain-break",
+        ),
+        pytest.param(
+            """
+            while going:
+                for x in loader:
+                    if late:
+                        going = False
+                        break
+                going = True
+            """,
+            False,
+            id="flag-set-again-after-the-inner-loop",
+        ),
+        pytest.param(
+            """
+            while seen < limit or going:
+                for x in loader:
+                    if late:
+                        going = False
+                        break
+            """,
+            False,
+            id="the-test-does-not-need-the-flag",
+        ),
+        pytest.param(
+            """
+            for epoch in range(10):
+                for x in loader:
+                    if late:
+                        going = False
+                        break
+            """,
+            False,
+            id="a-for-around-the-loop",
+        ),
+        pytest.param(
+            """
+            while going:
+                for x in loader:
+                    if late:
+                        going = False
+                        break
+            else:
+                finish()
+            """,
+            False,
+            id="a-while-with-an-else",
+        ),
+    ],
+)
+def test_break_that_ends_the_outer_loop(code, expected):
+    assert ends_outer_loop(code) is expected

@@ -24,7 +24,9 @@ reach the object (a method of it, a call handed it) to be one the call graph res
 
 `last_iteration(branch)` recognises the `if` that ends a loop's body and runs only on its last
 iteration (`if i == len(loader) - 1:` in `for i, batch in enumerate(loader)`): the step flows
-treat it as ending with `break`.
+treat it as ending with `break`. `ends_outer_loop(brk)` recognises a `break` that ends the
+`while` around its loop too: the flag that `while` needs true is set to False just before it
+(`keep_training = False; break`), and nothing else in that `while` sets it again.
 """
 
 from __future__ import annotations
@@ -267,6 +269,75 @@ class Conditions(Analysis):
             if _length_of(length) in sequences:
                 return True
         return False
+
+    def ends_outer_loop(self, brk: cst.Break) -> bool:
+        """Does `brk` end the `while` around its loop as well? `se_continua = False` right
+        before it, with `while n < limit and se_continua:` around the loop it leaves, and
+        nothing in that `while` setting the flag again outside the inner loop: the early stop
+        of a step-counted training loop, which ends training, not just the epoch."""
+        line = self.ctx.parent(brk)
+        if type(line) is not cst.SimpleStatementLine:
+            return False
+        flag = self._cleared_before(brk, line)
+        if flag is None:
+            return False
+        inner: Optional[cst.CSTNode] = None
+        outer: Optional[cst.CSTNode] = None
+        for ancestor in self.ctx.ancestors(line):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return False
+            if type(ancestor) in (cst.For, cst.While):
+                if inner is None:
+                    inner = ancestor
+                else:
+                    outer = ancestor
+                    break
+        if type(outer) is not cst.While or outer.orelse is not None or inner is None:
+            return False
+        if flag not in self._required_by(outer.test):
+            return False
+        inside = {id(node) for node in descendants(inner)}
+        for node in descendants(outer.body):
+            if id(node) in inside:
+                continue  # after the break nothing in the inner loop runs again
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                if self.ctx.code(node.target) != flag:
+                    continue
+                statement = self.ctx.parent(node) if type(node) is cst.AssignTarget else node
+                value = getattr(statement, "value", None)
+                if value is None or not is_name(value, "False"):
+                    return False  # set again before the test: training may go on
+        return True
+
+    def _cleared_before(self, brk: cst.Break, line: cst.SimpleStatementLine) -> Optional[str]:
+        """The flag (`name` or `self.name` text) set to False by the statement just before
+        `brk`, on its line (`stop = False; break`) or the line above in its block."""
+        smalls = list(line.body)
+        position = next(i for i, s in enumerate(smalls) if s is brk)
+        if position > 0:
+            before: Optional[cst.CSTNode] = smalls[position - 1]
+        else:
+            block = self.ctx.parent(line)
+            statements = list(getattr(block, "body", ()))
+            index = next((i for i, s in enumerate(statements) if s is line), 0)
+            previous = statements[index - 1] if index > 0 else None
+            if type(previous) is not cst.SimpleStatementLine:
+                return None
+            before = previous.body[-1]
+        if type(before) is not cst.Assign or len(before.targets) != 1:
+            return None
+        target = before.targets[0].target
+        if type(target) not in (cst.Name, cst.Attribute) or not is_name(before.value, "False"):
+            return None
+        return self.ctx.code(target)
+
+    def _required_by(self, test: cst.BaseExpression) -> Set[str]:
+        """The flags a loop test needs true: the test itself, or the operands of its `and`."""
+        if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+            return self._required_by(test.left) | self._required_by(test.right)
+        if type(test) in (cst.Name, cst.Attribute):
+            return {self.ctx.code(test)}
+        return set()
 
     def _counted_sequences(self, iterable: cst.BaseExpression) -> Set[str]:
         """The texts whose `len()` is the number of iterations of a loop over `iterable`, when

@@ -4,8 +4,9 @@ fixpoint run of abstract states through it.
 A flow is `Ev` (one `Event`: a backward, an optimizer step, a gradient reset, a mode switch, a
 call that may run a module forward),
 `Seq`, `Alt` (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
-(continue/break/return/raise) or `Helper` (the body of a same-file function it calls, where
-`return` only leaves the helper). `run()` pushes a set of abstract states through a flow with a
+(continue/break/return/raise; `break_outer`: a break that ends the loop around its loop too)
+or `Helper` (the body of a same-file function it calls, where `return` only leaves the
+helper). `run()` pushes a set of abstract states through a flow with a
 rule's transfer function, so "a `zero_grad()` between `backward()` and `step()` on some path" or
 "an `eval()` reaching the next `backward()`" is decided on the loop as a whole (statements inside
 if/with/try, helpers, the wrap-around to the next iteration). `loop/steps.py` builds the flows.
@@ -61,7 +62,7 @@ class Repeat:
 
 @dataclass(frozen=True, eq=False)
 class Exit:
-    kind: str  # continue, break, return, raise
+    kind: str  # continue, break, break_outer, return, raise
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +77,7 @@ class Outcome:
     cont: Set = field(default_factory=set)
     brk: Set = field(default_factory=set)
     ret: Set = field(default_factory=set)
+    brk_outer: Set = field(default_factory=set)  # leaving the loop around the loop as well
 
 
 Transfer = Callable[[Event, object], Iterable[object]]
@@ -98,6 +100,7 @@ def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
             result.cont |= step.cont
             result.brk |= step.brk
             result.ret |= step.ret
+            result.brk_outer |= step.brk_outer
             current = step.normal
         result.normal = current
         return result
@@ -109,25 +112,31 @@ def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
             result.cont |= step.cont
             result.brk |= step.brk
             result.ret |= step.ret
+            result.brk_outer |= step.brk_outer
         return result
     if isinstance(flow, Repeat):
         entry = set(current)
         brk: Set = set()
         ret: Set = set()
+        outer: Set = set()
         for _ in range(8):  # states are small finite sets: a few rounds reach the fixpoint
             step = run(flow.body, entry, transfer)
             brk |= step.brk
             ret |= step.ret
+            outer |= step.brk_outer
             grown = entry | step.normal | step.cont
             if grown == entry:
                 break
             entry = grown
-        return Outcome(normal=entry | brk, ret=ret)
+        # a `break_outer` leaves this loop and breaks the one around it
+        return Outcome(normal=entry | brk, ret=ret, brk=outer)
     if isinstance(flow, Exit):
         if flow.kind == "continue":
             return Outcome(cont=current)
         if flow.kind == "break":
             return Outcome(brk=current)
+        if flow.kind == "break_outer":
+            return Outcome(brk_outer=current)
         if flow.kind == "return":
             return Outcome(ret=current)
         return Outcome()  # raise: this path ends

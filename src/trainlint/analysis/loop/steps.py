@@ -634,7 +634,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
         if type(small) is cst.Continue:
             items.append(Exit("continue"))
         elif type(small) is cst.Break:
-            items.append(Exit("break"))
+            # `stop = False; break` under `while ... and not stop`-style loops ends both
+            items.append(Exit("break_outer" if self.conditions.ends_outer_loop(small) else "break"))
         elif type(small) is cst.Return:
             items.append(Exit("return"))
         elif type(small) is cst.Raise:

@@ -153,7 +153,10 @@ class EvalModeMissing(Rule):
     by layer, on purpose, and is not the model's mode. A validation on a loop's last iteration
     (`if i == len(steps) - 1: model.eval(); validate(...)` as the last statement of `for i, ...
     in enumerate(loader)`) ends that loop: it is reported only when nothing sets `train()`
-    again before the next training step (the next epoch). A backward and step written under
+    again before the next training step (the next epoch). So does an early stop that clears
+    the flag its `while` tests right before its `break` (`keep_training = False; break` under
+    `while seen < limit and keep_training:`): training is over, while a bare `break` out of
+    the pass over the loader lets the `while` start another one. A backward and step written under
     `if model.training:` (a textbook's one `run_epoch` for training and testing) do not run
     after `model.eval()`, so the test pass through that helper trains nothing; a check of the
     mode that only picks where a loss is logged guards nothing and changes no finding. An
