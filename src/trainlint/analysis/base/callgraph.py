@@ -36,6 +36,8 @@ class CallGraph(Analysis):
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.Call]]] = None
         self._calls_by_name: Optional[Dict[str, List[cst.Call]]] = None  # `name(...)` calls
         self._names: Optional[Dict[str, List[cst.Name]]] = None  # every Name node, by value
+        # class -> `self.<attr>` -> the values assigned to it anywhere in the class
+        self._self_assigns: Dict[cst.ClassDef, Dict[str, List[cst.BaseExpression]]] = {}
 
     def functions_named(self, name: str) -> List[cst.FunctionDef]:
         """Every function of this file (at any depth, methods too) with this name."""
@@ -88,18 +90,7 @@ class CallGraph(Analysis):
         if owner is None:
             return []
         found: List[cst.ClassDef] = []
-        for node in self.ctx.tree.descendants(owner):
-            if type(node) is not cst.Assign:
-                continue
-            if not any(
-                type(t.target) is cst.Attribute
-                and type(t.target.value) is cst.Name
-                and t.target.value.value == "self"
-                and t.target.attr.value == attribute.attr.value
-                for t in node.targets
-            ):
-                continue
-            value = node.value
+        for value in self._assigned_to_self(owner).get(attribute.attr.value, ()):
             if type(value) is not cst.Call or type(value.func) is not cst.Name:
                 return []
             cls = self._class_named(value.func.value, value.func)
@@ -108,6 +99,27 @@ class CallGraph(Analysis):
             if not any(known is cls for known in found):
                 found.append(cls)
         return found
+
+    def _assigned_to_self(self, owner: cst.ClassDef) -> Dict[str, List[cst.BaseExpression]]:
+        """`self.<attr>` -> the values the class assigns to it (read once per class: every
+        method call through an attribute asks, and a large class has many)."""
+        table = self._self_assigns.get(owner)
+        if table is None:
+            table = {}
+            for node in self.ctx.tree.descendants(owner):
+                if type(node) is not cst.Assign:
+                    continue
+                names = {
+                    t.target.attr.value
+                    for t in node.targets
+                    if type(t.target) is cst.Attribute
+                    and type(t.target.value) is cst.Name
+                    and t.target.value.value == "self"
+                }
+                for name in names:
+                    table.setdefault(name, []).append(node.value)
+            self._self_assigns[owner] = table
+        return table
 
     def _method_in(
         self, cls: cst.ClassDef, name: str, seen: Set[cst.ClassDef]
