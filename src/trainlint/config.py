@@ -115,6 +115,9 @@ class Settings:
     python: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)  # rule-declared keys
     root: Path = field(default_factory=Path.cwd)  # project root: relative globs start here
+    # False when nothing marks the root (no configuration, pyproject.toml, setup.cfg, setup.py
+    # or .git at or above the first path): it is then only the folder the run started in.
+    root_marked: bool = True
     config_path: Optional[Path] = None
     # key -> where its value came from (a configuration file, or a command-line option); keys
     # not named keep their default (`trainlint check --show-settings`).
@@ -309,13 +312,19 @@ _CORE_KEYS: Dict[str, Any] = {
 }
 
 
+def has_root_marker(folder: Path) -> bool:
+    """Does `folder` hold one of the files that mark a project root (ROOT_MARKERS)?"""
+    return any((folder / marker).exists() for marker in ROOT_MARKERS)
+
+
 def find_project_root(start: Path) -> Path:
-    """The nearest folder at or above `start` holding pyproject.toml, setup.cfg or .git."""
+    """The nearest folder at or above `start` holding pyproject.toml, setup.cfg, setup.py or
+    .git; `start` itself (its folder, for a file) when there is none."""
     start = start.resolve()
     if start.is_file():
         start = start.parent
     for folder in [start, *start.parents]:
-        if any((folder / marker).exists() for marker in ROOT_MARKERS):
+        if has_root_marker(folder):
             return folder
     return start
 
@@ -496,11 +505,12 @@ def load_settings(
         settings.config_path = config
         return settings
     root = find_project_root(first if first.exists() else Path.cwd())
+    marked = has_root_marker(root)
     if isolated:
-        return Settings(root=root)
+        return Settings(root=root, root_marked=marked)
     found = find_config(first if first.exists() else Path.cwd())
     if found is None:
-        return Settings(root=root)
+        return Settings(root=root, root_marked=marked)
     settings = settings_from_table(load_table(found), str(found), found.parent, rules)
     settings.config_path = found
     return settings

@@ -38,6 +38,7 @@ class Discovery:
     # Files named like the temporary files of `--fix` (fixes.is_temporary_name) in the walked
     # folders: a killed run may have left them; the caller removes the stale ones.
     temporaries: List[Path] = field(default_factory=list)
+    truncated: bool = False  # the walk stopped at `limit` files
 
 
 def display_path(path: Path) -> str:
@@ -54,7 +55,11 @@ def _is_virtualenv(folder: Path) -> bool:
     return os.path.isfile(folder / "pyvenv.cfg")
 
 
-def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
+def discover(
+    paths: Sequence[Path], settings: Settings, limit: Optional[int] = None
+) -> Discovery:
+    """The files to check under `paths`; with `limit`, the walk stops once it has found more
+    than `limit` files (`truncated`)."""
     found = Discovery()
     seen = set()
     gitignore = None
@@ -72,8 +77,12 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
         found.files.append((path, display_path(path)))
 
     for given in paths:
+        if found.truncated:
+            break
         try:
-            _discover_given(Path(given), str(given), settings, found, add, gitignore, excluded)
+            _discover_given(
+                Path(given), str(given), settings, found, add, gitignore, excluded, limit
+            )
         except OSError as exc:  # the path itself cannot be examined (a folder above it is closed)
             found.errors.append(f"{given}: {exc.strerror or exc}")
     found.files.sort(key=lambda item: item[1])
@@ -88,6 +97,7 @@ def _discover_given(
     add: Callable[..., None],
     gitignore: Optional[GitIgnore],
     excluded: Callable[[Path, str, str], bool],
+    limit: Optional[int] = None,
 ) -> None:
     if not path.exists() and not path.is_symlink():
         found.errors.append(f"{given}: no such file or directory")
@@ -143,6 +153,9 @@ def _discover_given(
                 found.errors.append(f"{display_path(file)}: {exc.strerror or exc}")
                 continue
             add(file, None if linked else real)
+        if limit is not None and len(found.files) > limit:
+            found.truncated = True
+            return
 
 
 SYMLINK_LOOP = "a symlink loop (the link leads back to itself); not checked"

@@ -211,6 +211,30 @@ class Project:
         return self.loader is not None
 
 
+# A root nothing marks is only the folder a run started in (a scratch folder, a home
+# directory, /tmp): past this many Python files and notebooks it is not read as one project.
+GUESSED_ROOT_LIMIT = 2000
+
+
+def unmarked_root_too_big(settings: Settings) -> Optional[str]:
+    """Why the project phase should not read the files around the run: a warning line when
+    nothing marks the project root (`Settings.root_marked`) and more than GUESSED_ROOT_LIMIT
+    Python files and notebooks lie under it; None otherwise. Reading them all would take
+    minutes and mix unrelated code into one project."""
+    if settings.root_marked:
+        return None
+    from .files import discover
+
+    if not discover([settings.root], settings, limit=GUESSED_ROOT_LIMIT).truncated:
+        return None
+    return (
+        f"{settings.root}: no pyproject.toml, setup.cfg, setup.py or .git marks the project "
+        f"root here or above, and it holds more than {GUESSED_ROOT_LIMIT:,} Python files and "
+        "notebooks; checks across files read only the files given and the project files "
+        "they import. Add a pyproject.toml (or run `git init`) where the project starts."
+    )
+
+
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*", re.M)
 _WORD = re.compile(r"\w+")
 

@@ -45,7 +45,9 @@ from .library import Library
 from .project import (
     Project,
     file_text,
+    GUESSED_ROOT_LIMIT,
     read_project_texts,
+    unmarked_root_too_big,
     run_project_phase,
     texts_digest,
 )
@@ -75,6 +77,7 @@ class RunResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)  # remaining, noqa applied, sorted
     crashes: List[RuleCrash] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # unreadable files, refused writes, rollbacks
+    warnings: List[str] = field(default_factory=list)  # what the run left out, and why
     fixed: int = 0
     changed: List[Tuple[str, str, str]] = field(default_factory=list)  # (display, old, new)
     files: int = 0
@@ -152,6 +155,8 @@ def run(
     out.states, unchecked = _read(files, selection, contents or {}, cache, out, counter)
     _check(unchecked, selection, jobs, cache, contents or {}, counter)
     phase = _ProjectPhase(out.states, selection, cache, whole_project)
+    if phase.limited:
+        out.warnings.append(phase.limited)
     # The phase's findings are kept in the cache (keyed by every file of the run, checked against
     # what it read outside the run); only for this first phase, before a fix changed a result.
     joined = phase.run(reuse=not contents)
@@ -407,6 +412,26 @@ def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
     return texts
 
 
+def _reached_texts(
+    states: Dict[str, FileState], root: Path, reads: Dict[str, Optional[str]]
+) -> List[Tuple[Path, str]]:
+    """The project's texts when its root is only a large unmarked folder: the run's files and
+    the project files they import, transitively (each read noted in `reads`, so that a kept
+    result is checked against them)."""
+    from .analysis.project.hierarchy import import_closure
+
+    def read(path: Path) -> Optional[str]:
+        try:
+            data = read_regular_file(path)
+        except OSError:
+            reads[os.path.abspath(path)] = None
+            return None
+        reads[os.path.abspath(path)] = content_digest(data)
+        return file_text(path, data)
+
+    return import_closure(_project_texts(states), root, read, GUESSED_ROOT_LIMIT)
+
+
 class ProjectFindings(NamedTuple):
     diagnostics: List[Diagnostic]
     crashes: List[RuleCrash]
@@ -427,13 +452,20 @@ class _ProjectPhase:
         self.cache = cache
         self.whole_project = whole_project
         self.library: Optional[Library] = None
+        # An unmarked root too big to be one project (why, as a warning line): the project is
+        # then the run's files and the project files they import, not everything below it.
+        self.limited: Optional[str] = None
+        if selection.project_codes and not whole_project:
+            self.limited = unmarked_root_too_big(selection.settings)
 
     def run(self, reuse: bool = False) -> ProjectFindings:
         """The phase's findings; `reuse`: look them up in the cache first, and keep them there
         (only while every result is the one read from disk, before any fix)."""
         if not self.selection.project_codes:
             return ProjectFindings([], [])
-        key = self._cache_key() if reuse else None
+        # Not kept for an unmarked root: which files it reaches (and whether it is too big)
+        # can change without any file the phase read changing.
+        key = self._cache_key() if reuse and not self.limited else None
         if key is not None:
             kept = self._kept(key)
             if kept is not None:
@@ -443,6 +475,8 @@ class _ProjectPhase:
         # Over the whole project its texts are the run's: decoded here, only when the phase runs.
         texts = _project_texts(states) if self.whole_project else None
         reads: Dict[str, Optional[str]] = {}
+        if self.limited:
+            texts = _reached_texts(states, settings.root, reads)
         library = self._library()
         project = Project(
             root=settings.root,

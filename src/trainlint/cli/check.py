@@ -75,6 +75,7 @@ def check_files(options: CheckOptions) -> int:
         if progress is not None:
             progress.close()
     print_lines("error", result.errors + [crash.describe() for crash in result.crashes])
+    print_lines("warning", result.warnings)
 
     internal_error = bool(found.errors or result.errors or result.crashes)
     if options.add_noqa:

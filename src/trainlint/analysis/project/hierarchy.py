@@ -734,13 +734,7 @@ class Hierarchy:
     def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a
         project module."""
-        level = len(qualname) - len(qualname.lstrip("."))
-        parts = qualname.lstrip(".").split(".")
-        for cut in range(len(parts), -1 if level else 0, -1):
-            found = self.module_file("." * level + ".".join(parts[:cut]), importer)
-            if found is not None:
-                return found
-        return None
+        return longest_module(qualname, lambda dotted: self.module_file(dotted, importer))
 
     def importers(self, path: Path) -> Set[Path]:
         """`path` and the project files that import it, directly or through other project
@@ -1088,6 +1082,49 @@ def classes_run_by(
                 if attr.get("callee"):
                     todo.append((attr["callee"], member.path, where, depth + 1))
     return out
+
+
+def longest_module(
+    qualname: str, lookup: Callable[[str], Optional[Path]]
+) -> Optional[Path]:
+    """The file of the longest prefix of `qualname` (`models.head.Head`, `.head.Head`) that
+    `lookup` finds as a project module."""
+    level = len(qualname) - len(qualname.lstrip("."))
+    parts = qualname.lstrip(".").split(".")
+    for cut in range(len(parts), -1 if level else 0, -1):
+        found = lookup("." * level + ".".join(parts[:cut]))
+        if found is not None:
+            return found
+    return None
+
+
+def import_closure(
+    start: List[Tuple[Path, str]],
+    root: Path,
+    read: Callable[[Path], Optional[str]],
+    limit: int,
+) -> List[Tuple[Path, str]]:
+    """`start` ((absolute path, text) pairs) and the project files under `root` they import,
+    directly or through each other (import lines, `imports_in_text`), each read with `read`
+    (None: unreadable, left out); at most `limit` files in all. What a run reaches from its
+    own files, for a project whose root nothing marks (project.py's `unmarked_root_too_big`)."""
+    found = list(start)
+    seen = {path for path, _ in start}
+    todo = list(start)
+    while todo and len(found) < limit:
+        importer, text = todo.pop(0)
+        for qualname in imports_in_text(text):
+            target = longest_module(
+                qualname, lambda dotted: module_file(dotted, importer, root, os.path.isfile)
+            )
+            if target is None or target in seen:
+                continue
+            seen.add(target)
+            target_text = read(target)
+            if target_text is not None and len(found) < limit:
+                found.append((target, target_text))
+                todo.append((target, target_text))
+    return found
 
 
 def module_file(
