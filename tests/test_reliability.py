@@ -167,8 +167,15 @@ def _check(text, path, select):
     selection = Selection.of(settings)
     result = engine.check(Source.from_bytes(str(path), text.encode("utf-8")), selection)
     # Project rules (TRL301) report, and offer their fixes, from the project phase: with this
-    # one file as the project, as under flake8.
-    project = Project(root=path.parent, settings=settings, results={str(path): result})
+    # one file as the whole project, as `trainlint check` over a folder holding only it (fixes
+    # are the CLI's; under flake8 a finding that waits on other files is not reported).
+    project = Project(
+        root=path.parent,
+        settings=settings,
+        results={str(path): result},
+        loader=lambda other: None,
+        texts=[(path.resolve(), text)],
+    )
     joined, _ = run_project_phase(
         [r for r in all_rules().values() if r.project], project, selection
     )

@@ -365,6 +365,20 @@ class Hierarchy:
             return False
         return ref.name in (self.facts_at(ref.path) or {}).get(key, ())
 
+    def unread_class(self, qualname: str, importer: Path) -> bool:
+        """Is `qualname` (as imported in `importer`) a class of a project file that cannot be
+        read here (flake8 hands over one file)? What that file lists is then unknown, which is
+        not the same as "not listed": a rule waiting on it stays quiet."""
+        if self.project.complete:
+            return False
+        ref = self.resolve(qualname, importer)
+        if isinstance(ref, ClassRef):
+            return self.facts_at(ref.path) is None
+        if "." not in qualname.lstrip("."):
+            return False
+        module = qualname.rsplit(".", 1)[0]
+        return module.startswith(".") or self.module_file(module, importer) is not None
+
     def resolve(self, qualname: str, importer: Path):
         """What a class name used in `importer` is: a ClassRef of the project, "module"
         (torch.nn.Module), "container" (nn.Sequential & co.), "plain" (object, ABC, a builtin,

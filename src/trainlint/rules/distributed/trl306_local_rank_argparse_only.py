@@ -43,7 +43,8 @@ class LocalRankArgparseOnly(Rule):
     `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
     does (`init_distributed()` of dist_utils.py, also through a helper of that file that looks
     each launcher's name up in turn: `env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"])`;
-    under flake8 only the file itself counts), nor files whose workers take their rank from a
+    under flake8, which sees one file, an imported project file may, so such a file is not
+    reported there), nor files whose workers take their rank from a
     launcher instead: `def main_worker(local_rank, args): args.local_rank = local_rank` handed to
     `mp.spawn(main_worker, ...)` (or a project's `launch(main_worker, ...)`) gets each process's
     index, which replaces the parsed flag (a worker the file calls itself with
@@ -539,6 +540,12 @@ _STARTS_PROCESSES = re.compile(r"DistributedDataParallel|init_process_group")
 
 def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
     """Does a project file that `path` imports (directly, or through one more import) read
-    LOCAL_RANK from the environment?"""
-    files = hierarchy.imported_closure(path, depth=2)
-    return any((hierarchy.facts_at(f) or {}).get("reads_local_rank") for f in files)
+    LOCAL_RANK from the environment, or may it (flake8 hands over one file: the others are
+    unknown)? In a full run a file without facts has nothing this rule looks for."""
+    for file in hierarchy.imported_closure(path, depth=2):
+        facts = hierarchy.facts_at(file)
+        if facts is None and not hierarchy.project.complete:
+            return True
+        if facts is not None and facts.get("reads_local_rank"):
+            return True
+    return False

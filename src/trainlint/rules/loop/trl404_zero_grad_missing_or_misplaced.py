@@ -76,9 +76,9 @@ class ZeroGradMissingOrMisplaced(Rule):
 
     ## Known problems
     A reset in a `forward` inherited from a base class is not seen (only the class the model is
-    built from is read), so such a loop is still reported. So is a loop over a model whose
-    class another file defines when that file is not read: under flake8, which sees one file
-    at a time (`trainlint check` reads it).
+    built from is read), so such a loop is still reported. A loop over a model whose class
+    another file of the project defines is not reported under flake8, which sees one file at a
+    time and cannot tell whether that class resets the gradients (`trainlint check` reads it).
 
     ## Fix safety
     For a missing reset, the fix inserts `optimizer.zero_grad()` right after the
@@ -248,9 +248,10 @@ class ZeroGradMissingOrMisplaced(Rule):
         for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
             if entry is not None and any(
                 hierarchy.listed_class(qualname, path, "grad_resetting_classes")
+                or hierarchy.unread_class(qualname, path)
                 for qualname in entry["classes"]
             ):
-                continue  # its forward resets the gradients on every call
+                continue  # its forward resets the gradients on every call, or may (unread)
             diagnostic = project.candidate(display, cls.code, key)
             if diagnostic is not None:
                 yield diagnostic

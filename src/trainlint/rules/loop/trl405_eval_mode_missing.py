@@ -790,16 +790,18 @@ class EvalModeMissing(Rule):
                     yield diagnostic
                 continue
             imported_class = entry.get("class")
+            # A class or callers in files flake8 does not hand over are unknown: no claim.
             eval_settled = imported_class is not None and (
                 hierarchy.listed_class(imported_class, path, "mode_free_classes")
+                or hierarchy.unread_class(imported_class, path)
                 or (
                     entry.get("mode") == "eval"
                     and _returns_eval_mode(hierarchy, imported_class, path)
                 )
             )
             grad_from = entry.get("grad_from")
-            grad_settled = grad_from is not None and _callers_turn_grad_off(
-                project, cls.code, path, grad_from
+            grad_settled = grad_from is not None and (
+                not project.complete or _callers_turn_grad_off(project, cls.code, path, grad_from)
             )
             if not eval_settled and not grad_settled:
                 diagnostic = project.candidate(display, cls.code, key)
