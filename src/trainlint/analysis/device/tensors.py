@@ -536,11 +536,20 @@ class DeviceTensors(Analysis):
         (`.cuda()`, `.to(device)`, `device=`) and this arm's are not: `if self.gpu_mode: alpha =
         torch.rand(n).cuda() else: alpha = torch.rand(n)`. Whatever the test is (`gpu_id >=
         0`, a flag), the author wrote this arm for the run without the device, where the
-        tensors it makes meet nothing on the GPU."""
+        tensors it makes meet nothing on the GPU. The same holds for the arms of a conditional
+        expression: `torch.zeros(1).cuda() if args.cuda else torch.zeros(1)`."""
         child = node
         for ancestor in self.ctx.ancestors(node):
             if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
                 return False
+            if type(ancestor) is cst.IfExp and child in (ancestor.body, ancestor.orelse):
+                mine, other = (
+                    (ancestor.body, ancestor.orelse)
+                    if child is ancestor.body
+                    else (ancestor.orelse, ancestor.body)
+                )
+                if self._twin_values(mine, other):
+                    return True
             orelse = getattr(ancestor, "orelse", None)
             if type(ancestor) is cst.If and type(orelse) is cst.Else:
                 if child is ancestor.body and self._twin_arms(ancestor.body, orelse.body, node):
@@ -567,10 +576,16 @@ class DeviceTensors(Analysis):
         # The other arm makes the same value and moves it, nothing else: `torch.rand(n)` against
         # `torch.rand(n).cuda()`. Arms that differ otherwise (`torch.ones(n)` against
         # `torch.full((n,), 0.9, device=dev)` under `if label_smoothing:`) test something else.
-        mine_texts = {_unmoved_text(self.ctx.code(v)) for v in mine_values[holder]}
-        return not any(self._moves_in(v) for v in mine_values[holder]) and any(
-            self._moves_in(v) and _unmoved_text(self.ctx.code(v)) in mine_texts
-            for v in other_values[holder]
+        return any(
+            self._twin_values(v, w) for v in mine_values[holder] for w in other_values[holder]
+        ) and not any(self._moves_in(v) for v in mine_values[holder])
+
+    def _twin_values(self, mine: cst.CSTNode, other: cst.CSTNode) -> bool:
+        """Is `other` the value `mine` moved to the device, and `mine` left where it is made?"""
+        return (
+            not self._moves_in(mine)
+            and self._moves_in(other)
+            and _unmoved_text(self.ctx.code(other)) == _unmoved_text(self.ctx.code(mine))
         )
 
     def _arm_bindings(self, arm: cst.CSTNode) -> Dict[str, List[cst.CSTNode]]:

@@ -67,7 +67,9 @@ class NewTensorOffDevice(Rule):
     Variable(z).to(device)` earlier in the same loop body), a tensor made on the side of the
     code that runs without CUDA (the `else` of `if torch.cuda.is_available():`, or of an `if`
     whose other arm makes the same value and only moves it: `if self.gpu_mode: alpha =
-    torch.rand(n).cuda() else: alpha = torch.rand(n)`; arms that differ otherwise, such as
+    torch.rand(n).cuda() else: alpha = torch.rand(n)`, or a conditional expression written the
+    same way, `torch.zeros(1).cuda() if args.cuda else torch.zeros(1)`; arms that differ
+    otherwise, such as
     `torch.full(..., device=dev)` against `torch.ones(n)` under `if label_smoothing:`, still
     are),
     `device=None` (the CPU: nothing meets a device tensor), calls of
