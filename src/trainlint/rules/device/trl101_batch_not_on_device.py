@@ -374,7 +374,7 @@ class BatchNotOnDevice(Rule):
             meets = ", yet meets it in "
         # The operation it meets the device in gets what is left of about 100 characters.
         room = max(20, _HEADLINE - len(opening) - len(meets) - 2)
-        sink = _short(self._describe(finding.sink, finding.use), room)
+        sink = _short(self._describe(finding.sink, finding.use, min(room, 60)), room)
         headline = f"{opening}{meets}`{sink}`"
         details.append(
             f"On a GPU this fails with {_SAME_DEVICE}. Move it where the batch is unpacked "
@@ -390,11 +390,15 @@ class BatchNotOnDevice(Rule):
             return f"cell {cell[0]}, line {cell[1]}"
         return f"line {row}"
 
-    def _describe(self, sink: cst.CSTNode, use: cst.CSTNode) -> str:
-        """The sink as the message shows it: short, with the element's own text kept."""
+    def _describe(self, sink: cst.CSTNode, use: cst.CSTNode, room: int = 60) -> str:
+        """The sink as the message shows it: whole when it fits in `room`, else with what is
+        not the element's own text elided."""
         code = self.ctx.code
-        whole = " ".join(code(sink).split())
-        if len(whole) <= 60:
+        if getattr(sink, "lpar", None):  # `(preds == labels).float()`: the comparison itself
+            whole = " ".join(code(sink.with_changes(lpar=[], rpar=[])).split())
+        else:
+            whole = " ".join(code(sink).split())
+        if len(whole) <= room:
             return whole
         if type(sink) is cst.Call:
             head = _short(code(sink.func), 40)
@@ -635,7 +639,7 @@ def _short(text: str, limit: int) -> str:
         return text
     if "(" in text and text.endswith(")"):
         head = text.split("(", 1)[0]
-        if len(head) + 5 <= limit:
+        if head and len(head) + 5 <= limit:
             return f"{head}(...)"
     return text[: limit - 3] + "..."
 
