@@ -217,3 +217,73 @@ class Names(Analysis):
         while scope is not None:
             yield from scope.star_imports
             scope = scope.parent
+
+
+# -- names of the project or of a library ------------------------------------------------------
+
+
+STDLIB = frozenset(
+    getattr(
+        __import__("sys"),
+        "stdlib_module_names",
+        {"os", "sys", "re", "json", "math", "time", "random", "logging", "functools", "copy"},
+    )
+)
+# Packages whose loaders and tensor functions make batches on the CPU unless told a device.
+TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
+THIRD_PARTY = TORCH_PACKAGES | frozenset(
+    {
+        "numpy",
+        "scipy",
+        "pandas",
+        "sklearn",
+        "PIL",
+        "cv2",
+        "tqdm",
+        "wandb",
+        "tensorboard",
+        "tensorboardX",
+        "transformers",
+        "datasets",
+        "tokenizers",
+        "accelerate",
+        "timm",
+        "lightning",
+        "pytorch_lightning",
+        "mmcv",
+        "mmengine",
+        "mmdet",
+        "mmseg",
+        "mmpretrain",
+        "detectron2",
+        "ignite",
+        "deepspeed",
+        "apex",
+        "einops",
+        "matplotlib",
+        "yaml",
+        "omegaconf",
+        "hydra",
+        "clip",
+        "open_clip",
+        "fairseq",
+        "peft",
+        "evaluate",
+        "torchmetrics",
+        "kornia",
+        "albumentations",
+        "h5py",
+        "pycocotools",
+    }
+)
+
+
+def may_be_project(qualname: str) -> bool:
+    """May an imported name belong to this project: neither this file's (`<local>.`) nor of
+    torch, a known library or the standard library? A relative import (`.utils.f`) may."""
+    if qualname.startswith(LOCAL_PREFIX):
+        return False
+    if qualname.startswith("."):
+        return True
+    top = qualname.split(".")[0]
+    return top not in THIRD_PARTY and top not in STDLIB

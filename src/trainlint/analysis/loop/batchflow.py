@@ -15,7 +15,7 @@ from ..base.callgraph import CallGraph
 from ..base.calls import keyword
 from ..base.conditions import Conditions
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
-from ..base.names import LOCAL_PREFIX, Names, dotted_name
+from ..base.names import TORCH_PACKAGES, Names, dotted_name, may_be_project
 from ..base.nodes import own_method, target_names
 from ...walk import own_nodes
 from ..base.scopes import Scopes, bound_value
@@ -165,7 +165,7 @@ class BatchFlow(Analysis):
             if self._local_definition(call.func) is not None:
                 return None
             qualified = self.names.qualified(call.func)
-            if any(q.split(".")[0] in _TORCH_PACKAGES for q in qualified):
+            if any(q.split(".")[0] in TORCH_PACKAGES for q in qualified):
                 return None
         text = self.ctx.code(start)
         if len(text) > 40:
@@ -508,7 +508,7 @@ class BatchFlow(Analysis):
         if not qualified:
             return None
         for qualname in sorted(qualified):
-            return qualname if _may_be_project(qualname) else None
+            return qualname if may_be_project(qualname) else None
         return None
 
     # -- what a callee is ---------------------------------------------------------------------
@@ -586,7 +586,7 @@ class BatchFlow(Analysis):
         found = model_classes(self.ctx.analysis(TrainingSteps), target.value, call)
         if not found:
             return None
-        if not all(_may_be_project(q) and not q.startswith("<") for q in set().union(*found)):
+        if not all(may_be_project(q) and not q.startswith("<") for q in set().union(*found)):
             return None
         # A name only star imports can bind offers one candidate per star import ("a.Net|b.Net"):
         # the project phase takes the one that defines it.
@@ -776,80 +776,15 @@ class BatchFlow(Analysis):
 # -- helpers for the dataflow -----------------------------------------------------------------
 
 
-def _may_be_project(qualname: str) -> bool:
-    """May an imported name belong to this project: neither this file's (`<local>.`) nor of
-    torch, a known library or the standard library? A relative import (`.utils.f`) may."""
-    if qualname.startswith(LOCAL_PREFIX):
-        return False
-    if qualname.startswith("."):
-        return True
-    top = qualname.split(".")[0]
-    return top not in _THIRD_PARTY and top not in _STDLIB
-
-
 def _names_ctc(qualified: FrozenSet[str]) -> bool:
     """`torch.nn.CTCLoss`, `torch.nn.functional.ctc_loss`, `warpctc_pytorch.CTCLoss`."""
     return any(q.split(".")[-1] in ("CTCLoss", "ctc_loss") for q in qualified)
 
 
-_STDLIB = frozenset(
-    getattr(
-        __import__("sys"),
-        "stdlib_module_names",
-        {"os", "sys", "re", "json", "math", "time", "random", "logging", "functools", "copy"},
-    )
-)
 # Libraries whose data objects hand back batches already on the device: fastai's loaders (0.7's
 # `ModelData.trn_dl`, v1's `DataBunch`, v2's `DataLoaders`) move every batch to the GPU. (Which
 # other names are libraries and which are the project's own modules a file alone cannot tell.)
 _DEVICE_BATCH_LIBRARIES = frozenset({"fastai"})
-# Packages whose loaders and tensor functions make batches on the CPU unless told a device.
-_TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
-_THIRD_PARTY = _TORCH_PACKAGES | frozenset(
-    {
-        "numpy",
-        "scipy",
-        "pandas",
-        "sklearn",
-        "PIL",
-        "cv2",
-        "tqdm",
-        "wandb",
-        "tensorboard",
-        "tensorboardX",
-        "transformers",
-        "datasets",
-        "tokenizers",
-        "accelerate",
-        "timm",
-        "lightning",
-        "pytorch_lightning",
-        "mmcv",
-        "mmengine",
-        "mmdet",
-        "mmseg",
-        "mmpretrain",
-        "detectron2",
-        "ignite",
-        "deepspeed",
-        "apex",
-        "einops",
-        "matplotlib",
-        "yaml",
-        "omegaconf",
-        "hydra",
-        "clip",
-        "open_clip",
-        "fairseq",
-        "peft",
-        "evaluate",
-        "torchmetrics",
-        "kornia",
-        "albumentations",
-        "h5py",
-        "pycocotools",
-    }
-)
 
 
 # At most 2**5 paths are walked for one batch; beyond that the optimistic join alone decides.

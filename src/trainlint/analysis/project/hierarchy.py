@@ -656,7 +656,7 @@ class Hierarchy:
             else:
                 qualnames = list((self.facts_at(path) or {}).get("imports", {}).values())
             for qualname in qualnames:
-                target = self._import_file(qualname, path)
+                target = self.import_file(qualname, path)
                 if target is not None:
                     found.add(target)
             self._imports[path] = found
@@ -723,7 +723,7 @@ class Hierarchy:
         named = 0
         for _, module in _DYNAMIC_LITERAL.findall(text):
             named += 1
-            target = self._import_file(module, importer)
+            target = self.import_file(module, importer)
             if target is not None:
                 found.add(target)
         for _, plain, _, formatted in _DYNAMIC_PREFIX.findall(text):
@@ -745,7 +745,7 @@ class Hierarchy:
             found = self.module_file(dotted, folder / "__init__.py")
         return found
 
-    def _import_file(self, qualname: str, importer: Path) -> Optional[Path]:
+    def import_file(self, qualname: str, importer: Path) -> Optional[Path]:
         """The file an import names: the longest prefix of `models.head.Head` that is a
         project module."""
         return longest_module(qualname, lambda dotted: self.module_file(dotted, importer))

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
 from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import argument, has_star_args, is_none
 from ...analysis.base.frameworks import Frameworks
-from ...analysis.base.names import dotted_name
+from ...analysis.base.names import dotted_name, may_be_project
 from ...analysis.loop.loaders import LoaderFlow, is_torch_dataloader
 from ...analysis.parallel.parallel import Parallel
-from ...diagnostics import Severity
+from ...analysis.project.hierarchy import Hierarchy, deferred_candidates, import_qualnames
+from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
 
 # Spellings that mean the data is already split between processes.
@@ -42,7 +44,11 @@ class DdpWithoutDistributedSampler(Rule):
     rank themselves (an `IterableDataset` that reads the rank, `split_dataset_by_node`,
     `dataset.shard(...)`, `Subset(ds, range(rank, n, world_size))`) or are built from items
     split by rank (MONAI's `partition_dataset(files, num_partitions=world_size)[rank]`, through
-    the names they pass on), loaders handed only to calls of a shared epoch function that turn
+    the names they pass on), datasets that a class or function of another project file builds
+    when that file, or one it imports, names a rank or a world size (the project phase reads
+    it; under flake8, which cannot, such a dataset is not judged), loaders that batch nothing
+    (`batch_size=None`: a streaming dataset that hands out whole batches, and may shard by
+    rank itself, as wenet's and webdataset's pipelines do), loaders handed only to calls of a shared epoch function that turn
     its backward off (`run_epoch(..., val_loader, is_train=False)` when the backward sits under
     `if is_train:`; a literal, or the parameter's literal default), and framework-managed code
     (Accelerate, Lightning, ... shard the loaders they prepare).
@@ -81,7 +87,15 @@ class DdpWithoutDistributedSampler(Rule):
     code = "TRL308"
     name = "ddp-without-distributed-sampler"
     severity = Severity.WARNING
-    markers = ("DistributedDataParallel",)
+    # A DDP script is where a finding can be; a file that builds a dataset with torch is read
+    # too, for whether it splits the data by rank (its facts).
+    markers = ("DistributedDataParallel", "torch")
+    project = True
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # candidate key -> {"builders": the imported names that build its dataset}
+        self.deferred: Dict[str, Dict[str, List[str]]] = {}
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -108,24 +122,68 @@ class DdpWithoutDistributedSampler(Rule):
                 continue
             if parallel.non_distributed_branch(call) is not None:
                 continue
+            batch_size = argument(call, 1, "batch_size")
+            if batch_size is not None and is_none(batch_size):
+                # `DataLoader(ds, batch_size=None)`: the dataset hands out whole batches, a
+                # streaming pipeline (wenet, webdataset, lhotse) that may shard by rank itself
+                continue
             dataset = argument(call, 0, "dataset")
             if dataset is None or self._sharded(dataset):
                 continue
+            builders = self._project_builders(dataset)
             refs = flow.references(call)
             uses = [u for u in flow.uses(call) if flow.is_training_use(u, refs)]
             if not uses or any(frameworks.managed(u.site) for u in uses):
                 continue
             name = self._loader_name(call)
-            self.report(
-                call,
-                f"{name} has no DistributedSampler but trains a DistributedDataParallel model",
-                help=(
-                    "Every rank then iterates the whole dataset, so an epoch is world_size "
-                    "passes over the data (identical batches on every rank when seeds match). "
-                    "Pass `sampler=DistributedSampler(dataset)` and call `set_epoch` each epoch."
-                ),
-                related=[(wraps[0], "the model is wrapped in DistributedDataParallel here")],
+            message = f"{name} has no DistributedSampler but trains a DistributedDataParallel model"
+            help = (
+                "Every rank then iterates the whole dataset, so an epoch is world_size "
+                "passes over the data (identical batches on every rank when seeds match). "
+                "Pass `sampler=DistributedSampler(dataset)` and call `set_epoch` each epoch."
             )
+            related = [(wraps[0], "the model is wrapped in DistributedDataParallel here")]
+            if builders:
+                # Built by another file of the project, which may split the items by rank
+                # itself: the project phase reads it.
+                key = f"loader:{len(self.deferred)}"
+                self.deferred[key] = {"builders": builders}
+                self.candidate(key, call, message, help=help, related=related)
+            else:
+                self.report(call, message, help=help, related=related)
+
+    def facts(self) -> Optional[Dict[str, object]]:
+        # Every file says whether its code names a rank or a world size: a training script
+        # whose dataset this file builds asks.
+        return {
+            "deferred": self.deferred,
+            "imports": import_qualnames(self.ctx),
+            "names_rank": bool(_SHARDED.search(self._identifiers(self.ctx.tree.module))),
+        }
+
+    @classmethod
+    def check_project(cls, project) -> Iterator[Diagnostic]:
+        for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
+            if entry is not None and any(
+                _may_shard(hierarchy, builder, path) for builder in entry["builders"]
+            ):
+                continue
+            diagnostic = project.candidate(display, cls.code, key)
+            if diagnostic is not None:
+                yield diagnostic
+
+    def _project_builders(self, dataset: cst.BaseExpression, depth: int = 0) -> List[str]:
+        """What builds the dataset when another file of the project does: the qualified names of
+        the imported class or function called (`init_dataset(...)`, `data.TokenBlocks(...)`),
+        also through the names it is bound to (`train_set = init_dataset(...)`)."""
+        if type(dataset) is cst.Call:
+            return sorted(q for q in self.ctx.names.qualified(dataset.func) if may_be_project(q))
+        found: List[str] = []
+        if type(dataset) is cst.Name and depth < 4:
+            for binding in self.ctx.scopes.lookup(dataset.value, dataset):
+                if binding.value is not None:
+                    found.extend(self._project_builders(binding.value, depth + 1))
+        return sorted(set(found))
 
     # -- datasets that split themselves -------------------------------------------------------
 
@@ -212,3 +270,26 @@ class DdpWithoutDistributedSampler(Rule):
             if text is not None:
                 return f"`{text}`"
         return "This DataLoader"
+
+
+def _may_shard(hierarchy: Hierarchy, builder: str, importer: Path) -> bool:
+    """May the class or function `builder` (as imported in `importer`) split the dataset's
+    items by rank? Yes when the project file that defines it, or a project file that file
+    imports (two levels: `init_dataset` building a `Dataset` of the next module), uses a rank
+    or world size, and when that file is the project's but its text is not at hand (flake8).
+    No for a name no project file defines (a library's dataset): as the rule judged before."""
+    module = hierarchy.import_file(builder, importer)
+    if module is None:
+        return False
+    for file in [module, *hierarchy.imported_closure(module, depth=2)]:
+        facts = hierarchy.facts_at(file)
+        if facts is not None:
+            if facts.get("names_rank"):
+                return True
+            continue
+        # Not read by this rule: flake8 (unknown), or a file nothing made worth parsing,
+        # whose text is then all there is to go by.
+        text = hierarchy.project.text_of(file)
+        if text is None or _SHARDED.search(text):
+            return True
+    return False
