@@ -542,6 +542,17 @@ class Conditions(Analysis):
             child = ancestor
         return False
 
+    def still_holds(self, subject: str, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """Does what `a` did to `subject` (`model.requires_grad_(False)`) still hold at `b`?
+        `a` comes first in the same function (or module, or notebook), and nothing assigns
+        `subject` between them (`model = Net()` would be another object). A path that skips
+        `a` is not ruled out: callers use this where `a` runs unconditionally or says only
+        "may"."""
+        index = self.ctx.tree.index
+        if not 0 <= index.get(a, -1) < index.get(b, -1) or self._scope(a) is not self._scope(b):
+            return False
+        return not self._reassigned(subject, a, b)
+
     def _reassigned(self, subject: str, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """Is `subject` assigned between `a` and `b` in their function (or module)?"""
         index = self.ctx.tree.index

@@ -12,7 +12,9 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 - `numpy_element(target)`: `losses[i]` of a numpy array, which stores numbers, not graphs;
 - `freed_names(loop)`: what a `backward()` of the iteration frees (its saved activations);
 - `carried_graph_names(loop)`: values fed back into what computes them and so carried, with
-  their graph, into the next iteration.
+  their graph, into the next iteration;
+- `frozen_modules()` / `frozen_at(module, node)`: modules whose every parameter the file sets to
+  need no gradient (before `node`, in its function), which record no graph of their own.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class AutogradGraphs:
     flow: Callable[[cst.CSTNode], Any]
     backward_tensor: Callable[[cst.Call], Optional[cst.BaseExpression]]
     grad_disabled: Callable[..., bool]
+    conditions: Any
     _attribute_writes_found: Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]]
 
     def graph_names(self, loop: cst.CSTNode, seeds: Iterable[str] = ()) -> Set[str]:
@@ -363,6 +366,66 @@ class AutogradGraphs:
                 and (self.grad_disabled(r) or self.holds_no_graph(r.value, _depth - 1))
                 for r in returns
             )
+        return False
+
+    def frozen_modules(self) -> Dict[str, List[cst.CSTNode]]:
+        """The modules (as written: `model`, `self.backbone`) whose parameters the file freezes,
+        with the statements that freeze them:
+        `model.requires_grad_(False)`, or a loop over `model.parameters()` (or
+        `named_parameters()`) that sets each `p.requires_grad = False` or calls
+        `p.requires_grad_(False)`. Such a module records no graph of its own: run on inputs that
+        need no gradient it builds none, with autograd on or off."""
+        cached = getattr(self, "_frozen_modules", None)
+        if cached is not None:
+            return cached
+        found: Dict[str, List[cst.CSTNode]] = {}
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if (
+                type(func) is cst.Attribute
+                and func.attr.value == "requires_grad_"
+                and call.args
+                and _is_false(call.args[0].value)
+            ):
+                text = dotted_name(func.value)
+                if text:
+                    found.setdefault(text, []).append(call)
+        for loop in self.ctx.nodes(cst.For):
+            iterated = loop.iter
+            if not (
+                type(iterated) is cst.Call
+                and type(iterated.func) is cst.Attribute
+                and iterated.func.attr.value in ("parameters", "named_parameters")
+            ):
+                continue
+            target = loop.target
+            if type(target) is cst.Tuple and target.elements:
+                target = target.elements[-1].value
+            if type(target) is not cst.Name:
+                continue
+            module = dotted_name(iterated.func.value)
+            if module and _freezes(loop.body, target.value):
+                found.setdefault(module, []).append(loop)
+        self._frozen_modules = found
+        return found
+
+    def frozen_at(self, module: str, node: cst.CSTNode, same: Callable[[str, str], bool]) -> bool:
+        """Has a freeze of `module` (or of a module `same` takes for it) run before `node` in
+        its function, with nothing rebinding the module between them?"""
+        for frozen, sites in self.frozen_modules().items():
+            if not same(frozen, module):
+                continue
+            root = frozen.split(".")[0]
+            for site in sites:
+                if root == "self" and _class_of(self.ctx, site) is _class_of(self.ctx, node):
+                    # `self.teacher.requires_grad_(False)` in `__init__`: the attribute keeps
+                    # its frozen parameters in every method of the class
+                    if _class_of(self.ctx, site) is not None:
+                        return True
+                if self.conditions.still_holds(frozen, site, node) and (
+                    root == frozen or self.conditions.still_holds(root, site, node)
+                ):
+                    return True
         return False
 
     def records_autograd_graphs(self) -> bool:
@@ -687,3 +750,44 @@ def _read_names(expr: cst.CSTNode) -> Set[str]:
             continue
         stack.extend(children(node))
     return out
+
+
+def _class_of(ctx, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+    return next((a for a in ctx.ancestors(node) if type(a) is cst.ClassDef), None)
+
+
+def _is_false(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Name and node.value == "False"
+
+
+def _freezes(body: cst.CSTNode, param: str) -> bool:
+    """Does the loop body set `param.requires_grad = False` or call
+    `param.requires_grad_(False)` at its top level (not under a condition that picks some)?"""
+    statements = getattr(body, "body", ())
+    for statement in statements:
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            if type(small) is cst.Assign and _is_false(small.value):
+                for target in small.targets:
+                    attr = target.target
+                    if (
+                        type(attr) is cst.Attribute
+                        and attr.attr.value == "requires_grad"
+                        and type(attr.value) is cst.Name
+                        and attr.value.value == param
+                    ):
+                        return True
+            if type(small) is cst.Expr and type(small.value) is cst.Call:
+                call = small.value
+                func = call.func
+                if (
+                    type(func) is cst.Attribute
+                    and func.attr.value == "requires_grad_"
+                    and type(func.value) is cst.Name
+                    and func.value.value == param
+                    and call.args
+                    and _is_false(call.args[0].value)
+                ):
+                    return True
+    return False

@@ -8,6 +8,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.base.vocabulary import LOSS_CALLEE
 from ...analysis.parallel.state_writes import (
     HookWrite,
     StateWrite,
@@ -55,7 +56,10 @@ class ForwardMutatesModuleState(Rule):
     module named as a whole (`getattr(flows, args.flow)(channels=3)`: what it offers that
     accepts that call) and a package that imports its own
     submodules by name (a layer that only a model nobody builds uses is never run; a lookup by
-    computed name, `globals()[name]`, may build anything). Otherwise the rule is quiet: in
+    computed name, `globals()[name]`, may build anything). A class named like a loss
+    (`ComboLoss`, a criterion) is not taken for such an unnamed model: scripts build their
+    criterion beside the model and wrap the model (a loss held by a wrapped model the analysis
+    names is still an error). Otherwise the rule is quiet: in
     projects without DataParallel, or that use it only around other, known models (whose
     classes and submodules do not include this one), the writes are harmless
     (DistributedDataParallel runs one model per process).
@@ -399,6 +403,11 @@ class ForwardMutatesModuleState(Rule):
                     message = base
                     where = f"nn.DataParallel runs `{name}` at {wrapped[ref]}."
                     severity = Severity.ERROR
+                elif LOSS_CALLEE.search(name):
+                    # A loss class (`ComboLoss`) is not taken for the model nobody can name:
+                    # a script builds its criterion beside the model, and the wrap is the
+                    # model's (a loss a named model holds is judged above)
+                    continue
                 elif any(construction.may_build(w[1], ref, slices.get(w[0])) for w in near):
                     # The wrapped model is not one the analysis can name, but the code that
                     # builds it may build this class: say what is assumed.

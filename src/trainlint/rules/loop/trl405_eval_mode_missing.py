@@ -104,6 +104,10 @@ class EvalModeMissing(Rule):
     may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
     pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
     `no_grad()` is still required. For such a model a missing `train()` is not reported either.
+    A model whose parameters are all frozen before the loop, in its function
+    (`model.requires_grad_(False)`, or `for p in model.parameters(): p.requires_grad = False`,
+    with nothing rebinding `model` between; for `self.teacher`, anywhere in its class) records
+    no graph on plain inputs: `no_grad()` is not required there.
     A "model" that is a plain `def`, a lambda or a `functools.partial` (a sliding-window
     inferer handed the network) has no modes and is not reported, nor is a method
     reached through an instance of a class of the file (`proto.run_model(net, x)`: a bound method
@@ -451,15 +455,9 @@ class EvalModeMissing(Rule):
     def _grad_off(self, model_call: cst.Call, model: str, loop) -> bool:
         if self.steps.grad_disabled(model_call):
             return True
-        # Frozen parameters record no graph: `model.requires_grad_(False)`.
-        for call in self.ctx.nodes(cst.Call):
-            func = call.func
-            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
-                if _same_module(dotted_name(func.value), model) and call.args:
-                    value = call.args[0].value
-                    if type(value) is cst.Name and value.value == "False":
-                        return True
-        return False
+        # Frozen parameters record no graph: `model.requires_grad_(False)`, or every
+        # `p.requires_grad = False` over `model.parameters()`, before the loop.
+        return self.steps.frozen_at(model, loop, _same_module)
 
     def _eval_fix(
         self, loop, model, function, missing_eval, missing_no_grad
