@@ -457,7 +457,7 @@ class EvalModeMissing(Rule):
             return True
         # Frozen parameters record no graph: `model.requires_grad_(False)`, or every
         # `p.requires_grad = False` over `model.parameters()`, before the loop.
-        return self.steps.frozen_at(model, loop, _same_module)
+        return self.steps.frozen_at(model, loop, _covers)
 
     def _eval_fix(
         self, loop, model, function, missing_eval, missing_no_grad
@@ -900,6 +900,13 @@ def _same_module(a: Optional[str], b: Optional[str]) -> bool:
         return False
     a, b = _strip(a), _strip(b)
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _covers(frozen: str, model: str) -> bool:
+    """Is `model` the module `frozen` or a part of it? Freezing `vgg.features` leaves the
+    classifier head of `vgg` recording a graph; freezing `vgg` freezes its parts too."""
+    frozen, model = _strip(frozen), _strip(model)
+    return model == frozen or model.startswith(frozen + ".")
 
 
 def _last_index(ctx, node) -> int:
