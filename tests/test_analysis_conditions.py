@@ -254,12 +254,17 @@ def test_instance_tests_say_what_isinstance_established_at_a_site(code, expected
     assert instance_tests_at_a(code) == expected
 
 
-def last_iteration(code: str) -> bool:
-    """Is the last `if` of `code` a branch taken only on its loop's last iteration?"""
+def _last_of(code: str, kind):
+    """The file context of `code` and its last node of type `kind`."""
     code = textwrap.dedent(code)
     module = cst.parse_module(code)
     ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
-    branch = list(ctx.nodes(cst.If))[-1]
+    return ctx, list(ctx.nodes(kind))[-1]
+
+
+def last_iteration(code: str) -> bool:
+    """Is the last `if` of `code` a branch taken only on its loop's last iteration?"""
+    ctx, branch = _last_of(code, cst.If)
     return ctx.analysis(Conditions).last_iteration(branch)
 
 
@@ -358,10 +363,7 @@ def test_last_iteration_branch(code, expected):
 
 def ends_outer_loop(code: str) -> bool:
     """Does the last `break` of `code` end the `while` around its loop as well?"""
-    code = textwrap.dedent(code)
-    module = cst.parse_module(code)
-    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
-    brk = list(ctx.nodes(cst.Break))[-1]
+    ctx, brk = _last_of(code, cst.Break)
     return ctx.analysis(Conditions).ends_outer_loop(brk)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainlint import cli, project
+from test_cli_ergonomics import run
+from trainlint import project
 from trainlint.config import Settings, find_project_root, load_settings
 from trainlint.files import discover
 from trainlint.rules import rule_names
@@ -40,12 +41,6 @@ def scratch(tmp_path, monkeypatch):
     monkeypatch.setattr(project, "GUESSED_ROOT_LIMIT", 3)
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_discovery_stops_past_its_limit(tmp_path):
