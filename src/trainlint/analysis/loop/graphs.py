@@ -28,6 +28,7 @@ from ...walk import children
 from ..base.calls import keyword
 from ..base.dataflow import events_of
 from ..base.names import dotted_name, dotted_targets
+from ..base.nodes import is_name
 from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
 from .stepexprs import is_loss_key, name_leaves
 
@@ -385,7 +386,7 @@ class AutogradGraphs:
                 type(func) is cst.Attribute
                 and func.attr.value == "requires_grad_"
                 and call.args
-                and _is_false(call.args[0].value)
+                and is_name(call.args[0].value, "False")
             ):
                 text = dotted_name(func.value)
                 if text:
@@ -417,11 +418,11 @@ class AutogradGraphs:
                 continue
             root = frozen.split(".")[0]
             for site in sites:
-                if root == "self" and _class_of(self.ctx, site) is _class_of(self.ctx, node):
+                owner = _class_of(self.ctx, site) if root == "self" else None
+                if owner is not None and owner is _class_of(self.ctx, node):
                     # `self.teacher.requires_grad_(False)` in `__init__`: the attribute keeps
                     # its frozen parameters in every method of the class
-                    if _class_of(self.ctx, site) is not None:
-                        return True
+                    return True
                 if self.conditions.still_holds(frozen, site, node) and (
                     root == frozen or self.conditions.still_holds(root, site, node)
                 ):
@@ -756,10 +757,6 @@ def _class_of(ctx, node: cst.CSTNode) -> Optional[cst.ClassDef]:
     return next((a for a in ctx.ancestors(node) if type(a) is cst.ClassDef), None)
 
 
-def _is_false(node: cst.CSTNode) -> bool:
-    return type(node) is cst.Name and node.value == "False"
-
-
 def _freezes(body: cst.CSTNode, param: str) -> bool:
     """Does the loop body set `param.requires_grad = False` or call
     `param.requires_grad_(False)` at its top level (not under a condition that picks some)?"""
@@ -768,7 +765,7 @@ def _freezes(body: cst.CSTNode, param: str) -> bool:
         if type(statement) is not cst.SimpleStatementLine:
             continue
         for small in statement.body:
-            if type(small) is cst.Assign and _is_false(small.value):
+            if type(small) is cst.Assign and is_name(small.value, "False"):
                 for target in small.targets:
                     attr = target.target
                     if (
@@ -787,7 +784,7 @@ def _freezes(body: cst.CSTNode, param: str) -> bool:
                     and type(func.value) is cst.Name
                     and func.value.value == param
                     and call.args
-                    and _is_false(call.args[0].value)
+                    and is_name(call.args[0].value, "False")
                 ):
                     return True
     return False

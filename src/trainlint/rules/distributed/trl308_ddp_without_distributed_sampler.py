@@ -14,7 +14,7 @@ from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name, may_be_project
 from ...analysis.loop.loaders import LoaderFlow, is_torch_dataloader
 from ...analysis.parallel.parallel import Parallel
-from ...analysis.project.hierarchy import Hierarchy, deferred_candidates, import_qualnames
+from ...analysis.project.hierarchy import Hierarchy, deferred_candidates
 from ...diagnostics import Diagnostic, Severity
 from ..base import Rule
 
@@ -48,8 +48,8 @@ class DdpWithoutDistributedSampler(Rule):
     when that file, or one it imports, names a rank or a world size (the project phase reads
     it; under flake8, which cannot, such a dataset is not judged), loaders that batch nothing
     (`batch_size=None`: a streaming dataset that hands out whole batches, and may shard by
-    rank itself, as wenet's and webdataset's pipelines do), loaders handed only to calls of a shared epoch function that turn
-    its backward off (`run_epoch(..., val_loader, is_train=False)` when the backward sits under
+    rank itself, as wenet's and webdataset's pipelines do), loaders handed only to calls of a
+    shared epoch function that turn its backward off (`run_epoch(..., val_loader, is_train=False)` when the backward sits under
     `if is_train:`; a literal, or the parameter's literal default), and framework-managed code
     (Accelerate, Lightning, ... shard the loaders they prepare).
 
@@ -154,11 +154,10 @@ class DdpWithoutDistributedSampler(Rule):
 
     def facts(self) -> Optional[Dict[str, object]]:
         # Every file says whether its code names a rank or a world size: a training script
-        # whose dataset this file builds asks.
+        # whose dataset this file builds asks (the file's names are already indexed).
         return {
             "deferred": self.deferred,
-            "imports": import_qualnames(self.ctx),
-            "names_rank": bool(_SHARDED.search(self._identifiers(self.ctx.tree.module))),
+            "names_rank": any(_SHARDED.search(n.value) for n in self.ctx.nodes(cst.Name)),
         }
 
     @classmethod
