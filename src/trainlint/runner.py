@@ -412,22 +412,17 @@ def _project_texts(states: Dict[str, FileState]) -> List[Tuple[Path, str]]:
     return texts
 
 
-def _reached_texts(
-    states: Dict[str, FileState], root: Path, reads: Dict[str, Optional[str]]
-) -> List[Tuple[Path, str]]:
+def _reached_texts(states: Dict[str, FileState], root: Path) -> List[Tuple[Path, str]]:
     """The project's texts when its root is only a large unmarked folder: the run's files and
-    the project files they import, transitively (each read noted in `reads`, so that a kept
-    result is checked against them)."""
+    the project files they import, transitively (such a phase is never cached, so what it
+    reads needs no record)."""
     from .analysis.project.hierarchy import import_closure
 
     def read(path: Path) -> Optional[str]:
         try:
-            data = read_regular_file(path)
+            return file_text(path, read_regular_file(path))
         except OSError:
-            reads[os.path.abspath(path)] = None
             return None
-        reads[os.path.abspath(path)] = content_digest(data)
-        return file_text(path, data)
 
     return import_closure(_project_texts(states), root, read, GUESSED_ROOT_LIMIT)
 
@@ -476,7 +471,7 @@ class _ProjectPhase:
         texts = _project_texts(states) if self.whole_project else None
         reads: Dict[str, Optional[str]] = {}
         if self.limited:
-            texts = _reached_texts(states, settings.root, reads)
+            texts = _reached_texts(states, settings.root)
         library = self._library()
         project = Project(
             root=settings.root,

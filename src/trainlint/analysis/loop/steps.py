@@ -634,7 +634,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         if type(small) is cst.Continue:
             items.append(Exit("continue"))
         elif type(small) is cst.Break:
-            # `stop = False; break` under `while ... and not stop`-style loops ends both
+            # `keep_training = False; break` under `while ... and keep_training:` ends both
             items.append(Exit("break_outer" if self.conditions.ends_outer_loop(small) else "break"))
         elif type(small) is cst.Return:
             items.append(Exit("return"))
