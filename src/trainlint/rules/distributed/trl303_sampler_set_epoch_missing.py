@@ -10,6 +10,7 @@ from ...analysis.base.calls import argument, is_false, is_none
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
+from ...analysis.base.nodes import names_in
 from ...analysis.base.vocabulary import EVAL_FUNCTION
 from ...analysis.loop.loaders import LoaderFlow, LoaderUse, is_torch_dataloader
 from ...analysis.loop.steps import TrainingSteps
@@ -490,7 +491,8 @@ class SamplerSetEpochMissing(Rule):
 
     def _loop_sets_epoch(self, loop, sampler_refs, loader_refs) -> bool:
         """The loop calls `set_epoch` (through same-file helpers), or hands the sampler, or the
-        loader together with the epoch variable, to a function this file cannot see."""
+        loader together with the epoch variable (or a value made from it, `epoch + 1`), to a
+        function this file cannot see."""
         loops = self.flow.loops
         epoch = _loop_variable(loop)
         handed = set(sampler_refs)
@@ -507,7 +509,7 @@ class SamplerSetEpochMissing(Rule):
             if any(a.keyword is not None and a.keyword.value == "sampler" for a in call.args):
                 return True
             if epoch is not None and any(a in loader_set for a in args):
-                if any(type(a) is cst.Name and a.value == epoch for a in args):
+                if any(epoch in names_in(a) for a in args):
                     return True
         return False
 
