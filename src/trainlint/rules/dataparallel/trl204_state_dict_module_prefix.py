@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Union
 
 import libcst as cst
 
@@ -40,8 +40,10 @@ class StateDictModulePrefix(Rule):
     reported, nor a save guarded by `hasattr(model, "module")` / `isinstance(model, DDP)` or
     made in the `except` of a `try` that saves `model.module.state_dict()`, nor
     the checkpoint of a model wrapped on every path when every load of the file that may read
-    it (one naming the same file, or a path chosen at run time such as `torch.load(args.resume)`)
-    puts it back into a wrapper: its known consumers expect the prefix. A file that also loads
+    it (one naming a file any save of it names, or a path chosen at run time such as
+    `torch.load(args.resume)`) puts it back into a wrapper: its known consumers expect the
+    prefix. A checkpoint saved as a list, `[model.state_dict(), optimizer.state_dict()]`, is
+    matched by position: `optimizer.load_state_dict(states[1])` reads another entry. A file that also loads
     it into a bare model (an evaluation or export path) is reported, unless every load of the
     file that may read it strips the prefix first (`load_state_dict(convert(torch.load(path)))`
     with a `convert` of the file that drops `module.`, a comprehension with
@@ -207,7 +209,7 @@ class StateDictModulePrefix(Rule):
         into wrappers? Then the `module.` keys are what its one known consumer expects. A load
         may read it when it names the same file (`"checkpoint.pth"`), or a path chosen at run
         time (`torch.load(args.model_path)`) where either side names no file."""
-        names = self._file_names(self._save_call(call))
+        names = self._saved_file_names(call)
         key = self._saved_under(call)
         loads = [
             (found[0], load)
@@ -229,7 +231,7 @@ class StateDictModulePrefix(Rule):
         path)))` with a `convert` of the file that drops the prefix, a comprehension with
         `k.replace("module.", "")`, `consume_prefix_in_state_dict_if_present`)? Then its one
         known consumer loads the checkpoint whether it was saved wrapped or not."""
-        names = self._file_names(self._save_call(call))
+        names = self._saved_file_names(call)
         found = False
         for load in self.ctx.nodes(cst.Call):
             if method_call(load, "load_state_dict") is None or not load.args:
@@ -289,41 +291,56 @@ class StateDictModulePrefix(Rule):
             return bool(saved_names & read_names)
         return True
 
-    def _saved_under(self, call: cst.Call) -> Optional[str]:
+    def _saved_under(self, call: cst.Call) -> Union[str, int, None]:
         """The checkpoint entry the state dict is saved as: `dict(model=...)`,
-        `{"model": ...}`; None when it is saved as it is."""
+        `{"model": ...}`, a position of a list or tuple (`[model.state_dict(),
+        optimizer.state_dict()]`: 0); None when it is saved as it is."""
         parent = self.ctx.parent(call)
         if type(parent) is cst.Arg and parent.keyword is not None:
             return parent.keyword.value
         if type(parent) is cst.DictElement and type(parent.key) is cst.SimpleString:
             value = parent.key.evaluated_value
             return value if isinstance(value, str) else None
+        sequence = self.ctx.parent(parent) if type(parent) is cst.Element else None
+        if type(sequence) in (cst.List, cst.Tuple):
+            return list(sequence.elements).index(parent)  # type: ignore[union-attr]
         return None
 
-    def _save_call(self, call: cst.Call) -> Optional[cst.Call]:
-        """The save call that writes `call`'s state dict (directly, or through a dict name)."""
+    def _saved_file_names(self, call: cst.Call) -> set:
+        """The file names the save calls that write `call`'s state dict name (directly, or
+        through a name: `states = [...]` saved as both `checkpoint_{}.pth` and
+        `checkpoint.pth`)."""
+        names: set = set()
+        for save in self._save_calls(call):
+            names |= self._file_names(save)
+        return names
+
+    def _save_calls(self, call: cst.Call) -> List[cst.Call]:
+        """The save calls that write `call`'s state dict (directly, or through a name)."""
         node: cst.CSTNode = call
         for _ in range(8):
             parent = self.ctx.parent(node)
             if type(parent) is cst.Call and _is_save(parent):
-                return parent
+                return [parent]
             if type(parent) is cst.Assign:
                 targets = [t.target for t in parent.targets]
                 name = targets[0].value if type(targets[0]) is cst.Subscript else targets[0]
                 if type(name) is not cst.Name:
-                    return None
-                for save in self.ctx.nodes(cst.Call):
-                    if _is_save(save) and any(
+                    return []
+                return [
+                    save
+                    for save in self.ctx.nodes(cst.Call)
+                    if _is_save(save)
+                    and any(
                         type(n) is cst.Name and n.value == name.value
                         for arg in save.args
                         for n in [arg.value, *self.ctx.tree.descendants(arg.value)]
-                    ):
-                        return save
-                return None
+                    )
+                ]
             if parent is None:
-                return None
+                return []
             node = parent
-        return None
+        return []
 
     def _loaded_from(self, expr: cst.CSTNode) -> Optional[cst.CSTNode]:
         """`ckpt["model"]` with `ckpt = torch.load(path)`: the load call."""
@@ -384,11 +401,13 @@ def _is_load(call: cst.Call) -> bool:
     return leaf == "load" or "load_checkpoint" in leaf
 
 
-def _entry(expr: cst.CSTNode) -> Optional[str]:
-    """`ckpt["model"]` -> "model"; None for anything else."""
+def _entry(expr: cst.CSTNode) -> Union[str, int, None]:
+    """`ckpt["model"]` -> "model", `states[0]` -> 0; None for anything else."""
     if type(expr) is cst.Subscript and len(expr.slice) == 1:
         index = expr.slice[0].slice
         if type(index) is cst.Index and type(index.value) is cst.SimpleString:
             value = index.value.evaluated_value
             return value if isinstance(value, str) else None
+        if type(index) is cst.Index and type(index.value) is cst.Integer:
+            return int(index.value.value, 0)
     return None
