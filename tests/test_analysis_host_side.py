@@ -1,7 +1,8 @@
 """Arguments a `forward` uses only on the host (analysis/device/host_side.py): lengths it packs
 a sequence with, values it turns into Python numbers, through methods that keep the tensor
 where it is and through a submodule of the same file; not an argument that meets other tensors,
-or one rebound where the analysis cannot tell which value a later read sees."""
+or one rebound where the analysis cannot tell which value a later read sees. A parameter the
+body never names counts too: it meets nothing."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def _host(body: str, extra: str = "") -> set:
         # through methods that keep the tensor where it is, then to the host
         ("def forward(self, x, lens):\n    lens = lens.clamp(max=x.shape[1]).cpu()\n"
          "    return self.rnn(pack(x, lens))\n", {2}),
+        # never read at all: what it is given meets nothing (unless the body may reach it
+        # through `locals()`)
+        ("def forward(self, x, lengths=None):\n    return self.rnn(x)[0]\n", {2}),
+        ("def forward(self, x, lengths=None):\n    return self.rnn(x, **locals())[0]\n", set()),
         # rebound at the top of the body: later reads are of another value
         ("def forward(self, x, lens):\n    out = self.rnn(pack(x, lens))[0]\n"
          "    lens = torch.arange(3)\n    return out * lens.cuda()\n", {2}),
@@ -60,7 +65,6 @@ def _host(body: str, extra: str = "") -> set:
         ("def forward(self, x, lens):\n"
          "    mask = torch.arange(x.shape[1], device=x.device) < lens[:, None]\n"
          "    return x * mask\n", set()),
-        ("def forward(self, x, lens):\n    return self.rnn(x)\n", set()),  # never read: not shown
         # through a name bound to the same values at the top of the body
         ("def forward(self, x, lens):\n    clamped = lens.clamp(max=x.shape[1])\n"
          "    return self.rnn(pack(x, clamped))\n", {2}),

@@ -107,6 +107,53 @@ def test_function_summaries():
     }
 
 
+def test_summaries_follow_submodules_and_source_order():
+    ctx = context("""
+        import torch
+        from torch import nn
+
+        class Tokens(nn.Module):
+            def encode(self, sentences):
+                rows = []
+                for s in sentences:
+                    rows.append(torch.tensor([ord(c) for c in s]))
+                return torch.stack(rows).cuda()
+
+            def forward(self, sentences):
+                return self.encode(sentences)
+
+        class Wrapper(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tokens = Tokens()
+
+            def forward(self, x, mask, extra):
+                x = self.tokens(x)
+                x = x * mask
+                return x, self.tokens(extra)
+
+        class Unbuilt(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return self.inner(x)
+        """)
+    moves = ctx.analysis(Moves)
+    summaries = {}
+    for cls in ctx.nodes(cst.ClassDef):
+        for f in cls.body.body:
+            if isinstance(f, cst.FunctionDef):
+                summaries[f"{cls.name.value}.{f.name.value}"] = moves.moved_params(f)
+    # the list filled from `sentences` is moved; the wrapper's `x` and `extra` reach the
+    # submodule that moves them, while the mask joins `x` only after the move
+    assert summaries["Tokens.encode"] == {1}
+    assert summaries["Tokens.forward"] == {1}
+    assert summaries["Wrapper.forward"] == {1, 3}
+    assert summaries["Unbuilt.forward"] == frozenset()
+
+
 def test_placement_follows_parameters_to_call_sites():
     ctx = context("""
         import torch

@@ -81,6 +81,17 @@ class CallGraph(Analysis):
                 return self._method_in(classes[0], func.attr.value, set())
         return None
 
+    def submodule_forward(self, func: cst.BaseExpression) -> Optional[cst.FunctionDef]:
+        """The `forward` a call of `self.<attr>` runs, when every assignment to that attribute
+        in the class around it builds one class of this file that has (or inherits, within the
+        file) a `forward`: `self.embedding = SentenceEmbedding(...)` ... `self.embedding(x)`."""
+        if type(func) is not cst.Attribute:
+            return None
+        classes = self._attribute_classes(func)
+        if len(classes) != 1:
+            return None
+        return self._method_in(classes[0], "forward", set())
+
     def _attribute_classes(self, attribute: cst.Attribute) -> List[cst.ClassDef]:
         """The classes of this file that `self.attr` is built from, when every assignment to it
         in the class around `attribute` calls one (`self.gpu = GPUManager(config.device)`)."""

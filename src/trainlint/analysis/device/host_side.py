@@ -10,24 +10,23 @@ item on the CPU and hands it to the model is right, not a forgotten `.to(device)
 a use, also through a submodule of a class of the same file (`self.encoder(x, lengths)` with
 `self.encoder = Encoder(...)` whose `forward` packs them), and through a name bound to them
 (`clamped = lens.clamp(max=t)`, then packed). A parameter rebound in the body, or used any
-other way (arithmetic, a call nobody reads), is not one.
+other way (arithmetic, a call nobody reads), is not one. A parameter the body never names
+meets nothing either (`forward(self, x, lengths=None)` that ignores the lengths).
 """
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Tuple
 
 import libcst as cst
 
-from ..base.names import LOCAL_PREFIX, Names
+from ..base.callgraph import CallGraph
+from ..base.names import Names
 from ..base.nodes import (
     call_param_index,
-    enclosing_class,
-    own_method,
     positional_params,
     subtree,
 )
-from ..project.modules import Modules
 from .. import Analysis
 
 PACKERS = ("torch.nn.utils.rnn.pack_padded_sequence",)
@@ -38,6 +37,7 @@ _KEEPING_METHODS = {
     "unsqueeze", "flatten", "detach", "clone", "contiguous",
 }  # fmt: skip
 _HOST_BUILTINS = {"len", "int", "float", "max", "min", "list", "sorted", "range", "sum"}
+_INTROSPECTION = ("locals", "vars", "eval", "exec")
 _MAX_DEPTH = 3  # submodules followed, one class inside the next
 
 
@@ -59,11 +59,22 @@ class HostSide(Analysis):
         params = [p.name.value for p in positional_params(forward)]
         found = set()
         for index, name in enumerate(params):
-            if index and self._host_only(forward, name, _depth):
+            if not index:
+                continue
+            if self._never_read(forward, name) or self._host_only(forward, name, _depth):
                 found.add(index)
         result = frozenset(found)
         self._summaries[id(forward)] = result
         return result
+
+    def _never_read(self, function: cst.FunctionDef, name: str) -> bool:
+        """Does the body never name the parameter (`forward(self, x, lengths=None)` that ignores
+        the lengths)? What it is given then meets nothing. Not when the body may reach its
+        arguments another way: `locals()`, `vars()`, `eval`, `exec`."""
+        for node in subtree(function.body):
+            if type(node) is cst.Name and node.value in (name, *_INTROSPECTION):
+                return False
+        return True
 
     def takes_on_host(self, forward: cst.FunctionDef, call: cst.Call, arg_index: int) -> bool:
         """Does a module's `forward` use only on the host what argument `arg_index` of a call
@@ -172,26 +183,11 @@ class HostSide(Analysis):
             and func.value.value == "self"
         ):
             return False
-        forward = self._submodule_forward(function, func.attr.value)
+        forward = self.ctx.analysis(CallGraph).submodule_forward(func)
         if forward is None:
             return False
         index = call.args.index(arg) + 1  # `self` of the submodule's forward
         return index in self.host_params(forward, depth + 1)
-
-    def _submodule_forward(
-        self, method: cst.FunctionDef, attribute: str
-    ) -> Optional[cst.FunctionDef]:
-        owner = enclosing_class(self.ctx, method)
-        if owner is None:
-            return None
-        modules = self.ctx.analysis(Modules)
-        cls = modules.classes.get(owner.name.value)
-        attr = cls.attrs.get(attribute) if cls is not None else None
-        callee = attr.callee if attr is not None else None
-        if not callee or not callee.startswith(LOCAL_PREFIX):
-            return None
-        target = modules.classes.get(callee[len(LOCAL_PREFIX) :])
-        return own_method(target.node, "forward") if target is not None else None
 
 
 def _target_names(target: cst.CSTNode) -> List[cst.Name]:

@@ -324,6 +324,8 @@ class Moves(Analysis):
         if dotted is not None and self._mover_name(dotted, own=own):
             return True
         if function is None:
+            function = self._summarised_callee(call.func)
+        if function is None:
             return False
         moved = self.moved_params(function)
         if not moved:
@@ -334,6 +336,16 @@ class Moves(Analysis):
                 call_param_index(function, call, i, offset) in moved for i in range(len(call.args))
             )
         return call_param_index(function, call, arg_index, offset) in moved
+
+    def _summarised_callee(self, func: cst.BaseExpression) -> Optional[cst.FunctionDef]:
+        """The function of this file a call runs whose body says what it moves: a helper, a
+        method, or the `forward` of a submodule built from a class of this file
+        (`self.embedding(x)` after `self.embedding = SentenceEmbedding(...)`). None for a
+        well-known or configured mover's name, which moves whatever it is given."""
+        dotted = dotted_name(func)
+        if dotted is not None and self._mover_name(dotted):
+            return None
+        return self.callgraph.function_for(func) or self.callgraph.submodule_forward(func)
 
     def _mover_name(self, dotted: str, own: bool = False) -> bool:
         """A well-known mover's name (`to_device`, `send_to_device`), or one configured with
@@ -415,33 +427,61 @@ class Moves(Analysis):
         if not params or not self.may_move():
             return frozenset()
         nodes = list(subtree(function.body))
-        derived: Dict[str, Set[str]] = {}
-        moved: Set[int] = set()
-        for node in nodes:
+        sites: List[Tuple[int, Set[str]]] = []
+        for position, node in enumerate(nodes):
             node_type = type(node)
-            if node_type is not cst.Call and node_type is not cst.Assign:
-                continue
             if node_type is cst.Call:
                 if self.move(node) is None and not self.is_moved(node):
                     continue
-                mentioned = self._data_names(node)
-            elif type(node) is cst.Assign and any(
+                sites.append((position, self._data_names(node)))
+            elif isinstance(node, cst.Assign) and any(
                 type(t.target) in (cst.Subscript, cst.Attribute) for t in node.targets
             ):
                 # batch[k] = batch[k].to(dev): moved in place
                 if not self.is_moved(node.value):
                     continue
-                mentioned = set()
+                mentioned: Set[str] = set()
                 for t in node.targets:
                     mentioned |= names_in(t.target)
-            else:
+                sites.append((position, mentioned))
+        if not sites:
+            return frozenset()
+        return frozenset(self._moved_at_sites(params, nodes, sites))
+
+    def _moved_at_sites(
+        self, params: List[str], nodes: List[cst.CSTNode], sites: List[Tuple[int, Set[str]]]
+    ) -> Set[int]:
+        """The parameters whose values reach a moving site: each parameter's derived names grow
+        binding by binding in source order (`x = self.encode(x)` then `x = x * mask`: the mask
+        is derived into `x` only after the move, so it is not moved). A binding takes effect
+        after its whole statement; a comprehension's `for` everywhere in it."""
+        events: List[Tuple[int, int, Set[str], Set[str]]] = []
+        for position, node in enumerate(nodes):
+            pairs = _binding_pairs(node)
+            if not pairs:
                 continue
-            if not derived:
-                derived = self._derived_names(params, nodes)
+            if type(node) is cst.CompFor:
+                after = -1
+            elif type(node) is cst.For:
+                after = position
+            else:
+                after = position + sum(1 for _ in subtree(node)) - 1
+            for targets, value in pairs:
+                events.append((after, 0, targets, self._names_outside_devices(value)))
+        for position, mentioned in sites:
+            events.append((position, 1, set(), mentioned))
+        events.sort(key=lambda event: (event[0], event[1]))
+        derived: Dict[str, Set[str]] = {p: {p} for p in params}
+        moved: Set[int] = set()
+        for _, kind, targets, mentioned in events:
             for index, param in enumerate(params):
-                if mentioned & derived[param]:
+                if not mentioned & derived[param]:
+                    continue
+                if kind:
                     moved.add(index)
-        return frozenset(moved)
+                else:
+                    derived[param] |= targets
+        return moved
 
     def _derived_names(
         self, params: List[str], nodes: List[cst.CSTNode]
@@ -491,6 +531,18 @@ class Moves(Analysis):
                 return set().union(*(self._data_names(a, d) for a in positional[1:]))
             if type(func) is cst.Attribute and self.is_moved(func.value):
                 return self._data_names(func.value, d)
+            function = self._summarised_callee(func)
+            if function is not None:
+                # a function of this file moves the arguments its summary names, not the rest
+                moved = self.moved_params(function)
+                offset = 1 if _is_method_call(expr, function) else 0
+                return set().union(
+                    *(
+                        self._data_names(arg.value, d)
+                        for i, arg in enumerate(expr.args)
+                        if not arg.star and call_param_index(function, expr, i, offset) in moved
+                    )
+                )
             return self._data_names(positional[0], d) if positional else set()
         if (
             type(expr) is cst.ListComp
@@ -872,6 +924,9 @@ def _is_method_call(call: cst.Call, function: cst.FunctionDef) -> bool:
     )
 
 
+_FILLERS = frozenset({"append", "extend", "insert", "appendleft", "add"})
+
+
 def _binding_pairs(node: cst.CSTNode):
     """(names bound, expression they come from) for assignments and loops."""
     if type(node) is cst.Assign:
@@ -881,4 +936,13 @@ def _binding_pairs(node: cst.CSTNode):
         return [(names, node.value)]
     if type(node) is cst.For or type(node) is cst.CompFor:
         return [(target_names(node.target), node.iter)]
+    if (
+        type(node) is cst.Call
+        and type(node.func) is cst.Attribute
+        and type(node.func.value) is cst.Name
+        and node.func.attr.value in _FILLERS
+        and node.args
+    ):
+        # `tokens.append(encode(batch[i]))`: the list is filled from what the call is given
+        return [({node.func.value.value}, node)]
     return []

@@ -144,7 +144,11 @@ class BatchNotOnDevice(Rule):
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
     followed), and a method may prepare and move its input itself; an item handed to a model
     whose class, defined in the same file, moves that argument in its own `forward` (`x =
-    x.to("cuda")` at its top: the model places what it gets) or uses it only on the host
+    x.to("cuda")` at its top: the model places what it gets; also through a method or a
+    submodule of a class of that file, `self.encoder(sentences)` whose embedding tokenises the
+    strings and moves the tensor it builds, while a mask that joins the moved value only after
+    the move is still reported), never reads it (`forward(self, x, lengths=None)` that
+    ignores the lengths: a value nobody reads meets nothing), or uses it only on the host
     (lengths it packs a sequence with, `pack_padded_sequence(x, lengths)`, which wants them on
     the CPU, or turns into Python values, `lengths.clamp(max=t).cpu()`, `lens.tolist()`, also
     through a submodule of a class of the same file, `self.encoder(x, lengths)`), or whose class a lookup picks
