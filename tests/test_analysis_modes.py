@@ -55,7 +55,14 @@ def context(code: str) -> FileContext:
         ("nn.Sequential(nn.Linear(2, 8), nn.Sequential(nn.Dropout(), nn.ReLU()))", True),
         ("nn.ModuleList([nn.Linear(8, 8) for _ in range(3)])", True),  # not written out
         ("nn.ModuleList([nn.Linear(8, 8), nn.Tanh()])", False),
-        ("F.dropout(x, 0.5)", True),
+        # the `training` flag decides, not the module's mode: only a flag that follows the
+        # mode makes it mode-dependent (without one, F.dropout always drops)
+        ("F.dropout(x, 0.5, self.training)", True),
+        ("F.dropout(x, training=self.training)", True),
+        ("F.dropout(x, 0.5)", False),
+        ("F.dropout(x, training=True)", False),
+        ("F.batch_norm(x, mean, var, training=False)", False),
+        ("F.batch_norm(x, mean, var, None, None, self.training)", True),
         ("F.relu(x)", False),
         ("make_layer(64)", None),
     ],

@@ -13,7 +13,9 @@ Mode-dependent: dropout of every kind, normalisation with running statistics (Ba
 InstanceNorm, SyncBatchNorm), `RReLU` (random slopes in training), transformer and attention
 blocks (dropout inside), and `nn.RNN`/`nn.LSTM`/`nn.GRU` only when they have more than one layer
 and a dropout that is not literally zero (PyTorch applies an RNN's `dropout` between stacked
-layers only, and only in train mode).
+layers only, and only in train mode). A functional dropout or batch norm depends on the mode
+only when its `training` flag does (`F.dropout(x, training=self.training)`); with a literal
+flag, or none (`F.dropout` then always drops), `eval()` changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from ...walk import own_nodes
-from ..base.calls import has_star_args, keyword, positional
+from ..base.calls import has_star_args, is_false, is_true, keyword, positional
 from ..base.names import LOCAL_PREFIX, dotted_name
 from ..base.nodes import descendants, is_self_attr
 from ..base.scopes import bound_value
@@ -41,6 +43,12 @@ _MODE_DEPENDENT_LAYER = re.compile(
     r"dropout|batchnorm|batch_norm|instancenorm|instance_norm|rrelu|transformer|attention",
     re.IGNORECASE,
 )
+# `torch.nn.functional` calls whose `training` flag (position among the positional arguments)
+# decides what they do: a literal flag, or the default, makes them the same in both modes.
+_FUNCTIONAL_TRAINING_AT = {
+    "dropout": 2, "dropout1d": 2, "dropout2d": 2, "dropout3d": 2, "alpha_dropout": 2,
+    "feature_alpha_dropout": 2, "batch_norm": 5,
+}  # fmt: skip
 # Recurrent layers: (position of `dropout` among the positional arguments). `num_layers` is the
 # third positional argument of all three.
 _STACKED_RNNS = {"LSTM": 5, "GRU": 5, "RNN": 6}
@@ -82,6 +90,11 @@ def mode_dependent_layer(steps: "TrainingSteps", call: cst.Call) -> Optional[boo
         return not _rnn_without_dropout(call, _STACKED_RNNS[leaf])
     if leaf in ("ModuleDict", "ParameterList", "ParameterDict", "Module"):
         return True  # contents not written as layers here: unknown, so not mode-free
+    if leaf in _FUNCTIONAL_TRAINING_AT:
+        # `F.dropout(x, training=True)`: the flag, not the module's mode, decides
+        training = keyword(call, "training") or positional(call, _FUNCTIONAL_TRAINING_AT[leaf])
+        literal = training is None or is_true(training) or is_false(training)
+        return not literal or has_star_args(call)
     return bool(_MODE_DEPENDENT_LAYER.search(leaf))
 
 
@@ -475,7 +488,9 @@ def _mode_free_class(
                     return False
                 if _constructs_layer(steps, call):
                     return False  # a torch layer's arguments are sizes and flags
-                return None  # F.relu(self.drop(x)): what it is given is still read
+                for arg in call.args:
+                    arg.visit(self)  # F.relu(self.drop(x)): what it is given is still read
+                return False
             # Submodules must be torch layers: a user class may hide a Dropout.
             func = call.func
             qualified = steps.names.qualified(func)

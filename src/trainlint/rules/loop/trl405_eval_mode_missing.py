@@ -26,7 +26,7 @@ from ...analysis.project.hierarchy import (
 )
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
-from ...analysis.base.nodes import positional_params
+from ...analysis.base.nodes import enclosing_class, own_method, positional_params
 
 
 class EvalModeMissing(Rule):
@@ -100,7 +100,12 @@ class EvalModeMissing(Rule):
     its submodules may be such classes of the file too, an attention pooling of two linear
     layers; a `torch.jit.ScriptModule` subclass counts like an `nn.Module`), or a bare
     built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
-    counts as mode-dependent only with more than one layer and a nonzero `dropout`. The model
+    counts as mode-dependent only with more than one layer and a nonzero `dropout`, and a
+    functional dropout or batch norm only when its `training` flag follows the mode
+    (`F.dropout(x, training=self.training)`; Monte Carlo dropout with `training=True` drops
+    in both modes, so `eval()` would change nothing). An `eval()` in the `__init__` of the
+    class whose method evaluates `self.model`, with no method of the class turning training
+    back on, holds in every method (a tester object that sets the mode once). The model
     may reach the loop as a parameter: `test(net, loader)` is judged by what the file's calls
     pass for `net` (`test(lenet, testloader)`, every one of them mode-free).
     `no_grad()` is still required. For such a model a missing `train()` is not reported either.
@@ -370,7 +375,30 @@ class EvalModeMissing(Rule):
         for event in events_of(self.steps.flow(loop)):
             if event.kind == "eval" and _same_module(event.receiver, model):
                 return True
-        return self._loaded_in_eval_mode(model, function, start, index[loop])
+        return self._loaded_in_eval_mode(
+            model, function, start, index[loop]
+        ) or self._eval_at_construction(model, function)
+
+    def _eval_at_construction(self, model: str, function) -> bool:
+        """`self.model.eval()` in the `__init__` of the method's class, and no method of the
+        class turns it back (`self.model.train()`, `self.train()`): a tester object that puts
+        its model in eval mode once, when it is built, evaluates in eval mode everywhere."""
+        if function is None or not model.startswith("self."):
+            return False
+        cls = enclosing_class(self.ctx, function)
+        init = own_method(cls, "__init__") if cls is not None else None
+        if cls is None or init is None or init is function:
+            return False
+        set_in_init = False
+        for node in self.ctx.tree.descendants(cls):
+            event = self.steps.event(node) if type(node) is cst.Call else None
+            if event is None or not _same_module(event.receiver, model):
+                continue
+            if event.kind == "train":
+                return False
+            if event.kind == "eval" and self.steps.scopes.enclosing_function(node) is init:
+                set_in_init = True
+        return set_in_init
 
     def _loaded_in_eval_mode(self, model: str, function, start: int, end: int) -> bool:
         """`model = AutoModel.from_pretrained(...)`: Hugging Face returns the model in eval mode
