@@ -12,6 +12,7 @@ from ...analysis.base.scopes import reads_of_binding
 from ...analysis.base.vocabulary import LOSS_FUNCTIONS
 from ...analysis.base.vocabulary import is_test_file, never_mentions_accelerator
 from ...analysis.device.tensors import COMBINING_FUNCTIONS, COMBINING_METHODS, DeviceTensors
+from ...analysis.loop.batchflow import BatchFlow
 from ...diagnostics import Severity
 from ..base import PendingFix, Rule
 
@@ -74,7 +75,9 @@ class NewTensorOffDevice(Rule):
     are),
     `device=None` (the CPU: nothing meets a device tensor), calls of
     functions only named like losses (`plot_losses`: a loss is a torch loss function or an
-    `nn.*Loss` object), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
+    `nn.*Loss` object), targets and lengths handed to a CTC loss (`nn.CTCLoss`,
+    `F.ctc_loss`: it takes them on the CPU; input lengths made with `torch.full(...)` each step
+    are right there), `torch.zeros_like(x)`, `x.new_zeros(...)`, `device=` given, tensors moved
     afterwards (`.to(x.device)`, `.cuda()`, `.type_as(x)`, or the legacy `.type(Tensor)` with
     `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`), 0-dim tensors such as
     `torch.tensor(2.0)` (PyTorch accepts CPU scalars next to CUDA tensors), code under
@@ -353,6 +356,10 @@ class NewTensorOffDevice(Rule):
                 partners.extend(tensors.device_partners(other, scope))
             return call, partners, "model"
         if self._is_loss(func):
+            if call.args and arg is not call.args[0] and self.ctx.analysis(
+                BatchFlow
+            ).takes_cpu_targets(call):
+                return None  # a CTC loss takes its targets and lengths on the CPU
             return self._any_on_device(call, others, scope, "loss")
         qualified = names.qualified(func)
         if any(q.startswith("torch.") for q in qualified) and (call.args and call.args[0] is arg):
