@@ -43,11 +43,12 @@ class StateDictModulePrefix(Rule):
     it (one naming a file any save of it names, or a path chosen at run time such as
     `torch.load(args.resume)`) puts it back into a wrapper: its known consumers expect the
     prefix. A checkpoint saved as a list, `[model.state_dict(), optimizer.state_dict()]`, is
-    matched by position: `optimizer.load_state_dict(states[1])` reads another entry. A file that also loads
-    it into a bare model (an evaluation or export path) is reported, unless every load of the
-    file that may read it strips the prefix first (`load_state_dict(convert(torch.load(path)))`
-    with a `convert` of the file that drops `module.`, a comprehension with
-    `k.replace("module.", "")`, `consume_prefix_in_state_dict_if_present`): that consumer takes
+    matched by position: `optimizer.load_state_dict(states[1])` reads another entry. A file that
+    also loads it into a bare model (an evaluation or export path) is reported, unless every
+    load of the file that may read it strips the prefix first
+    (`load_state_dict(convert(torch.load(path)))` with a `convert` of the file that drops
+    `module.`, a comprehension with `k.replace("module.", "")`,
+    `consume_prefix_in_state_dict_if_present`): that consumer takes
     the checkpoint however the run that saved it was launched.
 
     ## Example
