@@ -456,6 +456,12 @@ class Moves(Analysis):
         is derived into `x` only after the move, so it is not moved). A binding takes effect
         after its whole statement; a comprehension's `for` everywhere in it."""
         events: List[Tuple[int, int, Set[str], Set[str]]] = []
+        sizes: Dict[int, int] = {}  # id(node) -> how many nodes its subtree holds
+        for node in reversed(nodes):
+            size = sizes[id(node)] = sizes.get(id(node), 0) + 1
+            parent = self.ctx.parent(node)
+            if parent is not None:
+                sizes[id(parent)] = sizes.get(id(parent), 0) + size
         for position, node in enumerate(nodes):
             pairs = _binding_pairs(node)
             if not pairs:
@@ -465,7 +471,7 @@ class Moves(Analysis):
             elif type(node) is cst.For:
                 after = position
             else:
-                after = position + sum(1 for _ in subtree(node)) - 1
+                after = position + sizes[id(node)] - 1  # `nodes` is in document order
             for targets, value in pairs:
                 events.append((after, 0, targets, self._names_outside_devices(value)))
         for position, mentioned in sites:
