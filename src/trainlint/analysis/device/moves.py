@@ -324,7 +324,8 @@ class Moves(Analysis):
         if dotted is not None and self._mover_name(dotted, own=own):
             return True
         if function is None:
-            function = self._summarised_callee(call.func)
+            # `self.embedding(x)`: the forward of a submodule built from a class of this file
+            function = self.callgraph.submodule_forward(call.func)
         if function is None:
             return False
         moved = self.moved_params(function)

@@ -28,7 +28,7 @@ from ...walk import children
 from ..base.calls import keyword
 from ..base.dataflow import events_of
 from ..base.names import dotted_name, dotted_targets
-from ..base.nodes import is_name
+from ..base.nodes import enclosing_class, is_name
 from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
 from .stepexprs import is_loss_key, name_leaves
 
@@ -381,16 +381,10 @@ class AutogradGraphs:
             return cached
         found: Dict[str, List[cst.CSTNode]] = {}
         for call in self.ctx.nodes(cst.Call):
-            func = call.func
-            if (
-                type(func) is cst.Attribute
-                and func.attr.value == "requires_grad_"
-                and call.args
-                and is_name(call.args[0].value, "False")
-            ):
-                text = dotted_name(func.value)
-                if text:
-                    found.setdefault(text, []).append(call)
+            receiver = _grad_switched_off(call)
+            text = dotted_name(receiver) if receiver is not None else None
+            if text:
+                found.setdefault(text, []).append(call)
         for loop in self.ctx.nodes(cst.For):
             iterated = loop.iter
             if not (
@@ -418,8 +412,8 @@ class AutogradGraphs:
                 continue
             root = frozen.split(".")[0]
             for site in sites:
-                owner = _class_of(self.ctx, site) if root == "self" else None
-                if owner is not None and owner is _class_of(self.ctx, node):
+                owner = enclosing_class(self.ctx, site) if root == "self" else None
+                if owner is not None and owner is enclosing_class(self.ctx, node):
                     # `self.teacher.requires_grad_(False)` in `__init__`: the attribute keeps
                     # its frozen parameters in every method of the class
                     return True
@@ -753,10 +747,6 @@ def _read_names(expr: cst.CSTNode) -> Set[str]:
     return out
 
 
-def _class_of(ctx, node: cst.CSTNode) -> Optional[cst.ClassDef]:
-    return next((a for a in ctx.ancestors(node) if type(a) is cst.ClassDef), None)
-
-
 def _freezes(body: cst.CSTNode, param: str) -> bool:
     """Does the loop body set `param.requires_grad = False` or call
     `param.requires_grad_(False)` at its top level (not under a condition that picks some)?"""
@@ -776,15 +766,20 @@ def _freezes(body: cst.CSTNode, param: str) -> bool:
                     ):
                         return True
             if type(small) is cst.Expr and type(small.value) is cst.Call:
-                call = small.value
-                func = call.func
-                if (
-                    type(func) is cst.Attribute
-                    and func.attr.value == "requires_grad_"
-                    and type(func.value) is cst.Name
-                    and func.value.value == param
-                    and call.args
-                    and is_name(call.args[0].value, "False")
-                ):
+                receiver = _grad_switched_off(small.value)
+                if receiver is not None and is_name(receiver, param):
                     return True
     return False
+
+
+def _grad_switched_off(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The receiver of `x.requires_grad_(False)`; None for any other call."""
+    func = call.func
+    if (
+        type(func) is cst.Attribute
+        and func.attr.value == "requires_grad_"
+        and call.args
+        and is_name(call.args[0].value, "False")
+    ):
+        return func.value
+    return None
