@@ -345,28 +345,86 @@ def eval_mode_returners(steps: "TrainingSteps") -> List[str]:
     name` after `name.eval()` (or `name.train(False)`) in the function, with no `name.train()`
     between (`get_model(..., train=False)` loading a checkpoint for evaluation). A file whose
     evaluation uses such a model has set its mode, through that function."""
-    found: List[str] = []
-    if not any(
+    if not _sets_a_mode(steps):
+        return []  # no mode is set anywhere in the file
+    return [
+        statement.name.value
+        for statement in steps.ctx.module.body
+        if type(statement) is cst.FunctionDef and None in eval_mode_returns(steps, statement)
+    ]
+
+
+def eval_mode_returns(
+    steps: "TrainingSteps", function: cst.FunctionDef
+) -> FrozenSet[Optional[int]]:
+    """What `function` hands back in eval mode: None for the whole value (`model.eval();
+    return model`), an index for an element of a returned tuple (`encoder.cuda().eval();
+    decoder.cuda().eval()` ... `return encoder, decoder`). A `name.train()` after the
+    `eval()` and before the return takes it back."""
+    last_mode: Dict[str, str] = {}
+    found: Set[Optional[int]] = set()
+    for node in own_nodes(function.body):
+        if type(node) is cst.Call:
+            event = steps.event(node)
+            if event is not None and event.kind in ("eval", "train") and event.receiver:
+                last_mode[event.receiver] = event.kind
+        elif type(node) is cst.Return and node.value is not None:
+            value = node.value
+            if type(value) is cst.Name and last_mode.get(value.value) == "eval":
+                found.add(None)
+            elif type(value) is cst.Tuple:
+                for i, element in enumerate(value.elements):
+                    item = element.value
+                    if type(item) is cst.Name and last_mode.get(item.value) == "eval":
+                        found.add(i)
+    return frozenset(found)
+
+
+def returned_in_eval_mode(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
+    """Is every binding of `name` seen at `at` the result of a call to a function of this file
+    that hands the model back in eval mode (`encoder, decoder = load_model(args)` with
+    `load_model` ending `encoder.eval(); decoder.eval(); return encoder, decoder`)?"""
+    if not name or "." in name:
+        return False
+    bindings = steps.scopes.lookup(name, at)
+    if not bindings:
+        return False
+    for binding in bindings:
+        found = _returning_call(binding)
+        if found is None:
+            return False
+        call, position = found
+        callee = steps.loops.callgraph.function_for(call.func)
+        if callee is None or position not in eval_mode_returns(steps, callee):
+            return False
+    return True
+
+
+def _returning_call(binding) -> Optional[Tuple[cst.Call, Optional[int]]]:
+    """`name = f(...)` -> (the call, None); `a, name = f(...)` -> (the call, 1)."""
+    if binding.kind == "assign" and type(binding.value) is cst.Call:
+        return binding.value, None
+    statement = binding.statement
+    if binding.kind != "unpack" or type(statement) is not cst.Assign:
+        return None
+    if len(statement.targets) != 1 or type(statement.value) is not cst.Call:
+        return None
+    target = statement.targets[0].target
+    if type(target) not in (cst.Tuple, cst.List):
+        return None
+    for i, element in enumerate(target.elements):  # type: ignore[attr-defined]
+        if type(element) is cst.StarredElement:
+            return None
+        if element.value is binding.node:
+            return statement.value, i
+    return None
+
+
+def _sets_a_mode(steps: "TrainingSteps") -> bool:
+    return any(
         type(call.func) is cst.Attribute and call.func.attr.value in ("eval", "train")
         for call in steps.ctx.nodes(cst.Call)
-    ):
-        return found  # no mode is set anywhere in the file
-    for statement in steps.ctx.module.body:
-        if type(statement) is not cst.FunctionDef:
-            continue
-        last_mode: Dict[str, str] = {}
-        returns_eval = False
-        for node in own_nodes(statement.body):
-            if type(node) is cst.Call:
-                event = steps.event(node)
-                if event is not None and event.kind in ("eval", "train") and event.receiver:
-                    last_mode[event.receiver] = event.kind
-            elif type(node) is cst.Return and type(node.value) is cst.Name:
-                if last_mode.get(node.value.value) == "eval":
-                    returns_eval = True
-        if returns_eval:
-            found.append(statement.name.value)
-    return found
+    )
 
 
 def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:

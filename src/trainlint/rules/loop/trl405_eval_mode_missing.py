@@ -17,6 +17,7 @@ from ...analysis.loop.modes import (
     mode_free_classes,
     mode_free_model,
     plain_function,
+    returned_in_eval_mode,
 )
 from ...analysis.loop.steps import TrainingSteps
 from ...analysis.project.hierarchy import (
@@ -153,7 +154,10 @@ class EvalModeMissing(Rule):
     another project file which hands it back in eval mode (`model = get_model(ckpt,
     train=False)`, whose body ends `model.eval(); return model`) has its mode set: the project
     phase asks that file (also when the evaluation function receives the model from such a
-    call site of its own file). An evaluation loop after a bare `return` (a test the author
+    call site of its own file). So does a function of the same file, also for one element of the
+    pair it returns (`encoder, decoder = load_networks(args)`, whose body calls
+    `encoder.to(device).eval()` and `decoder.to(device).eval()` before `return encoder,
+    decoder`). An evaluation loop after a bare `return` (a test the author
     switched off with `return` as its first line) never runs and is not reported, nor does
     one over a loader nothing in the file binds (`for batch in testing_data_loader:` after the
     test set was removed: NameError before the model runs). A mode set on
@@ -375,9 +379,11 @@ class EvalModeMissing(Rule):
         for event in events_of(self.steps.flow(loop)):
             if event.kind == "eval" and _same_module(event.receiver, model):
                 return True
-        return self._loaded_in_eval_mode(
-            model, function, start, index[loop]
-        ) or self._eval_at_construction(model, function)
+        return (
+            self._loaded_in_eval_mode(model, function, start, index[loop])
+            or self._eval_at_construction(model, function)
+            or returned_in_eval_mode(self.steps, model, loop)
+        )
 
     def _eval_at_construction(self, model: str, function) -> bool:
         """`self.model.eval()` in the `__init__` of the method's class, and no method of the
