@@ -298,6 +298,15 @@ class LoaderFlow(Analysis):
                 out.append(use)
         return out
 
+    def every_read_draws(self, target: cst.Name) -> Optional[List[LoaderUse]]:
+        """The uses of the object bound at `target` (`batches = wrap(loader)`), when every read
+        of the name is one (an iteration, or a hand-off); None when some read only looks at it
+        or none reads it."""
+        uses = [self._use_at(ref) for ref in self._target_references(target)]
+        if not uses or any(use is None for use in uses):
+            return None
+        return [use for use in uses if use is not None]
+
     def _use_at(self, reference: cst.CSTNode) -> Optional[LoaderUse]:
         """The first use of the loader found from `reference`, through the wrappers it is
         assigned to (`w1 = tqdm(loader)`, `w2 = iter(w1)`, ...), depth first in source order.

@@ -43,9 +43,12 @@ class SamplerSetEpochMissing(Rule):
     re-runs a sharded evaluation set after each round of head pruning, `backward()` for
     importance scores included, or iterated only in functions named for evaluation whose
     loops neither backpropagate nor step (`def test(self): for batch in self.test_ds: ...`, its
-    helpers followed), directly or through an object such a function makes around it (an
-    apex-style `CudaPrefetcher(val_loader)` in `validate()`). A loader also handed to any
-    other function is reported. When a
+    helpers followed), or in loops under `torch.no_grad()` that neither backpropagate nor step
+    (a validation pass inside the training function), directly or through an object such a
+    function makes around it (an apex-style `CudaPrefetcher(val_loader)` in `validate()`) or a
+    library wrapper whose result only such loops iterate (`val_batches =
+    pl.ParallelLoader(val_loader, [device]).per_device_loader(device)` on a TPU). A loader
+    also handed to any other function is reported. When a
     project builder returns several loaders (`train_ds, test_ds = load_data(...)`), the help
     names the one whose sampler is never told the epoch.
 
@@ -287,12 +290,15 @@ class SamplerSetEpochMissing(Rule):
         here in a file where nothing can change weights, or in functions named for evaluation
         (directly, or by an object of a class of this file that the evaluation function made
         around the loader): the repeated order then changes no result."""
+        steps = self.ctx.analysis(TrainingSteps)
         handed = [use for use in uses if use.kind != "loop"]
-        if handed and not all(self._evaluation_call(use.site) for use in handed):
+        if handed and not all(
+            self._evaluation_call(use.site) or self._wrapped_for_evaluation(steps, use.site)
+            for use in handed
+        ):
             return False
         if len(handed) == len(uses):
             return True
-        steps = self.ctx.analysis(TrainingSteps)
         if not steps.file_may_update_weights():
             return True
         return all(
@@ -303,17 +309,42 @@ class SamplerSetEpochMissing(Rule):
         )
 
     def _evaluation_loop(self, steps: TrainingSteps, site: cst.CSTNode) -> bool:
-        """`def test(self): for batch in self.test_ds: ...` with no backward and no step in what
-        the loop runs (its helpers followed): an evaluation pass, whose order changes no result,
-        in a file that trains elsewhere."""
+        """`def test(self): for batch in self.test_ds: ...`, or a loop under `torch.no_grad()`
+        (a validation pass inside the training function), with no backward and no step in
+        what the loop runs (its helpers followed): an evaluation pass, whose order changes no
+        result, in a file that trains elsewhere."""
         if type(site) not in (cst.For, cst.While):
             return False
+        if any(e.kind in ("backward", "step") for e in events_of(steps.flow(site))):
+            return False
         function = steps.scopes.enclosing_function(site)
-        if function is None:
+        if function is not None and _named_for_evaluation(function.name.value):
+            return True
+        return steps.loops.under_no_grad(site)
+
+    def _wrapped_for_evaluation(self, steps: TrainingSteps, site: cst.CSTNode) -> bool:
+        """`val_batches = pl.ParallelLoader(val_loader, [device]).per_device_loader(device)`: a
+        library wrapper (methods of its result followed) bound to a name that only evaluation
+        passes iterate (see `_evaluation_loop`). Whatever the wrapper does with the sampler,
+        the order of an evaluation pass changes no result."""
+        if type(site) is not cst.Call:
             return False
-        if not _named_for_evaluation(function.name.value):
+        node: cst.CSTNode = site
+        while True:
+            parent = self.ctx.parent(node)
+            outer = self.ctx.parent(parent) if type(parent) is cst.Attribute else None
+            if type(outer) is not cst.Call or outer.func is not parent:
+                break
+            node = outer
+        assign = self.ctx.parent(node)
+        if type(assign) is not cst.Assign or assign.value is not node:
             return False
-        return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
+        if len(assign.targets) != 1 or type(assign.targets[0].target) is not cst.Name:
+            return False
+        uses = self.flow.every_read_draws(assign.targets[0].target)
+        return uses is not None and all(
+            use.kind == "loop" and self._evaluation_loop(steps, use.site) for use in uses
+        )
 
     def _drawn_by_evaluation_wrapper(
         self, steps: TrainingSteps, site: cst.CSTNode, loader_refs: List[cst.CSTNode]
