@@ -11,6 +11,7 @@ import pytest
 from trainlint.analysis.base.callgraph import CallGraph
 from trainlint.analysis.loop.modes import (
     eval_mode_returners,
+    eval_mode_returns,
     imported_model_class,
     mode_dependent_layer,
     mode_free_classes,
@@ -359,6 +360,58 @@ def test_functions_that_return_a_model_in_eval_mode():
     )
     steps = context(code).analysis(TrainingSteps)
     assert eval_mode_returners(steps) == ["get_model", "frozen_teacher"]
+
+
+def test_what_a_function_hands_back_in_eval_mode():
+    code = textwrap.dedent(
+        """
+        def load_pair(path):
+            encoder, decoder = Encoder(), Decoder()
+            encoder.cuda().eval()
+            decoder.cuda().eval()
+            return encoder, decoder
+
+        def load_one_of_two(path):
+            encoder, decoder = Encoder(), Decoder()
+            encoder.eval()
+            return encoder, decoder
+
+        def early_return_on_gpu(path):
+            model = Net()
+            if torch.cuda.is_available():
+                return model.cuda()
+            model.eval()
+            return model
+
+        def training_or_evaluation(path, train=False):
+            model = Net()
+            if train:
+                model.train()
+                return model, optimizer
+            model.eval()
+            return model
+
+        def nothing_on_one_path(path):
+            model = Net()
+            if not path:
+                return
+            model.eval()
+            return model
+        """
+    )
+    steps = context(code).analysis(TrainingSteps)
+    returns = {
+        f.name.value: eval_mode_returns(steps, f)
+        for f in steps.ctx.module.body
+        if type(f) is cst.FunctionDef
+    }
+    assert returns == {
+        "load_pair": {(2, 0), (2, 1)},
+        "load_one_of_two": {(2, 0)},
+        "early_return_on_gpu": set(),
+        "training_or_evaluation": {(None, None)},
+        "nothing_on_one_path": set(),
+    }
 
 
 _POOL = """

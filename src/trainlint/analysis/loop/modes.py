@@ -350,34 +350,42 @@ def eval_mode_returners(steps: "TrainingSteps") -> List[str]:
     return [
         statement.name.value
         for statement in steps.ctx.module.body
-        if type(statement) is cst.FunctionDef and None in eval_mode_returns(steps, statement)
+        if type(statement) is cst.FunctionDef
+        and (None, None) in eval_mode_returns(steps, statement)
     ]
 
 
 def eval_mode_returns(
     steps: "TrainingSteps", function: cst.FunctionDef
-) -> FrozenSet[Optional[int]]:
-    """What `function` hands back in eval mode: None for the whole value (`model.eval();
-    return model`), an index for an element of a returned tuple (`encoder.cuda().eval();
-    decoder.cuda().eval()` ... `return encoder, decoder`). A `name.train()` after the
-    `eval()` and before the return takes it back."""
+) -> FrozenSet[Tuple[Optional[int], Optional[int]]]:
+    """What `function` hands back in eval mode, as (size of the returned tuple, index in it):
+    (None, None) for the whole value (`model.eval(); return model`), (2, 1) for the second of
+    a returned pair (`encoder.cuda().eval(); decoder.cuda().eval()` ... `return encoder,
+    decoder`). A `name.train()` after the `eval()` and before the return takes it back, and
+    every `return` of the same shape must agree: an early `return model.cuda()` before the
+    `model.eval()` hands it back in train mode (a `return model, optimizer` for training is
+    another shape, which a caller's `model = get_model(...)` does not receive)."""
     last_mode: Dict[str, str] = {}
-    found: Set[Optional[int]] = set()
+    by_shape: Dict[Optional[int], Set[Optional[int]]] = {}
     for node in own_nodes(function.body):
         if type(node) is cst.Call:
             event = steps.event(node)
             if event is not None and event.kind in ("eval", "train") and event.receiver:
                 last_mode[event.receiver] = event.kind
-        elif type(node) is cst.Return and node.value is not None:
+        elif type(node) is cst.Return:
             value = node.value
-            if type(value) is cst.Name and last_mode.get(value.value) == "eval":
-                found.add(None)
-            elif type(value) is cst.Tuple:
-                for i, element in enumerate(value.elements):
-                    item = element.value
-                    if type(item) is cst.Name and last_mode.get(item.value) == "eval":
-                        found.add(i)
-    return frozenset(found)
+            shape: Optional[int] = None
+            items: List[Optional[cst.BaseExpression]] = [value]
+            if type(value) is cst.Tuple:
+                items = [element.value for element in value.elements]
+                shape = len(items)
+            here: Set[Optional[int]] = {
+                None if shape is None else i
+                for i, item in enumerate(items)
+                if type(item) is cst.Name and last_mode.get(item.value) == "eval"
+            }
+            by_shape[shape] = here if shape not in by_shape else by_shape[shape] & here
+    return frozenset((shape, i) for shape, found in by_shape.items() for i in found)
 
 
 def returned_in_eval_mode(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
@@ -393,17 +401,19 @@ def returned_in_eval_mode(steps: "TrainingSteps", name: str, at: cst.CSTNode) ->
         found = _returning_call(binding)
         if found is None:
             return False
-        call, position = found
+        call, place = found
         callee = steps.loops.callgraph.function_for(call.func)
-        if callee is None or position not in eval_mode_returns(steps, callee):
+        if callee is None or place not in eval_mode_returns(steps, callee):
             return False
     return True
 
 
-def _returning_call(binding) -> Optional[Tuple[cst.Call, Optional[int]]]:
-    """`name = f(...)` -> (the call, None); `a, name = f(...)` -> (the call, 1)."""
+def _returning_call(
+    binding,
+) -> Optional[Tuple[cst.Call, Tuple[Optional[int], Optional[int]]]]:
+    """`name = f(...)` -> (the call, (None, None)); `a, name = f(...)` -> (the call, (2, 1))."""
     if binding.kind == "assign" and type(binding.value) is cst.Call:
-        return binding.value, None
+        return binding.value, (None, None)
     statement = binding.statement
     if binding.kind != "unpack" or type(statement) is not cst.Assign:
         return None
@@ -412,11 +422,12 @@ def _returning_call(binding) -> Optional[Tuple[cst.Call, Optional[int]]]:
     target = statement.targets[0].target
     if type(target) not in (cst.Tuple, cst.List):
         return None
-    for i, element in enumerate(target.elements):  # type: ignore[attr-defined]
+    elements = target.elements  # type: ignore[attr-defined]
+    for i, element in enumerate(elements):
         if type(element) is cst.StarredElement:
             return None
         if element.value is binding.node:
-            return statement.value, i
+            return statement.value, (len(elements), i)
     return None
 
 

@@ -157,7 +157,8 @@ class EvalModeMissing(Rule):
     call site of its own file). So does a function of the same file, also for one element of the
     pair it returns (`encoder, decoder = load_networks(args)`, whose body calls
     `encoder.to(device).eval()` and `decoder.to(device).eval()` before `return encoder,
-    decoder`). An evaluation loop after a bare `return` (a test the author
+    decoder`; every `return` of the function must hand it back so, and an early `return
+    model.cuda()` before the `eval()` does not). An evaluation loop after a bare `return` (a test the author
     switched off with `return` as its first line) never runs and is not reported, nor does
     one over a loader nothing in the file binds (`for batch in testing_data_loader:` after the
     test set was removed: NameError before the model runs). A mode set on
