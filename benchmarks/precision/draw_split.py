@@ -49,8 +49,8 @@ holdout67's TRL101 fix; holdout69: at the start of the next session, before any 
 change; holdout70: after holdout69's TRL101, Names and TRL203 fixes; holdout71: at the
 start of the next session, before any rule change; holdout72: after holdout71's fixes;
 holdout73: at the start of the next session, before any rule change; holdout74: after
-holdout73's fixes; holdout75: at the start of the next session, after one TRL405 change; holdout76: after
-holdout75's fixes).
+holdout73's fixes; holdout75: at the start of the next session, after one TRL405 change;
+holdout76: after holdout75's fixes).
 They are outside this draw: all of them are held back.
 """
 
