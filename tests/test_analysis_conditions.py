@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.base.conditions import Conditions
+from trainlint.analysis.base.conditions import Conditions, switched_off
 from trainlint.config import Settings
 from trainlint.context import FileContext
 from trainlint.source import Source
@@ -452,3 +452,37 @@ def ends_outer_loop(code: str) -> bool:
 )
 def test_break_that_ends_the_outer_loop(code, expected):
     assert ends_outer_loop(code) is expected
+
+
+@pytest.mark.parametrize(
+    "guard, off",
+    [
+        ("if False:", True),
+        ("if 0:", True),
+        ("if None:", True),
+        ("while False:", True),
+        ("if __name__ == 'x__main__':", True),
+        ("if 'main' == __name__:", True),
+        ("if __name__ == '__main__':", False),
+        ("if True:", False),
+        ("if 1:", False),
+        ("if debug:", False),
+        ("if __name__ != 'x__main__':", False),
+    ],
+)
+def test_code_no_run_executes(guard, off):
+    code = f"{guard}\n    a()\nb()\n"
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    calls = {c.func.value: c for c in ctx.nodes(cst.Call) if type(c.func) is cst.Name}
+    assert switched_off(ctx, calls["a"]) is off
+    assert switched_off(ctx, calls["b"]) is False
+
+
+def test_the_else_of_a_switched_off_test_runs():
+    code = "if False:\n    a()\nelse:\n    b()\n"
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    calls = {c.func.value: c for c in ctx.nodes(cst.Call) if type(c.func) is cst.Name}
+    assert switched_off(ctx, calls["a"]) and not switched_off(ctx, calls["b"])
+

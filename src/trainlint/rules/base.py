@@ -100,7 +100,14 @@ class Rule:
     ) -> None:
         """Report `node`. `message` is the headline: what is wrong, in about 100 characters,
         claiming only what the analysis established; `help` says what happens at run time (the
-        PyTorch error) and how to fix it; `related` points at the other sites that prove it."""
+        PyTorch error) and how to fix it; `related` points at the other sites that prove it.
+        Nothing is reported in code no run executes (`if False:`, `if __name__ ==
+        'x__main__':`)."""
+        # Imported here: a run served by the cache imports this module without libcst.
+        from ..analysis.base.conditions import switched_off
+
+        if switched_off(self.ctx, node):
+            return
         self.reports.append(
             PendingReport(
                 self,
@@ -117,8 +124,10 @@ class Rule:
     def candidate(self, key: str, node: cst.CSTNode, message: str, **details: Any) -> None:
         """A finding the project phase may confirm (project rules only); `key` names it for
         `check_project` (e.g. "Head.class_embed"). `details` are `report()`'s keywords."""
+        before = len(self.reports)
         self.report(node, message, **details)
-        self.candidates[key] = self.reports.pop()  # made like a report, kept aside
+        if len(self.reports) > before:
+            self.candidates[key] = self.reports.pop()  # made like a report, kept aside
 
     def safe_fix(self, message: str, *edits: "EditSpec") -> PendingFix:
         return PendingFix(Applicability.SAFE, message, edits)

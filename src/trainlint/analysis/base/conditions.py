@@ -27,6 +27,11 @@ iteration (`if i == len(loader) - 1:` in `for i, batch in enumerate(loader)`): t
 treat it as ending with `break`. `ends_outer_loop(brk)` recognises a `break` that ends the
 `while` around its loop too: the flag that `while` needs true is set to False just before it
 (`keep_training = False; break`), and nothing else in that `while` sets it again.
+
+`switched_off(ctx, node)` recognises code that no run executes: the body of an `if` whose
+test is a falsy literal (`if False:`, `if 0:`) or compares `__name__` with a string that is not
+`"__main__"` (`if __name__ == 'x__main__':`, a demo block the author turned off), or a `while
+False:` loop. Nothing reported there can happen.
 """
 
 from __future__ import annotations
@@ -694,3 +699,31 @@ def _length_of(expr: cst.CSTNode) -> Optional[str]:
     ):
         return dotted_name(expr.args[0].value)
     return None
+
+
+def switched_off(ctx, node: cst.CSTNode) -> bool:
+    """Is `node` in code that no run executes (see the module docstring)?"""
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if type(ancestor) in (cst.If, cst.While) and child is ancestor.body:
+            if _never_true(ancestor.test):
+                return True
+        child = ancestor
+    return False
+
+
+def _never_true(test: cst.BaseExpression) -> bool:
+    if type(test) is cst.Name:
+        return test.value in ("False", "None")
+    if type(test) is cst.Integer:
+        return test.value == "0"
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if type(target.operator) is not cst.Equal:
+            return False
+        sides = (test.left, target.comparator)
+        names = [side for side in sides if type(side) is cst.Name and side.value == "__name__"]
+        strings = [side for side in sides if type(side) is cst.SimpleString]
+        if len(names) == 1 and len(strings) == 1:
+            return strings[0].evaluated_value != "__main__"
+    return False
