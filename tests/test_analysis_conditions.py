@@ -485,4 +485,3 @@ def test_the_else_of_a_switched_off_test_runs():
     ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
     calls = {c.func.value: c for c in ctx.nodes(cst.Call) if type(c.func) is cst.Name}
     assert switched_off(ctx, calls["a"]) and not switched_off(ctx, calls["b"])
-
