@@ -392,20 +392,25 @@ def returned_in_eval_mode(steps: "TrainingSteps", name: str, at: cst.CSTNode) ->
     """Is every binding of `name` seen at `at` the result of a call to a function of this file
     that hands the model back in eval mode (`encoder, decoder = load_model(args)` with
     `load_model` ending `encoder.eval(); decoder.eval(); return encoder, decoder`)?"""
+    return _every_binding(steps, name, at, lambda binding: _from_eval_returner(steps, binding))
+
+
+def _from_eval_returner(steps: "TrainingSteps", binding) -> bool:
+    found = _returning_call(binding)
+    if found is None:
+        return False
+    call, place = found
+    callee = steps.loops.callgraph.function_for(call.func)
+    return callee is not None and place in eval_mode_returns(steps, callee)
+
+
+def _every_binding(steps: "TrainingSteps", name: str, at: cst.CSTNode, test) -> bool:
+    """Does `test` hold for every binding of the plain name `name` seen at `at` (and is there
+    one)?"""
     if not name or "." in name:
         return False
     bindings = steps.scopes.lookup(name, at)
-    if not bindings:
-        return False
-    for binding in bindings:
-        found = _returning_call(binding)
-        if found is None:
-            return False
-        call, place = found
-        callee = steps.loops.callgraph.function_for(call.func)
-        if callee is None or place not in eval_mode_returns(steps, callee):
-            return False
-    return True
+    return bool(bindings) and all(test(binding) for binding in bindings)
 
 
 def _returning_call(
@@ -442,26 +447,22 @@ def plain_function(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
     """Is `name` a `def`, a lambda (`net = lambda X: linreg(X, w, b)`) or a `functools.partial`
     (`model_inferer = partial(sliding_window_inference, predictor=model)`)? It has no
     train/eval modes at all: whatever module it runs is set up by name elsewhere."""
-    if not name or "." in name:
-        return False
-    bindings = steps.scopes.lookup(name, at)
-    if not bindings:
-        return False
-    for binding in bindings:
-        if binding.kind == "def" and type(binding.node) is cst.FunctionDef:
-            continue
-        if binding.kind == "assign" and type(binding.value) is cst.Lambda:
-            continue
-        if (
-            binding.kind == "assign"
-            and type(binding.value) is cst.Call
-            and steps.names.is_(binding.value.func, "functools.partial")
-        ):
-            continue
-        if binding.kind == "unpack" and _unpacked_lambda(binding.statement, name):
-            continue  # `net, loss = lambda X: linreg(X, w, b), squared_loss`
-        return False
-    return True
+    return _every_binding(steps, name, at, lambda binding: _binds_a_function(steps, binding))
+
+
+def _binds_a_function(steps: "TrainingSteps", binding) -> bool:
+    if binding.kind == "def" and type(binding.node) is cst.FunctionDef:
+        return True
+    if binding.kind == "assign" and type(binding.value) is cst.Lambda:
+        return True
+    if (
+        binding.kind == "assign"
+        and type(binding.value) is cst.Call
+        and steps.names.is_(binding.value.func, "functools.partial")
+    ):
+        return True
+    # `net, loss = lambda X: linreg(X, w, b), squared_loss`
+    return binding.kind == "unpack" and _unpacked_lambda(binding.statement, binding.name)
 
 
 def _unpacked_lambda(statement, name: str) -> bool:
