@@ -315,12 +315,11 @@ class SamplerSetEpochMissing(Rule):
         result, in a file that trains elsewhere."""
         if type(site) not in (cst.For, cst.While):
             return False
-        if any(e.kind in ("backward", "step") for e in events_of(steps.flow(site))):
-            return False
         function = steps.scopes.enclosing_function(site)
-        if function is not None and _named_for_evaluation(function.name.value):
-            return True
-        return steps.loops.under_no_grad(site)
+        named = function is not None and _named_for_evaluation(function.name.value)
+        if not (named or steps.loops.under_no_grad(site)):
+            return False  # decided before the loop's flow is built
+        return not any(e.kind in ("backward", "step") for e in events_of(steps.flow(site)))
 
     def _wrapped_for_evaluation(self, steps: TrainingSteps, site: cst.CSTNode) -> bool:
         """`val_batches = pl.ParallelLoader(val_loader, [device]).per_device_loader(device)`: a
