@@ -160,12 +160,14 @@ def _parse(
     if problem is not None:
         return None, None, lambda: _problem(source, problem)
     try:
-        return parse_guard.parse_checked(source.text), verdict.tree, None
+        # A tree of the text with its f-strings masked is not the file's (pep701.py).
+        tree = None if verdict.masked else verdict.tree
+        return parse_guard.parse_checked(source.text), tree, None
     except cst.ParserSyntaxError as exc:
         error = exc
         # Python's tree goes back with the refusal: the caller may retry libcst on a text of
         # the same blocks (`_with_indent_tabs_expanded`).
-        return None, verdict.tree, lambda: _syntax_error(source, error)
+        return None, tree, lambda: _syntax_error(source, error)
     except RecursionError:
         message = "the file is nested too deeply for the parser (RecursionError); not analysed"
     except Exception as exc:  # libcst failing in a way it does not document
@@ -274,9 +276,23 @@ def syntax_error_diagnostic(path: str, message: str, row: int, col: int) -> Diag
     )
 
 
-def _python_syntax_error(source: Source) -> Optional[Diagnostic]:
-    problem = parse_guard.python_parse(source.text).problem
-    return None if problem is None else _problem(source, problem)
+def _python_syntax_error(source: Source, newer_fstrings: bool = True) -> Optional[Diagnostic]:
+    verdict = parse_guard.python_parse(source.text, newer_fstrings)
+    if verdict.problem is not None:
+        return _problem(source, verdict.problem)
+    if verdict.masked:
+        # This Python read the file only with its f-strings masked (pep701.py): libcst, which
+        # reads Python 3.12's f-strings, says whether they are well formed.
+        checked = parse_guard.precheck(source.text, max_size=None)
+        if checked.problem is not None:
+            return _problem(source, checked.problem)
+        try:
+            parse_guard.parse_checked(source.text)
+        except cst.ParserSyntaxError:
+            return _python_syntax_error(source, newer_fstrings=False)
+        except Exception:  # libcst failing in a way it does not document: not a finding
+            return None
+    return None
 
 
 def _problem(source: Source, problem: parse_guard.Problem) -> Diagnostic:
@@ -288,8 +304,10 @@ def _problem(source: Source, problem: parse_guard.Problem) -> Diagnostic:
 def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
     # Python's own message ("'(' was never closed", "Missing parentheses in call to 'print'")
     # is what users know; libcst's is a list of expected tokens. Prefer Python's when it agrees
-    # that the file is broken.
-    python = _python_syntax_error(source)
+    # that the file is broken. On a Python older than 3.12 that reads the file only with its
+    # f-strings masked (pep701.py), libcst has just found one of them broken: this Python's
+    # own message about the f-string says where.
+    python = _python_syntax_error(source, newer_fstrings=False)
     if python is not None:
         return python
     match = _LIBCST_AT.search(exc.message)

@@ -19,6 +19,7 @@ import ast
 import os
 import re
 import stat
+import sys
 import tempfile
 import time
 import warnings
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
+from . import pep701
 from .diagnostics import Applicability, Diagnostic, Edit, Fix
 from .source import read_regular_file
 
@@ -228,13 +230,18 @@ def broken_by_fixes(old: str, new: str) -> Optional[str]:
     return None
 
 
-def _compile_problem(text: str) -> Optional[str]:
+def _compile_problem(text: str, newer_fstrings: bool = True) -> Optional[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user's own invalid escapes and the like
             # Top-level `await` is allowed: a notebook's cells run in an event loop.
             compile(text, "<fixed>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except SyntaxError as exc:
+        # On a Python older than 3.12, f-strings only 3.12 reads are judged by libcst; the
+        # rest of the text still goes through this compiler (pep701.py).
+        plain = pep701.masked(text) if newer_fstrings and sys.version_info < (3, 12) else None
+        if plain is not None and plain != text:
+            return _compile_problem(plain, newer_fstrings=False)
         return exc.msg
     except (ValueError, RecursionError, MemoryError) as exc:
         return f"{type(exc).__name__}: {exc}"

@@ -30,15 +30,14 @@ the position of nbformat errors need.
 
 from __future__ import annotations
 
-import ast
 import codecs
 import difflib
 import json
 import re
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import pep701
 from .lines import split_lines
 
 # The json module's own string scanner: (string value, index after the closing quote) for the
@@ -524,17 +523,39 @@ def _kind(value: Any) -> str:
     )
 
 
-def _parses(code: str) -> Optional[Tuple[str, int, int]]:
-    """None when `code` parses as Python, else (message, row, col)."""
+def _parses(code: str, python: Optional[Tuple[int, int]] = None) -> Optional[Tuple[str, int, int]]:
+    """None when `code` parses as Python, else (message, row, col). `python`: the version the
+    notebook records (its kernel's), when known; f-strings only Python 3.12 reads (pep701.py)
+    are a syntax error of a notebook that records an older one, on any Python trainlint runs
+    on, and valid code otherwise."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences and the like
-            ast.parse(code)
+        pep701.parse(code)
     except SyntaxError as exc:
         return f"SyntaxError: {exc.msg}", exc.lineno or 1, max((exc.offset or 1) - 1, 0)
     except (ValueError, RecursionError, MemoryError) as exc:
         return f"cannot parse: {exc}", 1, 0
+    if python is not None and python < (3, 12):
+        feature = pep701.first_feature(code)
+        if feature is not None:
+            row, col = line_col(code, feature.offset)
+            version = ".".join(map(str, python))
+            return (
+                f"SyntaxError before Python 3.12: {feature.what}; this notebook records "
+                f"Python {version}",
+                row,
+                col,
+            )
     return None
+
+
+def _recorded_python(data: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """(major, minor) of the Python the notebook was last run with (`language_info.version`,
+    which Jupyter writes from the kernel), or None."""
+    metadata = data.get("metadata")
+    info = metadata.get("language_info") if isinstance(metadata, dict) else None
+    version = info.get("version") if isinstance(info, dict) else None
+    match = re.match(r"(\d+)\.(\d+)", version) if isinstance(version, str) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _runs_dedented(code: str) -> bool:
@@ -568,11 +589,12 @@ def build(raw: str, bom: bool = False) -> Tuple[str, List[Tuple[int, int]], Note
     length = 0
     rows: List[Tuple[int, int]] = []
     row = 1
+    python = _recorded_python(data)
     for number, original in code_cells:
         masked = mask_cell(original)
         if masked is None or not masked.strip():
             continue
-        problem = _parses(masked)
+        problem = _parses(masked, python)
         if problem is not None and _runs_dedented(masked):
             # IPython strips an indentation common to every line of a cell before running it;
             # Python would not. Such a cell runs, so it is no syntax error, but its positions

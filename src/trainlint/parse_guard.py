@@ -45,6 +45,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Type
 
 import libcst as cst
 
+from . import pep701
 from .config import MAX_FILE_SIZE
 
 # How deep the tree may nest (libcst-like levels, see `nesting_depth`) for trainlint to analyse it.
@@ -65,11 +66,19 @@ class Problem(NamedTuple):
 class Verdict(NamedTuple):
     tree: Optional[ast.Module]  # Python's tree when the file may be analysed
     problem: Optional[Problem]  # else why not
+    # The tree is of the text with its f-strings masked: this Python is older than 3.12 and
+    # reads the file only that way (pep701.py). Its nodes are not the file's own.
+    masked: bool = False
 
 
-def python_parse(text: str) -> Verdict:
-    """Python's verdict on the text: its tree, or a Problem with Python's own message."""
+def python_parse(text: str, newer_fstrings: bool = True) -> Verdict:
+    """Python's verdict on the text: its tree, or a Problem with Python's own message. With
+    `newer_fstrings`, f-strings only Python 3.12 reads are not held against the text on an
+    older Python (`pep701.parse`); without, this interpreter's own verdict."""
     try:
+        if newer_fstrings:
+            tree, masked = pep701.parse(text)
+            return Verdict(tree, None, masked)
         # Python warns about the analysed code itself ("invalid escape sequence '\\d'", a
         # SyntaxWarning shown by default since 3.12): that is the user's business, not output
         # of a linter that did not ask for it.

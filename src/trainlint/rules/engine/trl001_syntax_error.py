@@ -14,6 +14,14 @@ class SyntaxErrorRule(Rule):
     spaces mixed, `"    \t"` or `"\t  "`, read at tab stops of 8): it is analysed with those
     indents expanded, a notebook's cells included, and its findings offer no fix.
 
+    The verdict does not depend on the Python trainlint runs on. f-strings that only Python
+    3.12 reads (PEP 701: the f-string's own quote, a backslash, a comment or a line break
+    inside a replacement field, as in `f"{row["loss"]:.3f}"`) are valid code, also under an
+    older interpreter: the file is analysed. A notebook records the Python it last ran on
+    (`language_info.version`); when that is older than 3.12, such a cell is reported, since
+    it fails there: `SyntaxError before Python 3.12: an f-string's own quote inside its
+    replacement field; this notebook records Python 3.8`.
+
     ## Why is this bad
     A file that does not parse cannot be checked, so every other rule is silent about it. The
     message is Python's own (`'(' was never closed`, `expected ':'`) with its position, so it
@@ -34,6 +42,10 @@ class SyntaxErrorRule(Rule):
     ## Fix safety
     There is no fix. trainlint never stops because of a broken file: the other files are still
     checked and reported.
+
+    ## Known problems
+    A `.py` file does not say which Python it is for (`requires-python` is not read), so a
+    3.12 f-string in a project that still supports older Pythons is not reported.
     """
 
     code = "TRL001"
