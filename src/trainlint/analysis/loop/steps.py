@@ -1152,7 +1152,9 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if event.kind in ("backward", "step"):
                 return None
         for node in self.ctx.tree.descendants(loop.body):
-            if type(node) is cst.Call and self.is_autograd_grad(node):
+            if type(node) is cst.Call and (
+                self.is_autograd_grad(node) or self._runs_imported_tool_of_model(node)
+            ):
                 return None
         for node in own_nodes(loop.body):
             if type(node) is cst.Call and self.is_model(node.func):
@@ -1165,6 +1167,39 @@ class TrainingSteps(AutogradGraphs, Analysis):
                     continue
                 return node
         return None
+
+    def _runs_imported_tool_of_model(self, call: cst.Call) -> bool:
+        """Is `call` a use of an object that a library outside torch built around a model
+        (`cam = GradCAM(model, layer)` ... `cam(x)`, `attack = torchattacks.PGD(model)` ...
+        `attack(images, labels)`)? What it does with the model's modes and with autograd is
+        not in this file: Grad-CAM and adversarial attacks need gradients."""
+        func = call.func
+        root = func.value if type(func) is cst.Attribute else func
+        if type(root) is not cst.Name or self.is_model(root):
+            return False  # the model itself, even rebuilt by a library (`amp.initialize(net)`)
+        for binding in self.scopes.lookup(root.value, call):
+            built = binding.value if binding.kind == "assign" else None
+            if type(built) is not cst.Call or not self._imported_outside_torch(built.func):
+                continue
+            for arg in built.args:
+                if type(arg.value) is cst.Name and self.is_model(arg.value):
+                    return True
+        return False
+
+    def _imported_outside_torch(self, func: cst.BaseExpression) -> bool:
+        root = func
+        while type(root) is cst.Attribute:
+            root = root.value
+        if type(root) is not cst.Name:
+            return False
+        bindings = self.scopes.lookup(root.value, func)
+        qualified = self.names.qualified(func)
+        return (
+            bool(bindings)
+            and all(b.kind == "import" for b in bindings)
+            and bool(qualified)
+            and not any(q.split(".")[0] in ("torch", "torchvision") for q in qualified)
+        )
 
     def _loader_name_unwrapped(self, loop: cst.For) -> Optional[str]:
         for source in self.loops.batch_sources():

@@ -90,8 +90,11 @@ class EvalModeMissing(Rule):
     one call with autograd on, or a file that hands the function on as a callback, keeps
     the finding), a missing `no_grad()` in a file that imports neither torch nor a library
     built on it (a course's NumPy framework: nothing records a graph), loops that
-    backpropagate (adversarial evaluation,
-    saliency), framework-managed code (Lightning `validation_step`, Accelerate, HF
+    backpropagate (adversarial evaluation, saliency) or use an object a library outside
+    torch built around the model (`attack = torchattacks.PGD(model)` ... `attack(x, y)`,
+    `cam = GradCAM(model=model, ...)` ... `cam(input_tensor=x)`: what it does with the modes
+    and with autograd is not in the file, and attacks and Grad-CAM need gradients),
+    framework-managed code (Lightning `validation_step`, Accelerate, HF
     Trainer, ignite handlers), a loop inside MONAI's `with eval_mode(model):` (eval mode and
     `no_grad()` both), and a missing `eval()` for a model of a class in the same file
     that has no layer whose behaviour depends on the mode (only convolutions, linear layers,
