@@ -7,7 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from trainlint.analysis.base.conditions import Conditions, switched_off
+from trainlint.analysis.base.conditions import Conditions, never_empty, switched_off
+from trainlint.analysis.base.scopes import Scopes
 from trainlint.config import Settings
 from trainlint.context import FileContext
 from trainlint.source import Source
@@ -485,3 +486,34 @@ def test_the_else_of_a_switched_off_test_runs():
     ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
     calls = {c.func.value: c for c in ctx.nodes(cst.Call) if type(c.func) is cst.Name}
     assert switched_off(ctx, calls["a"]) and not switched_off(ctx, calls["b"])
+
+
+@pytest.mark.parametrize(
+    "setup, iterable, once",
+    [
+        ("", "[opt_g, opt_d]", True),
+        ("", "(head_opt,)", True),
+        ("", "[]", False),
+        ("", "[*optimizers]", False),
+        ("", "range(3)", True),
+        ("", "range(1, 5)", True),
+        ("", "range(5, 1, -1)", True),
+        ("", "range(0)", False),
+        ("", "range(-2)", False),
+        ("", "range(steps)", False),
+        ("optimizers = [opt_g, opt_d]\n", "optimizers", True),
+        ("optimizers = [opt_g, opt_d]\n", "zip(optimizers, [s_g, s_d])", True),
+        ("optimizers = [opt_g]\n", "[LambdaLR(o, f) for o in optimizers]", True),
+        ("optimizers = [opt_g]\n", "[o for o in optimizers if o.defaults]", False),
+        ("optimizers = [opt_g]\nif x:\n    optimizers = []\n", "optimizers", False),
+        ("def range(n):\n    return []\n", "range(3)", False),
+        ("", "enumerate(loader)", False),
+        ("", "sorted([b, a])", True),
+    ],
+)
+def test_loops_sure_to_run_once(setup, iterable, once):
+    code = f"{setup}for item in {iterable}:\n    a()\n"
+    module = cst.parse_module(code)
+    ctx = FileContext(Source(path="t.py", text=code), module, Tree(module), Settings())
+    loop = next(iter(ctx.nodes(cst.For)))
+    assert never_empty(ctx.analysis(Scopes), loop.iter) is once

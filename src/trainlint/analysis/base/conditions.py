@@ -727,3 +727,64 @@ def _never_true(test: cst.BaseExpression) -> bool:
         if len(names) == 1 and len(strings) == 1:
             return strings[0].evaluated_value != "__main__"
     return False
+
+
+# Builtins whose result is empty exactly when their first argument is.
+_SAME_LENGTH_BUILTINS = frozenset({"enumerate", "reversed", "sorted", "list", "tuple"})
+_MAX_NEVER_EMPTY_DEPTH = 4
+
+
+def never_empty(scopes, iterable: cst.BaseExpression, depth: int = 0) -> bool:
+    """Can the analysis show that a `for` over `iterable` runs its body at least once? A
+    literal list or tuple with an element that is not starred, `range` of integer literals
+    that is not empty, `zip`/`enumerate`/`sorted`/... of such, a comprehension without `if`
+    over such, or a name every binding of which is one (`optimizers = [opt_g, opt_d]`).
+    Anything else may be empty: no."""
+    if depth > _MAX_NEVER_EMPTY_DEPTH:
+        return False
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
+        return any(type(e) is not cst.StarredElement for e in iterable.elements)
+    if isinstance(iterable, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        clause = iterable.for_in
+        return (
+            clause.inner_for_in is None
+            and not clause.ifs
+            and never_empty(scopes, clause.iter, depth + 1)
+        )
+    if isinstance(iterable, cst.Name):
+        bindings = scopes.lookup(iterable.value, iterable)
+        return bool(bindings) and all(
+            b.kind == "assign"
+            and b.value is not None
+            and never_empty(scopes, b.value, depth + 1)
+            for b in bindings
+        )
+    if not isinstance(iterable, cst.Call) or not isinstance(iterable.func, cst.Name):
+        return False
+    name = iterable.func.value
+    if scopes.lookup(name, iterable) or any(arg.star or arg.keyword for arg in iterable.args):
+        return False  # a function of the file's own, or arguments it cannot see
+    values = [arg.value for arg in iterable.args]
+    if name == "range":
+        numbers = [n for n in (_integer(v) for v in values) if n is not None]
+        if not numbers or len(numbers) != len(values) or len(numbers) > 3:
+            return False
+        bounds = [0, numbers[0], 1] if len(numbers) == 1 else (numbers + [1])[:3]
+        return bounds[2] != 0 and len(range(*bounds)) > 0
+    if name == "zip":
+        return bool(values) and all(never_empty(scopes, v, depth + 1) for v in values)
+    if name in _SAME_LENGTH_BUILTINS:
+        return bool(values) and never_empty(scopes, values[0], depth + 1)
+    return False
+
+
+def _integer(node: cst.BaseExpression) -> Optional[int]:
+    if type(node) is cst.Integer:
+        return int(node.evaluated_value)
+    if (
+        type(node) is cst.UnaryOperation
+        and type(node.operator) is cst.Minus
+        and type(node.expression) is cst.Integer
+    ):
+        return -int(node.expression.evaluated_value)
+    return None

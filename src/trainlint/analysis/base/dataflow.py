@@ -3,7 +3,8 @@ fixpoint run of abstract states through it.
 
 A flow is `Ev` (one `Event`: a backward, an optimizer step, a gradient reset, a mode switch, a
 call that may run a module forward),
-`Seq`, `Alt` (if/else, try/except, match), `Repeat` (a nested loop: zero or more times), `Exit`
+`Seq`, `Alt` (if/else, try/except, match), `Repeat` (a nested loop: zero or more times, or one
+or more when what it iterates cannot be empty, `for opt in [g_opt, d_opt]:`), `Exit`
 (continue/break/return/raise; `break_outer`: a break that ends the loop around its loop too)
 or `Helper` (the body of a same-file function it calls, where `return` only leaves the
 helper). `run()` pushes a set of abstract states through a flow with a
@@ -58,6 +59,9 @@ class Alt:
 class Repeat:
     body: object
     node: cst.CSTNode
+    # The loop runs its body at least once (`for optimizer in [g_opt, d_opt]:`): no path
+    # leaves it with the state it came in with.
+    at_least_once: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +120,7 @@ def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
         return result
     if isinstance(flow, Repeat):
         entry = set(current)
+        after: Set = set()  # the states after one or more rounds
         brk: Set = set()
         ret: Set = set()
         outer: Set = set()
@@ -124,12 +129,14 @@ def run(flow, states: Iterable[object], transfer: Transfer) -> Outcome:
             brk |= step.brk
             ret |= step.ret
             outer |= step.brk_outer
+            after |= step.normal | step.cont
             grown = entry | step.normal | step.cont
             if grown == entry:
                 break
             entry = grown
+        leaving = after if flow.at_least_once else entry
         # a `break_outer` leaves this loop and breaks the one around it
-        return Outcome(normal=entry | brk, ret=ret, brk=outer)
+        return Outcome(normal=leaving | brk, ret=ret, brk=outer)
     if isinstance(flow, Exit):
         if flow.kind == "continue":
             return Outcome(cont=current)

@@ -51,7 +51,7 @@ import libcst as cst
 
 from ...walk import SCOPE_NODE_TYPES, children, own_nodes
 from ..base.calls import is_true, keyword, positional, string_value
-from ..base.conditions import Conditions, is_constant
+from ..base.conditions import Conditions, is_constant, never_empty
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
@@ -589,7 +589,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 body = self.flow(stmt)  # a nested loop's own flow: built once, shared
             else:
                 body = self._block(stmt.body, *args)
-            items = [self._expr(stmt.iter, *args), Repeat(body, stmt)]
+            once = never_empty(self.scopes, stmt.iter)
+            items = [self._expr(stmt.iter, *args), Repeat(body, stmt, at_least_once=once)]
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))
             return Seq(tuple(items))
