@@ -108,6 +108,20 @@ def literal_truth(node: Optional[cst.CSTNode]) -> Optional[bool]:
     return None
 
 
+def int_literal(node: Optional[cst.CSTNode]) -> Optional[int]:
+    """The value of an integer literal, negative ones included (`3`, `-1`, `0x10`); None for
+    anything else."""
+    if type(node) is cst.Integer:
+        return int(node.evaluated_value)
+    if (
+        type(node) is cst.UnaryOperation
+        and type(node.operator) is cst.Minus
+        and type(node.expression) is cst.Integer
+    ):
+        return -int(node.expression.evaluated_value)
+    return None
+
+
 def int_list(node: Optional[cst.CSTNode]) -> Optional[List[int]]:
     """[1, 2] / (1, 2) of integer literals -> [1, 2]; anything else -> None."""
     if not isinstance(node, (cst.List, cst.Tuple)):

@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...walk import own_nodes
+from .calls import int_literal
 from .callgraph import CallGraph
 from .names import dotted_name
 from .nodes import descendants, is_name
@@ -766,7 +767,7 @@ def never_empty(scopes, iterable: cst.BaseExpression, depth: int = 0) -> bool:
         return False  # a function of the file's own, or arguments it cannot see
     values = [arg.value for arg in iterable.args]
     if name == "range":
-        numbers = [n for n in (_integer(v) for v in values) if n is not None]
+        numbers = [n for n in (int_literal(v) for v in values) if n is not None]
         if not numbers or len(numbers) != len(values) or len(numbers) > 3:
             return False
         bounds = [0, numbers[0], 1] if len(numbers) == 1 else (numbers + [1])[:3]
@@ -776,15 +777,3 @@ def never_empty(scopes, iterable: cst.BaseExpression, depth: int = 0) -> bool:
     if name in _SAME_LENGTH_BUILTINS:
         return bool(values) and never_empty(scopes, values[0], depth + 1)
     return False
-
-
-def _integer(node: cst.BaseExpression) -> Optional[int]:
-    if type(node) is cst.Integer:
-        return int(node.evaluated_value)
-    if (
-        type(node) is cst.UnaryOperation
-        and type(node.operator) is cst.Minus
-        and type(node.expression) is cst.Integer
-    ):
-        return -int(node.expression.evaluated_value)
-    return None

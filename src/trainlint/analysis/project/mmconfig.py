@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import libcst as cst
 
 from .. import Analysis
+from ..base.calls import int_literal
 
 if TYPE_CHECKING:  # pragma: no cover - typing.TypeGuard is Python 3.10+; annotations are strings
     from typing import TypeGuard
@@ -327,20 +328,13 @@ _STRINGS = (cst.SimpleString, cst.ConcatenatedString)
 def _literal(expr: cst.BaseExpression) -> Any:
     if type(expr) is cst.Name and expr.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[expr.value]
-    if type(expr) is cst.Integer:
-        return int(expr.evaluated_value)
     if type(expr) is cst.Float:
         return float(expr.evaluated_value)
     if type(expr) is cst.SimpleString:
         value = expr.evaluated_value
         return value if isinstance(value, str) else _UNKNOWN
-    if (
-        type(expr) is cst.UnaryOperation
-        and type(expr.operator) is cst.Minus
-        and type(expr.expression) is cst.Integer
-    ):
-        return -int(expr.expression.evaluated_value)
-    return _UNKNOWN
+    number = int_literal(expr)
+    return _UNKNOWN if number is None else number
 
 
 def _dict_node(items: Dict[str, Node], delete: bool) -> Node:
