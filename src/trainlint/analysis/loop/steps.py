@@ -786,7 +786,9 @@ class TrainingSteps(AutogradGraphs, Analysis):
         return False
 
     def _volatile_value(self, value: Optional[cst.BaseExpression], depth: int) -> bool:
-        if depth > 3:
+        # Deep enough for an input rebound through an op and chains of methods:
+        # `points = gather(points.transpose(1, 2).contiguous(), idx).transpose(1, 2)`.
+        if depth > 10:
             return False
         if type(value) is cst.Name:
             return any(

@@ -150,7 +150,8 @@ class EvalModeMissing(Rule):
     its inputs in `Variable(x, volatile=True)` (also moved on, `Variable(x,
     volatile=True).cuda()`, or a helper given the flag,
     `make_variable(x, volatile=True)`; what a model computes from such an input is volatile
-    too) turned the graph off the way that version asked and is not reported for a missing `no_grad()`, when the file uses none of 0.4's API (`.item()`,
+    too, and so is what operations make of it, `points = gather(points.transpose(1,
+    2).contiguous(), idx)`) turned the graph off the way that version asked and is not reported for a missing `no_grad()`, when the file uses none of 0.4's API (`.item()`,
     `.to(...)`, `torch.device`, `no_grad`): from 0.4 on the flag is ignored and the finding
     stands, while a file on the old API (`loss.data[0]`) fails on a newer PyTorch before its
     evaluation runs. A model that comes from a function of
