@@ -496,3 +496,121 @@ def test_builtins_in_a_weight_init_method_build_no_layer():
             if isinstance(m, nn.BatchNorm2d) or hasattr(m, "bias"):
                 print(len(list(m.parameters())))
 """)
+
+
+# A spiking layer whose forward hands its linear layer to a module-level helper; the helper
+# fires through a custom autograd function. `{helper_extra}` adds a line to the helper,
+# `{passed}` is what the forward hands it and `{spike_extra}` adds a line to the function.
+_SPIKING = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Spike(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, v):
+        ctx.save_for_backward(v){spike_extra}
+        return v.gt(0.5).float()
+    @staticmethod
+    def backward(ctx, grad):
+        (v,) = ctx.saved_tensors
+        return grad * (abs(v - 0.5) < 0.5).float()
+fire = Spike.apply
+def update(layer, x, v):
+    v = 0.2 * v + layer(x){helper_extra}
+    return v, fire(v)
+class SpikingLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.other = nn.Linear(8, 8)
+    def forward(self, x, v):
+        return update({passed})
+"""
+
+
+@pytest.mark.parametrize(
+    "helper_extra, passed, spike_extra, free",
+    [
+        ("", "self.fc, x, v", "", True),
+        ("", "x=x, v=v, layer=self.fc", "", True),
+        ("", "F.relu, x, v", "", True),
+        # the helper drops, or the spike function does: the class depends on the mode
+        ("\n    v = F.dropout(v, 0.1, layer.training)", "self.fc, x, v", "", False),
+        ("", "self.fc, x, v", "\n        v = F.dropout(v, training=ctx.training)", False),
+        # a helper that runs what it is handed runs an unknown module when handed one
+        ("", "make_layer(), x, v", "", False),
+        ("", "nn.Dropout(0.5), x, v", "", False),
+        # a helper that calls a module-level model of the file: unknown
+        ("\n    v = v + net(x)", "self.fc, x, v", "", False),
+    ],
+)
+def test_helpers_and_autograd_functions_a_class_calls(helper_extra, passed, spike_extra, free):
+    code = _SPIKING.format(helper_extra=helper_extra, passed=passed, spike_extra=spike_extra)
+    ctx = context(code)
+    expected = ["SpikingLayer"] if free else []
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == expected
+
+
+def test_a_helper_that_calls_itself_is_not_followed_forever():
+    ctx = context("""
+        import torch.nn as nn
+        def unroll(layer, x, steps):
+            return x if steps == 0 else unroll(layer, layer(x), steps - 1)
+        class Loop(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+            def forward(self, x):
+                return unroll(self.fc, x, 3)
+        """)
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == []
+
+
+@pytest.mark.parametrize(
+    "assigned, free",
+    [
+        ("nn.Linear(8, 8)", True),
+        ("nn.Linear(8, 8) if deep else nn.Identity()", True),
+        ("None", True),  # `self.downsample = None`, called behind a test
+        ("backbone", False),  # handed in: what it is is decided outside the class
+        ("backbone.features", False),
+        ("layers[0]", False),
+    ],
+)
+def test_a_submodule_handed_in_from_outside_is_unknown(assigned, free):
+    ctx = context(f"""
+        import torch.nn as nn
+        class Head(nn.Module):
+            def __init__(self, backbone, layers, deep=True):
+                super().__init__()
+                self.body = {assigned}
+                self.fc = nn.Linear(8, 2)
+            def forward(self, x):
+                return self.fc(self.body(x) if self.body is not None else x)
+        """)
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == (["Head"] if free else [])
+
+
+def test_a_plain_class_is_judged_by_its_code():
+    ctx = context("""
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class Crop:
+            def __init__(self, size):
+                self.size = size
+            def __call__(self, x):
+                return F.avg_pool2d(x[..., : self.size, : self.size], 1)
+        class Dropper:
+            def __call__(self, x):
+                return F.dropout(x, 0.5, self.training)
+        class Net(nn.Module):
+            def __init__(self, crop):
+                super().__init__()
+                self.crop = {0}
+                self.fc = nn.Linear(8, 2)
+            def forward(self, x):
+                return self.fc(self.crop(x))
+        """.format("Crop(4)"))
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == ["Net"]
+    ctx = context(textwrap.dedent(ctx.source.text).replace("Crop(4)", "Dropper()"))
+    assert mode_free_classes(ctx.analysis(TrainingSteps)) == []

@@ -6,7 +6,9 @@ A model has no modes worth setting when it is a built-in layer without mode-depe
 same-file `nn.Module` whose submodules are all such layers (or such classes of the file) and that
 reads no `self.training` and calls no dropout or normalisation function (the CIFAR-10
 tutorial's `Net`; a weight-init method that tests `isinstance(m, nn.BatchNorm2d)` names a class
-and builds nothing). A missing
+and builds nothing). Its code may call module-level helpers of the file and custom autograd
+functions (`Spike.apply`) that read no mode either; a submodule handed in from outside
+(`self.backbone = backbone`) and called is unknown. A missing
 `model.eval()` around such a model changes no result (TRL405 stays quiet about the mode).
 
 Mode-dependent: dropout of every kind, normalisation with running statistics (BatchNorm,
@@ -21,6 +23,7 @@ flag, or none (`F.dropout` then always drops), `eval()` changes nothing.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -484,15 +487,18 @@ def _unpacked_lambda(statement, name: str) -> bool:
 def _mode_free_class(
     steps: "TrainingSteps", class_name: str, at: cst.CSTNode, seen: FrozenSet[str] = frozenset()
 ) -> bool:
-    """A same-file `nn.Module` class whose every call is a torch call, a call of its own
-    submodules or methods, or builds another such class of the file, whose layers are all
-    mode-free (`mode_dependent_layer`), that reads no `self.training`, overrides no
-    `train`/`eval` and calls no dropout or normalisation function. A submodule attribute named
-    like a mode-dependent layer (`self.lstm`, `self.attention`) is fine when every assignment
-    to it builds a mode-free layer (`nn.LSTM(28, 128, 2)`) or a mode-free class of the file (an
-    attention built of `nn.Linear` layers), and so is a method of the class named so
-    (`self.forward_with_attention(x)`: its body is part of what is read here) and an attribute
-    that only holds a plain value the class never calls (`self.attention_size = size`)."""
+    """A same-file `nn.Module` class (or a plain class with no base: it has no modes of its
+    own) whose every call is a torch call, a call of its own submodules or methods, builds
+    another such class of the file or calls a mode-free helper of the file
+    (`_ModeFreeScan`), whose layers are all mode-free (`mode_dependent_layer`), that reads no
+    `self.training`, overrides no `train`/`eval` and calls no dropout or normalisation
+    function. A submodule attribute named like a mode-dependent layer (`self.lstm`,
+    `self.attention`) is fine when every assignment to it builds a mode-free layer
+    (`nn.LSTM(28, 128, 2)`) or a mode-free class of the file (an attention built of `nn.Linear`
+    layers), and so is a method of the class named so (`self.forward_with_attention(x)`: its
+    body is part of what is read here) and an attribute that only holds a plain value the
+    class never calls (`self.attention_size = size`). A submodule handed in from outside
+    (`self.features = features`) and called is unknown."""
     if class_name in seen or len(seen) >= _MAX_NESTED_CLASSES:
         return False  # a class that builds itself, or nesting too deep to follow: unknown
     seen = seen | {class_name}
@@ -502,90 +508,253 @@ def _mode_free_class(
     node: cst.ClassDef = classes[0].node
     # A ScriptModule (`torch.jit.ScriptModule` with `@torch.jit.script_method`s) is an
     # nn.Module with the same train/eval switch.
-    if not any(
+    plain = all(
+        type(base.value) is cst.Name and base.value.value == "object" for base in node.bases
+    )
+    if not plain and not any(
         steps.names.is_(base.value, "torch.nn.Module", "torch.jit.ScriptModule")
         for base in node.bases
     ):
         return False
-    free_layers = _mode_free_attributes(steps, node, seen)
-    plain_values = _plain_value_attributes(steps, node)
-    methods = {
-        statement.name.value
-        for statement in getattr(node.body, "body", ())
-        if type(statement) is cst.FunctionDef
-    }
-    found_ok = True
+    own = _OwnAttributes(
+        free_layers=_mode_free_attributes(steps, node, seen),
+        plain_values=_plain_value_attributes(steps, node),
+        methods={
+            statement.name.value
+            for statement in getattr(node.body, "body", ())
+            if type(statement) is cst.FunctionDef
+        },
+        assigned=_self_assignments(steps, node),
+    )
+    scan = _ModeFreeScan(steps, seen, own)
+    node.visit(scan)
+    return scan.found_ok
 
-    class Scan(cst.CSTVisitor):
-        def visit_FunctionDef(self, function: cst.FunctionDef) -> None:
-            nonlocal found_ok
-            if _MODE_SWITCH.search(function.name.value):
-                found_ok = False  # def train(self, mode=True): ... overrides the mode switch
 
-        def visit_Param(self, param: cst.Param) -> bool:
-            return False  # parameter names are the author's words, not layers
+@dataclass(frozen=True)
+class _OwnAttributes:
+    """What a class's `self.<attr>` names hold, for reading its code."""
 
-        def visit_Arg(self, arg: cst.Arg) -> bool:
-            arg.value.visit(self)  # `dropout=` as a keyword is judged by the call it is in
-            return False
+    free_layers: Dict[str, bool]  # every assignment builds a mode-free layer or class
+    plain_values: Set[str]  # sizes and flags, never called
+    methods: Set[str]
+    assigned: Dict[str, List[cst.BaseExpression]]
 
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            nonlocal found_ok
-            attr = attribute.attr.value
-            if _MODE_DEPENDENT.search(attr):
-                own = type(attribute.value) is cst.Name and attribute.value.value == "self"
-                known = attr in free_layers or attr in methods or attr in plain_values
-                if not (own and known):
-                    found_ok = False  # self.training, F.dropout, self.bn (not a free layer)
-            attribute.value.visit(self)
-            return False
+    def may_call(self, attr: str) -> bool:
+        """May `self.<attr>(...)` run only code the scan reads? Not when an assignment hands
+        the attribute something built elsewhere (`self.features = features`): what that is,
+        and whether it has modes, is decided outside the class."""
+        return attr in self.methods or all(
+            _built_in_place(value) for value in self.assigned.get(attr, ())
+        )
 
-        def visit_Name(self, name: cst.Name) -> None:
-            nonlocal found_ok
-            if not _MODE_DEPENDENT.search(name.value):
-                return
-            bindings = steps.scopes.lookup(name.value, name)
-            if not bindings or any(b.kind in ("import", "global") for b in bindings):
-                found_ok = False  # from torch.nn.functional import dropout
-            # a local variable (`lstm_out, _ = self.lstm(x)`) is only a name
 
-        def visit_Call(self, call: cst.Call) -> Optional[bool]:
-            nonlocal found_ok
-            layer = mode_dependent_layer(steps, call)
-            if layer is not None:
-                if layer:
-                    found_ok = False
-                    return False
-                if _constructs_layer(steps, call):
-                    return False  # a torch layer's arguments are sizes and flags
-                for arg in call.args:
-                    arg.visit(self)  # F.relu(self.drop(x)): what it is given is still read
+def _built_in_place(value: cst.BaseExpression) -> bool:
+    """`nn.Linear(4, 2)`, `Block() if deep else nn.Identity()`, `None` (`self.downsample =
+    None`, called only behind a test): every call in it is read where it is written."""
+    if type(value) is cst.IfExp:
+        return _built_in_place(value.body) and _built_in_place(value.orelse)
+    return type(value) is cst.Call or (type(value) is cst.Name and value.value == "None")
+
+
+class _ModeFreeScan(cst.CSTVisitor):
+    """Reads a class (`own` says what its attributes hold) or a helper of the file that such a
+    class calls (`own` is None) for anything that could make train and eval mode differ;
+    `found_ok` turns False at the first such thing, or at a call whose code it cannot read.
+    `callable_params` are a helper's parameters that its caller fills with mode-free layers
+    (`mem_update(self.conv1, x, mem, spike)` calling `ops(x)`)."""
+
+    def __init__(
+        self,
+        steps: "TrainingSteps",
+        seen: FrozenSet[str],
+        own: Optional[_OwnAttributes],
+        callable_params: FrozenSet[str] = frozenset(),
+    ) -> None:
+        super().__init__()
+        self.steps = steps
+        self.seen = seen
+        self.own = own
+        self.callable_params = callable_params
+        self.found_ok = True
+
+    def visit_FunctionDef(self, function: cst.FunctionDef) -> None:
+        if _MODE_SWITCH.search(function.name.value):
+            self.found_ok = False  # def train(self, mode=True): ... overrides the mode switch
+
+    def visit_Param(self, param: cst.Param) -> bool:
+        return False  # parameter names are the author's words, not layers
+
+    def visit_Arg(self, arg: cst.Arg) -> bool:
+        arg.value.visit(self)  # `dropout=` as a keyword is judged by the call it is in
+        return False
+
+    def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+        attr = attribute.attr.value
+        if _MODE_DEPENDENT.search(attr) and not self._known_attribute(attribute):
+            self.found_ok = False  # self.training, F.dropout, self.bn (not a free layer)
+        attribute.value.visit(self)
+        return False
+
+    def _known_attribute(self, attribute: cst.Attribute) -> bool:
+        attr = attribute.attr.value
+        if attr == "apply" and type(attribute.value) is cst.Name:
+            # `ActFun.apply(x)`: a custom autograd function of the file
+            return _mode_free_function_class(self.steps, attribute.value, self.seen)
+        own = self.own
+        return (
+            own is not None
+            and type(attribute.value) is cst.Name
+            and attribute.value.value == "self"
+            and (attr in own.free_layers or attr in own.methods or attr in own.plain_values)
+        )
+
+    def visit_Name(self, name: cst.Name) -> None:
+        if not _MODE_DEPENDENT.search(name.value):
+            return
+        bindings = self.steps.scopes.lookup(name.value, name)
+        if not bindings or any(b.kind in ("import", "global") for b in bindings):
+            self.found_ok = False  # from torch.nn.functional import dropout
+        # a local variable (`lstm_out, _ = self.lstm(x)`) is only a name
+
+    def visit_Call(self, call: cst.Call) -> Optional[bool]:
+        steps = self.steps
+        layer = mode_dependent_layer(steps, call)
+        if layer is not None:
+            if layer:
+                self.found_ok = False
                 return False
-            # Submodules must be torch layers: a user class may hide a Dropout.
-            func = call.func
-            qualified = steps.names.qualified(func)
-            if (
-                type(func) is cst.Name
-                and func.value in _PLAIN_BUILTINS
-                and not steps.scopes.lookup(func.value, call)
-            ):
-                # `isinstance(m, nn.BatchNorm2d)` in a weight-init method names a class, builds
-                # no layer; what other builtins are given is still read
-                return False if func.value in ("isinstance", "issubclass") else None
-            torch_layer = any(q.startswith("torch.") for q in qualified)
-            local = all(q.startswith("<local>.") for q in qualified)  # self.conv1(x), x.view()
-            if type(func) is not cst.Name and local:
-                return None
-            if type(func) is cst.Name and _mode_free_class(steps, func.value, call, seen):
-                return False  # a mode-free class of the file; its arguments are sizes
-            if type(func) is cst.Name and _bound_to_free_layer(steps, func):
-                return None  # `sigmoid = nn.Sigmoid()` in forward, then `sigmoid(x)`
-            if not torch_layer:
-                found_ok = False
+            if _constructs_layer(steps, call):
+                return False  # a torch layer's arguments are sizes and flags
+            for arg in call.args:
+                arg.visit(self)  # F.relu(self.drop(x)): what it is given is still read
+            return False
+        # Submodules must be torch layers: a user class may hide a Dropout.
+        func = call.func
+        qualified = steps.names.qualified(func)
+        if (
+            type(func) is cst.Name
+            and func.value in _PLAIN_BUILTINS
+            and not steps.scopes.lookup(func.value, call)
+        ):
+            # `isinstance(m, nn.BatchNorm2d)` in a weight-init method names a class, builds
+            # no layer; what other builtins are given is still read
+            return False if func.value in ("isinstance", "issubclass") else None
+        if (
+            self.own is not None
+            and type(func) is cst.Attribute
+            and is_self_attr(func, func.attr.value)
+            and not self.own.may_call(func.attr.value)
+        ):
+            self.found_ok = False  # `self.features(x)` with `self.features = features`
             return None
+        torch_layer = any(q.startswith("torch.") for q in qualified)
+        local = all(q.startswith(LOCAL_PREFIX) for q in qualified)  # self.conv1(x), x.view()
+        if type(func) is not cst.Name and local:
+            return None
+        if type(func) is cst.Name:
+            if _mode_free_class(steps, func.value, call, self.seen):
+                return False  # a mode-free class of the file; its arguments are sizes
+            if _bound_to_free_layer(steps, func):
+                return None  # `sigmoid = nn.Sigmoid()` in forward, then `sigmoid(x)`
+            if self._given_free_layer(func) or self._free_helper(func, call):
+                return None  # what it is given is still read
+        if not torch_layer:
+            self.found_ok = False
+        return None
 
-    node.visit(Scan())
-    return found_ok
+    def _given_free_layer(self, func: cst.Name) -> bool:
+        """`ops(x)` in a helper whose caller passed a mode-free layer for `ops`."""
+        if func.value not in self.callable_params:
+            return False
+        bindings = self.steps.scopes.lookup(func.value, func)
+        return bool(bindings) and all(b.kind == "param" for b in bindings)
+
+    def _free_helper(self, func: cst.Name, call: cst.Call) -> bool:
+        """A module-level function of the file whose code is mode-free given what this call
+        passes it, or a name bound to a custom autograd function's `apply` (`act_fun =
+        ActFun.apply`)."""
+        bindings = self.steps.scopes.lookup(func.value, call)
+        if len(bindings) != 1:
+            return False
+        (binding,) = bindings
+        if binding.scope is None or binding.scope.kind != "module":
+            return False
+        if binding.kind == "def" and type(binding.node) is cst.FunctionDef:
+            return _mode_free_helper(self.steps, binding.node, call, self.seen, self.own)
+        value = binding.value if binding.kind == "assign" else None
+        return (
+            type(value) is cst.Attribute
+            and value.attr.value == "apply"
+            and type(value.value) is cst.Name
+            and _mode_free_function_class(self.steps, value.value, self.seen)
+        )
+
+
+def _mode_free_helper(
+    steps: "TrainingSteps",
+    function: cst.FunctionDef,
+    call: cst.Call,
+    seen: FrozenSet[str],
+    own: Optional[_OwnAttributes],
+) -> bool:
+    """Is a module-level function of the file, called as `call`, free of anything that
+    depends on the mode (`mem_update(self.conv1, x, mem, spike)`: `mem = mem * decay + ops(x)`,
+    `spike = act_fun(mem)`)? Its parameters may be called when this call fills them with a
+    mode-free layer of the class (`self.conv1`) or a torch function (`F.relu`)."""
+    key = "def " + function.name.value
+    if key in seen or len(seen) >= _MAX_NESTED_CLASSES or function.decorators:
+        return False  # recursion, nesting too deep, or a decorator that may wrap it: unknown
+    callable_params: Set[str] = set()
+    if not has_star_args(call):
+        params = function.params
+        positional_names = [p.name.value for p in (*params.posonly_params, *params.params)]
+        named = {p.name.value for p in (*params.params, *params.kwonly_params)}
+        for index, arg in enumerate(call.args):
+            if arg.keyword is None:
+                param = positional_names[index] if index < len(positional_names) else None
+            else:
+                param = arg.keyword.value if arg.keyword.value in named else None
+            if param is not None and _free_layer_value(steps, arg.value, own):
+                callable_params.add(param)
+    scan = _ModeFreeScan(steps, seen | {key}, None, frozenset(callable_params))
+    function.visit(scan)
+    return scan.found_ok
+
+
+def _free_layer_value(
+    steps: "TrainingSteps", value: cst.BaseExpression, own: Optional[_OwnAttributes]
+) -> bool:
+    """`self.conv1` (a mode-free layer of the class) or a torch function (`F.relu`)."""
+    if type(value) is cst.Attribute and is_self_attr(value, value.attr.value):
+        return own is not None and value.attr.value in own.free_layers
+    qualified = steps.names.qualified(value)
+    return (
+        type(value) in (cst.Name, cst.Attribute)
+        and bool(qualified)
+        and all(q.startswith("torch.") for q in qualified)
+        and not any(_MODE_DEPENDENT.search(q.split(".")[-1]) for q in qualified)
+    )
+
+
+def _mode_free_function_class(steps: "TrainingSteps", name: cst.Name, seen: FrozenSet[str]) -> bool:
+    """Is `name` a custom autograd function of the file (a `torch.autograd.Function` subclass)
+    whose `forward` and `backward` read nothing mode-dependent? It has no modes: the same
+    spike or straight-through estimate runs in both."""
+    key = "function " + name.value
+    if key in seen or len(seen) >= _MAX_NESTED_CLASSES:
+        return False
+    bindings = steps.scopes.lookup(name.value, name)
+    if len(bindings) != 1 or bindings[0].kind != "class":
+        return False
+    node = bindings[0].node
+    if type(node) is not cst.ClassDef or not any(
+        steps.names.is_(base.value, "torch.autograd.Function") for base in node.bases
+    ):
+        return False
+    scan = _ModeFreeScan(steps, seen | {key}, None)
+    node.visit(scan)
+    return scan.found_ok
 
 
 def _bound_to_free_layer(steps: "TrainingSteps", name: cst.Name) -> bool:

@@ -102,7 +102,12 @@ class EvalModeMissing(Rule):
     tests `isinstance(m, nn.BatchNorm2d)` or an activation its `forward` builds on the spot
     (`sigmoid = nn.Sigmoid()`), or an `nn.Sequential` of such layers;
     its submodules may be such classes of the file too, an attention pooling of two linear
-    layers; a `torch.jit.ScriptModule` subclass counts like an `nn.Module`), or a bare
+    layers, or plain classes of the file with no base; its `forward` may call module-level
+    helpers of the file that read no mode either, handed its own mode-free layers
+    (`mem_update(self.conv1, x, mem, spike)`), and a custom autograd function's `apply`; a
+    submodule handed in from outside (`self.backbone = backbone`) and called is unknown, so
+    such a class is not mode-free; a `torch.jit.ScriptModule` subclass counts like an
+    `nn.Module`), or a bare
     built-in layer such as `nn.Linear(784, 10)`; an `nn.LSTM`/`nn.GRU`/`nn.RNN`
     counts as mode-dependent only with more than one layer and a nonzero `dropout`, and a
     functional dropout or batch norm only when its `training` flag follows the mode
