@@ -69,7 +69,11 @@ class LocalRankArgparseOnly(Rule):
     flake8, which sees one file, any may. Builtins (`getattr(args, name)` while logging the
     options) start nothing. A parser built by
     a factory that returns it unparsed (`get_args_parser()`) is still
-    reported: the script importing it may well be launched per process. Both spellings
+    reported: the script importing it may well be launched per process. It is not when
+    neither its file nor any project file importing it reads the flag (`args.local_rank`,
+    `getattr(args, "local_rank")`): example scripts that start their ranks with `mp.spawn`
+    and take the GPU from the index it passes (under flake8, which sees one file, the
+    scripts are unknown, so it is not reported there). Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
     another).
 
@@ -116,6 +120,9 @@ class LocalRankArgparseOnly(Rule):
         # the rank to (`get_model(..., local_rank=args.local_rank)`): the project phase reports
         # it only if one of them may start the process group.
         self._handoffs: Dict[str, List[str]] = {}
+        # candidate keys of parsers a factory returns unparsed: the project phase reports them
+        # only when a file that uses the factory reads the flag.
+        self._factory_keys: List[str] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_call(node, "add_argument") is None:
@@ -128,7 +135,8 @@ class LocalRankArgparseOnly(Rule):
         if self._rank_from_a_spawner():
             return
         handoffs: Optional[List[str]] = None
-        if not self._distributed() and not self._parser_leaves(node):
+        leaves = self._parser_leaves(node)
+        if not self._distributed() and not leaves:
             handoffs = self._flag_handoffs()
             if handoffs == []:
                 return  # a copied parser in a script nobody launches per process
@@ -150,6 +158,8 @@ class LocalRankArgparseOnly(Rule):
         key = f"flag:{len(self.candidates)}"
         if handoffs:
             self._handoffs[key] = handoffs
+        if leaves:
+            self._factory_keys.append(key)
         self.candidate(
             key,
             node,
@@ -165,8 +175,28 @@ class LocalRankArgparseOnly(Rule):
             "imports": import_qualnames(self.ctx),
             "reads_local_rank": self.parallel.reads_env("LOCAL_RANK"),
             "handoffs": self._handoffs,
+            "factory_keys": self._factory_keys,
+            "reads_flag": self._reads_flag(),
             "functions": self._function_facts(),
         }
+
+    def _reads_flag(self) -> bool:
+        """Does the file read a parsed `local_rank` at all: `args.local_rank` (not only assigned),
+        `getattr(args, "local_rank")` or `vars(args)["local_rank"]`, or a name `local_rank` (a
+        worker's parameter filled from the namespace)?"""
+        for node in self.ctx.nodes(cst.Attribute):
+            if node.attr.value == "local_rank" and not _is_store(self.ctx, node):
+                return True
+        for name in self.ctx.nodes(cst.Name):
+            if name.value != "local_rank" or _is_store(self.ctx, name):
+                continue
+            parent = self.ctx.parent(name)
+            if type(parent) is cst.Attribute and parent.attr is name:
+                continue  # the attribute itself was judged above
+            if type(parent) is cst.Param or (type(parent) is cst.Arg and parent.keyword is name):
+                continue  # a parameter or a keyword binds the name; reading it is what counts
+            return True
+        return any(_string(s) == "local_rank" for s in self.ctx.nodes(cst.SimpleString))
 
     def _function_facts(self) -> Dict[str, Dict[str, object]]:
         """For each function defined at the top of the file: does its code, or that of a
@@ -213,10 +243,15 @@ class LocalRankArgparseOnly(Rule):
         for hierarchy, display, path, keys in candidate_files(project, cls.code):
             if _imports_a_local_rank_reader(hierarchy, path):
                 continue  # `init_distributed()` of dist_utils.py reads LOCAL_RANK for it
-            handoffs = (hierarchy.facts_at(path) or {}).get("handoffs") or {}
+            facts = hierarchy.facts_at(path) or {}
+            handoffs = facts.get("handoffs") or {}
             for key in keys:
                 if key in handoffs and not _may_distribute(hierarchy, path, handoffs[key]):
                     continue  # the rank only reaches project code that starts no process group
+                if key in (facts.get("factory_keys") or ()) and not _flag_read_by_users(
+                    hierarchy, path
+                ):
+                    continue  # `get_base_parser()` defines it, and no script using it reads it
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic
@@ -549,3 +584,16 @@ def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
         if facts is not None and facts.get("reads_local_rank"):
             return True
     return False
+
+
+def _flag_read_by_users(hierarchy: Hierarchy, path) -> bool:
+    """Does the file that builds the parser, or a project file that imports it (directly or
+    through other project modules), read the parsed `local_rank`? A flag no script reads
+    changes nothing a launcher does: scripts that start their ranks with `mp.spawn` and never
+    look at it. Under flake8, which hands over one file, the importers are unknown: no."""
+    if not hierarchy.project.complete:
+        return False  # flake8: the scripts that import it are not at hand, unknown
+    # In a full run a file without facts has no `local_rank` to read.
+    return any(
+        (hierarchy.facts_at(file) or {}).get("reads_flag") for file in hierarchy.importers(path)
+    )
