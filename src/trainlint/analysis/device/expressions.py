@@ -344,6 +344,9 @@ class Devices(Analysis):
         return UNKNOWN
 
     def _attribute(self, expr: cst.Attribute) -> Optional[Device]:
+        assigned = self._assigned_device(expr)
+        if assigned is not None:
+            return assigned
         dotted = dotted_name(expr) or ""
         root = dotted.split(".")[0]
         if root in USER_ROOTS:
@@ -351,6 +354,24 @@ class Devices(Analysis):
         if expr.attr.value == "device":
             return Device("unknown", None, "unknown")
         return None
+
+    def _assigned_device(self, expr: cst.Attribute) -> Optional[Device]:
+        """`opt.device` where every assignment the file makes to it builds a device from one
+        index chosen at run time (`opt.device = torch.device("cuda:{}".format(opt.gpus[0]))`):
+        that device, with the index's text, so that `DataParallel(model,
+        device_ids=opt.gpus).cuda(opt.device)` is seen to move to device_ids[0]. A literal or
+        the current device is not taken from such an assignment: the option may hold another
+        value where the assignment has not run."""
+        values = self._attribute_values().get(self.ctx.code(expr)) or []
+        found = [self._device(value, set()) for value in values]
+        first = found[0] if found else None
+        if first is None or first.index_text is None or not first.user_chosen:
+            return None
+        if any(
+            d is None or d != first or d.index_text != first.index_text for d in found[1:]
+        ):
+            return None
+        return first
 
     def _index_origin(self, expr: cst.CSTNode) -> str:
         origin = index_origin(expr)

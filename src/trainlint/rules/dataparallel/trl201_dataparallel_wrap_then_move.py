@@ -44,7 +44,9 @@ class DataParallelWrapThenMove(Rule):
     those (or to `"cpu"`) all mean `cuda:0` = `device_ids[0]`, in the one-line form
     (`nn.DataParallel(model).cuda()`) as in the tutorial's two statements; so is a move to the
     same expression as `device_ids[0]` (`device_ids=[args.gpu]` with `.cuda(args.gpu)`, or
-    `device_ids=device_ids` with `torch.device("cuda:{}".format(device_ids[0]))`).
+    `device_ids=device_ids` with `torch.device("cuda:{}".format(device_ids[0]))`, also through
+    an options attribute every assignment of which builds that device: `opt.device =
+    torch.device("cuda:{}".format(opt.gpus[0]))` with `device_ids=opt.gpus`).
     `CUDA_VISIBLE_DEVICES` changes which GPUs are visible, not that the first visible one is
     `cuda:0`. A device the analysis cannot resolve (a parameter of a helper, or an option such
     as `cfg.device.type` that may just as well hold `"cuda"`) is not reported: only an index
