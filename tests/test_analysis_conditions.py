@@ -96,6 +96,13 @@ def test_runs_whenever_past_a_raise_only_when_asked():
         "if args.ddp:\n    a()\nif not args.ddp:\n    b()\n",
         "if not (rank != 0):\n    a()\nif rank != 0:\n    b()\n",
         "if rank == 0:\n    a()\nif rank == 0 or other:\n    pass\nelse:\n    b()\n",
+        # an arm that always leaves the function: what follows the `if` runs only without it
+        "def f(m, d):\n    if d:\n        a()\n        return m\n    return b()\n",
+        "def f(m, d):\n    if d:\n        a()\n        raise SystemExit\n    b()\n",
+        "def f(m, d, e):\n    if d:\n        a()\n        if e:\n            return 1\n"
+        "        else:\n            return 2\n    b()\n",
+        "def f(m, d):\n    for x in m:\n        if d:\n            a()\n            return x\n"
+        "    b()\n",
     ],
 )
 def test_exclusive(code):
@@ -112,6 +119,14 @@ def test_exclusive(code):
         "if f() == 1:\n    a()\nif f() != 1:\n    b()\n",  # calls may change
         "if n == 1:\n    a()\nif n == 1.0:\n    b()\n",  # the same value
         "if x:\n    a()\n    if y:\n        b()\n",
+        # the arm may fall through, leaves only a loop, or a `finally` still runs `b`
+        "def f(m, d, e):\n    if d:\n        a()\n        if e:\n            return 1\n"
+        "    b()\n",
+        "def f(m, d):\n    for x in m:\n        if d:\n            a()\n            break\n"
+        "    b()\n",
+        "def f(m, d):\n    try:\n        if d:\n            a()\n            return 1\n"
+        "    finally:\n        b()\n",
+        "def f(m, d):\n    b()\n    if d:\n        a()\n        return 1\n",
     ],
 )
 def test_not_exclusive(code):

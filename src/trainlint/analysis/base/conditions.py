@@ -380,7 +380,7 @@ class Conditions(Analysis):
 
     def exclusive(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """Can `a` and `b` never both run in one execution?"""
-        if self._sibling_branches(a, b):
+        if self._sibling_branches(a, b) or self._left_before(a, b) or self._left_before(b, a):
             return True
         for branch_a, atoms_a in self.guards(a):
             for branch_b, atoms_b in self.guards(b):
@@ -530,6 +530,27 @@ class Conditions(Analysis):
         if type(node) is not cst.Name:
             return None
         return self.ctx.code(expr)
+
+    def _left_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """Is `a` in an `if` arm that always returns or raises, and `b` after that `if` in the
+        same function? `if args.distributed: torch.cuda.set_device(gpu); return DDP(model)`
+        ... `return nn.DataParallel(model).cuda()`: the second return runs only where the
+        first arm did not."""
+        index = self.ctx.tree.index
+        if not 0 <= index.get(a, -1) < index.get(b, -1) or self._scope(a) is not self._scope(b):
+            return False
+        if any(type(node) in (cst.Try, cst.TryStar) for node in self.ctx.ancestors(a)):
+            return False  # a `finally` may still run `b` after the return
+        around_b = {id(node) for node in self.ctx.ancestors(b)}
+        child = a
+        for ancestor in self.ctx.ancestors(a):
+            if id(ancestor) in around_b:
+                return False  # reached a block around both without leaving
+            if type(ancestor) is cst.If and child is ancestor.body:
+                if _always_returns(ancestor.body):
+                    return True
+            child = ancestor
+        return False
 
     def _sibling_branches(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         a_path = {}
@@ -777,3 +798,27 @@ def never_empty(scopes, iterable: cst.BaseExpression, depth: int = 0) -> bool:
     if name in _SAME_LENGTH_BUILTINS:
         return bool(values) and never_empty(scopes, values[0], depth + 1)
     return False
+
+
+def _always_returns(block: cst.BaseSuite) -> bool:
+    """Does every path through `block` end in `return` or `raise` (leaving the function, not
+    only a loop)?"""
+    if type(block) is cst.SimpleStatementSuite:
+        return any(type(small) in (cst.Return, cst.Raise) for small in block.body)
+    for statement in block.body:
+        if type(statement) is cst.SimpleStatementLine and any(
+            type(small) in (cst.Return, cst.Raise) for small in statement.body
+        ):
+            return True
+        if type(statement) is cst.If and _if_always_returns(statement):
+            return True
+    return False
+
+
+def _if_always_returns(statement: cst.If) -> bool:
+    orelse = statement.orelse
+    if orelse is None or not _always_returns(statement.body):
+        return False
+    if type(orelse) is cst.If:
+        return _if_always_returns(orelse)
+    return _always_returns(orelse.body)

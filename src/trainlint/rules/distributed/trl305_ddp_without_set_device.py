@@ -13,6 +13,7 @@ from ...analysis.base.callgraph import CallGraph
 from ...analysis.base.calls import argument, keyword
 from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
+from ...analysis.base.nodes import is_self_attr
 from ...analysis.parallel.parallel import INIT_PROCESS_GROUP, Parallel
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
@@ -48,7 +49,9 @@ class DdpWithoutSetDevice(Rule):
     MMEngine or DeepSpeed launchers are not reported: those set the device. Nor is a file that
     calls a function of another project file that sets the device (`make_data_parallel()` of
     model.py calling `torch.cuda.set_device(device)`, directly or through the helper file's own
-    functions); the project phase follows the call (under flake8, only this file is seen).
+    functions), or builds a class of another file whose `__init__` sets it (a trainer built
+    right after the group starts), also through a star import (`from examples import *`); the
+    project phase follows the call (under flake8, only this file is seen).
     An `init_process_group` inside a function this file never runs or names (`setup()` of a
     utils package), or in a method of a class it never builds or names (a `Trainer` whose
     `__init__` starts the group), is judged by the project files that import it: reported when they exist and
@@ -166,7 +169,9 @@ class DdpWithoutSetDevice(Rule):
 
     def _functions_setting_device(self) -> List[str]:
         """Module-level functions of this file that set the current CUDA device, directly or
-        through the file's other functions (`make_data_parallel` calling set_device)."""
+        through the file's other functions (`make_data_parallel` calling set_device), and
+        module-level classes that set it when built (a `Trainer` whose `__init__` calls
+        set_device, or a function or method of the file that does)."""
         functions = {
             statement.name.value: statement
             for statement in self.ctx.module.body
@@ -192,7 +197,35 @@ class DdpWithoutSetDevice(Rule):
                 if name not in found and callees & found:
                     found.add(name)
                     changed = True
-        return sorted(found)
+        classes = [s for s in self.ctx.module.body if type(s) is cst.ClassDef]
+        return sorted(found | {c.name.value for c in classes if self._built_sets_device(c, found)})
+
+    def _built_sets_device(self, cls: cst.ClassDef, functions: Set[str]) -> bool:
+        """Does building `cls` set the current device: its `__init__` calls set_device, a
+        function of `functions`, or a method of the class that calls set_device?"""
+        methods = {
+            statement.name.value: statement
+            for statement in getattr(cls.body, "body", ())
+            if type(statement) is cst.FunctionDef
+        }
+
+        def sets(node: cst.CSTNode, follow: bool) -> bool:
+            for call in self.ctx.tree.descendants(node):
+                if type(call) is not cst.Call:
+                    continue
+                func = call.func
+                if type(func) is cst.Attribute and func.attr.value in _SETTERS:
+                    return True
+                if type(func) is cst.Name and func.value in functions:
+                    return True
+                if follow and type(func) is cst.Attribute and is_self_attr(func, func.attr.value):
+                    method = methods.get(func.attr.value)
+                    if method is not None and sets(method, False):
+                        return True
+            return False
+
+        init = methods.get("__init__")
+        return init is not None and sets(init, True)
 
     def _called_names(self) -> List[str]:
         """`helper` and `module.helper` called in this file (what imports may resolve)."""
@@ -208,6 +241,7 @@ class DdpWithoutSetDevice(Rule):
             "imports": import_qualnames(self.ctx),
             "called": self._called_names() if self.candidates else [],
             "sets_device_in": self.sets_device_in,
+            "star_imports": list(self.ctx.scopes.module_scope.star_imports),
             "sets_device": self.ctx.analysis(Parallel).sets_device(),
             "inits_for_importers": self.inits_for_importers,
         }
@@ -341,6 +375,14 @@ def _device_setting_helper(hierarchy: Hierarchy, path: Path) -> Optional[str]:
     for called in facts.get("called", ()):
         head, _, rest = called.partition(".")
         imported = imports.get(head)
+        if imported is None and not rest:
+            # `from examples import *` ... `distributed_model(model, args)`
+            for module in facts.get("star_imports", ()):
+                star_file = hierarchy.module_file(module, path)
+                star_facts = (hierarchy.facts_at(star_file) or {}) if star_file else {}
+                if called in star_facts.get("sets_device_in", ()):
+                    return f"{module}.{called}"
+            continue
         if imported is None:
             continue
         qualified = f"{imported}.{rest}" if rest else imported
