@@ -11,6 +11,9 @@ It also records what the project phase needs about DDP in general:
 
 - `signals`: why this file trains with DDP (a DDP wrap, `init_process_group`, torchrun or
   `torch.distributed.launch` usage, a `LOCAL_RANK` read);
+- `hand_reduced`: the file all-reduces gradients itself (`dist.all_reduce(param.grad.data)`):
+  without a DDP wrap, its process group runs no reducer that waits for a parameter that got
+  no gradient;
 - `finds_unused`: the file asks DDP to tolerate unused parameters somewhere
   (`find_unused_parameters=True` on DDP, Lightning's `DDPStrategy`, Accelerate's
   `DistributedDataParallelKwargs`, HF `ddp_find_unused_parameters=True`, the
@@ -35,10 +38,11 @@ from ..project.modules import ALL, freezes, frozen_by_loop
 from .parallel import DDP_NAMES, INIT_PROCESS_GROUP, Parallel
 from .settings import OptionSources
 from .. import Analysis
-from ..base.nodes import positional_params
+from ..base.nodes import descendants, positional_params
 
 
 DDP_KIND = "DistributedDataParallel"
+DDP_WRAP_SIGNAL = "a DistributedDataParallel wrap"  # the `signals` entry of a file that wraps
 DP_KIND = "DataParallel"
 # Keywords that make DDP tolerate parameters without gradients.
 TOLERANT_KEYWORDS = ("find_unused_parameters", "ddp_find_unused_parameters", "static_graph")
@@ -109,6 +113,7 @@ class Wraps(Analysis):
             "wraps": [site.to_facts() for site in self.sites],
             "signals": sorted(self.signals),
             "finds_unused": self.finds_unused,
+            "hand_reduced": self._reduces_gradients_itself(),
             "unused_settings": self.settings,
             "frozen": sorted(self.frozen),
         }
@@ -182,7 +187,7 @@ class Wraps(Analysis):
     def _signals(self) -> Set[str]:
         found: Set[str] = set()
         if any(site.kind == DDP_KIND for site in self.sites):
-            found.add("a DistributedDataParallel wrap")
+            found.add(DDP_WRAP_SIGNAL)
         elif self._own_ddp_wraps():
             # `from model import DistributedDataParallel as DDP`: the file wraps its models in a
             # class of its own (one that all-reduces what gradients there are, as NVIDIA's
@@ -197,6 +202,19 @@ class Wraps(Analysis):
         if self.parallel.reads_env("LOCAL_RANK"):
             found.add("LOCAL_RANK")
         return found
+
+    def _reduces_gradients_itself(self) -> bool:
+        """Does the file all-reduce gradients itself (`dist.all_reduce(param.grad.data, ...)`)?"""
+        for call in self.ctx.nodes(cst.Call):
+            if not call.args or not self.names.is_(call.func, "torch.distributed.all_reduce"):
+                continue
+            reduced = call.args[0].value
+            if any(
+                type(node) is cst.Attribute and node.attr.value == "grad"
+                for node in [reduced, *descendants(reduced)]
+            ):
+                return True
+        return False
 
     def _own_ddp_wraps(self) -> bool:
         """Does the file call a `DistributedDataParallel` that is neither PyTorch's nor apex's

@@ -27,7 +27,7 @@ import libcst as cst
 
 from ..base.names import LOCAL_PREFIX
 from ..parallel.settings import ARGPARSE, MM
-from ..parallel.wraps import DDP_KIND, Wraps
+from ..parallel.wraps import DDP_KIND, DDP_WRAP_SIGNAL, Wraps
 from .installed import installed_class, is_library_file, library_absolute
 from .mentions import MODULE_CODE
 from .mmconfig import MMConfigs
@@ -816,8 +816,15 @@ class Hierarchy:
 
     @staticmethod
     def ddp_signals(evidence: List[Tuple[Path, dict]]) -> List[Tuple[Path, str]]:
-        """(file, signal) for every file of the evidence that trains with DDP."""
-        return [(path, signal) for path, facts in evidence for signal in facts.get("signals", ())]
+        """(file, signal) for every file of the evidence that trains with DDP. A file that
+        all-reduces gradients itself and wraps nothing in DDP (`hand_reduced`) does not: its
+        process group and launcher say nothing about PyTorch's reducer."""
+        return [
+            (path, signal)
+            for path, facts in evidence
+            if not facts.get("hand_reduced") or DDP_WRAP_SIGNAL in facts.get("signals", ())
+            for signal in facts.get("signals", ())
+        ]
 
     def tolerates_unused(self, evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
         """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,

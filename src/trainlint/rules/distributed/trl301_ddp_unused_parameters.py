@@ -78,7 +78,9 @@ class DdpUnusedParameters(Rule):
     (`self.head.class_embed`), stand-in models in test files unless the test wraps them in DDP,
     and files that wrap their models in a `DistributedDataParallel` of their own (`from model
     import DistributedDataParallel as DDP`, a project class that all-reduces the gradients it
-    finds): their process group and ranks are no evidence of PyTorch's reducer.
+    finds), or that wrap nothing in DDP and average gradients by hand after backward
+    (`dist.all_reduce(param.grad.data)`, skipping parameters without one): their process
+    group and ranks are no evidence of PyTorch's reducer.
     Under flake8, which sees one file, only that file is evidence.
 
     ## Example

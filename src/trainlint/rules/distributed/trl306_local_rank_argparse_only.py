@@ -15,7 +15,7 @@ from ...analysis.base.frameworks import Frameworks
 from ...analysis.base.names import dotted_name
 from ...analysis.base.scopes import reads_of_binding
 from ...analysis.parallel.parallel import Parallel
-from ...analysis.parallel.wraps import Wraps
+from ...analysis.parallel.wraps import DDP_WRAP_SIGNAL, Wraps
 from ...analysis.project.hierarchy import Hierarchy, candidate_files, import_qualnames
 from ...diagnostics import Diagnostic, Severity
 from ..base import PendingFix, Rule
@@ -262,7 +262,7 @@ class LocalRankArgparseOnly(Rule):
         if self._is_distributed is None:
             signals = self.ctx.analysis(Wraps).signals
             self._is_distributed = bool(
-                signals & {"a DistributedDataParallel wrap", "init_process_group"}
+                signals & {DDP_WRAP_SIGNAL, "init_process_group"}
             )
         return self._is_distributed
 
