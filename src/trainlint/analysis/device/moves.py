@@ -13,6 +13,7 @@ from ..base.callgraph import CallGraph
 from ..base.memo import Summaries
 from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
+from ..base.conditions import switched_off
 from ..base.names import Names, dotted_name
 from ..base.nodes import (
     call_param_index,
@@ -151,12 +152,15 @@ class Moves(Analysis):
     # -- one move -----------------------------------------------------------------------------
 
     def move(self, node: cst.CSTNode) -> Optional[Move]:
-        """The move `node` performs, if it is one (moves to the CPU are not moves)."""
+        """The move `node` performs, if it is one (moves to the CPU are not moves, nor are
+        moves in code no run executes: `if use_gpu: model = model.cuda()` after `use_gpu =
+        False`)."""
         if type(node) is not cst.Call:
             return None
         entry = self._moves.get(id(node))
         if entry is None:
-            entry = self._moves[id(node)] = (node, self._move(node))
+            move = None if switched_off(self.ctx, node) else self._move(node)
+            entry = self._moves[id(node)] = (node, move)
         return entry[1]
 
     def _move(self, node: cst.Call) -> Optional[Move]:

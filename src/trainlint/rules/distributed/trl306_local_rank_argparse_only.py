@@ -69,11 +69,11 @@ class LocalRankArgparseOnly(Rule):
     flake8, which sees one file, any may. Builtins (`getattr(args, name)` while logging the
     options) start nothing. A parser built by
     a factory that returns it unparsed (`get_args_parser()`) is still
-    reported: the script importing it may well be launched per process. It is not when
-    neither its file nor any project file importing it reads the flag (`args.local_rank`,
-    `getattr(args, "local_rank")`): example scripts that start their ranks with `mp.spawn`
-    and take the GPU from the index it passes (under flake8, which sees one file, the
-    scripts are unknown, so it is not reported there). Both spellings
+    reported: the script importing it may well be launched per process. It is not when the
+    project files importing it start their processes with `mp.spawn` and neither they nor
+    its file read the flag (`args.local_rank`, `getattr(args, "local_rank")`): example
+    scripts that take the GPU from the index spawn passes (under flake8, which sees one file,
+    the scripts are unknown, so it is not reported there). Both spellings
     count wherever the file adds them (`--local-rank` on one PyTorch version, `--local_rank` on
     another).
 
@@ -248,10 +248,10 @@ class LocalRankArgparseOnly(Rule):
             for key in keys:
                 if key in handoffs and not _may_distribute(hierarchy, path, handoffs[key]):
                     continue  # the rank only reaches project code that starts no process group
-                if key in (facts.get("factory_keys") or ()) and not _flag_read_by_users(
+                if key in (facts.get("factory_keys") or ()) and _spawned_without_the_flag(
                     hierarchy, path
                 ):
-                    continue  # `get_base_parser()` defines it, and no script using it reads it
+                    continue  # the scripts using `get_base_parser()` spawn their ranks
                 diagnostic = project.candidate(display, cls.code, key)
                 if diagnostic is not None:
                     yield diagnostic
@@ -586,14 +586,20 @@ def _imports_a_local_rank_reader(hierarchy: Hierarchy, path) -> bool:
     return False
 
 
-def _flag_read_by_users(hierarchy: Hierarchy, path) -> bool:
-    """Does the file that builds the parser, or a project file that imports it (directly or
-    through other project modules), read the parsed `local_rank`? A flag no script reads
-    changes nothing a launcher does: scripts that start their ranks with `mp.spawn` and never
-    look at it. Under flake8, which hands over one file, the importers are unknown: no."""
+def _spawned_without_the_flag(hierarchy: Hierarchy, path) -> bool:
+    """Do the project files that import the parser's file (directly or through other project
+    modules) start their processes themselves (`mp.spawn(main_worker, ...)`), while neither
+    they nor the parser's file read the parsed `local_rank`? Then no launcher passes the flag
+    and nothing looks at it. Under flake8, which hands over one file, they are unknown, and
+    the finding waits on them: left out."""
     if not hierarchy.project.complete:
-        return False  # flake8: the scripts that import it are not at hand, unknown
-    # In a full run a file without facts has no `local_rank` to read.
-    return any(
-        (hierarchy.facts_at(file) or {}).get("reads_flag") for file in hierarchy.importers(path)
-    )
+        return True
+    users = hierarchy.importers(path)
+    # In a full run a file without facts has no `local_rank` to read; its text says whether
+    # it spawns (`mp.spawn(...)`, `torch.multiprocessing.spawn(...)`).
+    if any((hierarchy.facts_at(file) or {}).get("reads_flag") for file in users):
+        return False
+    return any(_SPAWNS.search(hierarchy.project.text_of(file) or "") for file in users)
+
+
+_SPAWNS = re.compile(r"\bspawn\s*\(")
