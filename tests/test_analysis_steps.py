@@ -471,3 +471,34 @@ def test_an_evaluation_loop_over_a_name_nothing_binds_is_none():
     loops = list(ctx.nodes(cst.For))
     assert steps.eval_loop_model_call(loops[0]) is None
     assert steps.eval_loop_model_call(loops[1]) is not None
+
+
+def test_a_name_rebound_many_times_is_followed_once_per_binding_and_depth():
+    """`img = aug(img)` under a hundred `if`s: looking for a `volatile=True` Variable behind the
+    model's input (there is none) reads each binding once per depth, not once per path (there
+    are about 100 ** 5 of them). A lookup budget stands in for a clock: the exponential search
+    fails it."""
+    augment = "".join(f"    if random() < 0.5:\n        img = aug{i}(img)\n" for i in range(100))
+    code = (
+        "import torch\n"
+        "from torch.autograd import Variable\n"
+        "def test(net, img):\n"
+        "    img = Variable(img)\n"
+        f"{augment}"
+        "    return net(img).data[0]\n"
+    )
+    ctx, steps = steps_for(code)
+    calls = 0
+    lookup = steps.scopes.lookup
+
+    def counted(name, at):
+        nonlocal calls
+        calls += 1
+        if calls > 50_000:
+            raise AssertionError("the search for a volatile input fans out")
+        return lookup(name, at)
+
+    steps.scopes.lookup = counted  # type: ignore[method-assign]
+    call = next(c for c in ctx.nodes(cst.Call) if dotted(c.func) == "net")
+    assert not steps._volatile_input(call)
+    assert calls < 5_000

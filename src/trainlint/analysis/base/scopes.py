@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -101,6 +101,10 @@ class Scopes(Analysis):
         self.module_scope = Scope(ctx.module, "module", None)
         self.by_node: Dict[cst.CSTNode, Scope] = {ctx.module: self.module_scope}
         self._scope_by_id: Dict[int, Scope] = {}
+        # What a node sits in up to a scope, by (node id, scope node id): the tree never
+        # changes, and a name rebound hundreds of times in one function asks this for every
+        # binding at every read.
+        self._within: Dict[Tuple[int, int], List[cst.CSTNode]] = {}
         self._build()
 
     # -- queries ------------------------------------------------------------------------------
@@ -171,24 +175,30 @@ class Scopes(Analysis):
         inside branches, loops and try blocks may or may not have run, so they all count."""
         if len(bindings) == 1:
             return bindings
+        # What `at` sits in, read once: a name rebound a few hundred times in one function
+        # (an augmentation pipeline's `img = ...`) is looked up that often, and walking up from
+        # `at` again for every binding made one 21 KB file take a minute.
+        around_at = {id(a) for a in self.tree.ancestors(at)}
+        read = self._ancestors_until(at, scope)
+        position = {id(a): i for i, a in enumerate(read)}
         index = self.tree.index
         use = index.get(at, -1)
         # `loader = wrap(loader)`: the value is read before its own statement binds the name
         # (in a loop, that binding reaches the next iteration's read, like a later one).
-        own = {id(b) for b in bindings if self._evaluated_before_binding(b, at)}
+        own = {id(b) for b in bindings if self._evaluated_before_binding(b, around_at)}
         before = [b for b in bindings if index.get(b.node, -1) < use and id(b) not in own]
         if not before:
             return bindings  # used before any binding here: a loop or a later call
         reaching: List[Binding] = []
         for binding in reversed(before):
-            if self._other_arm(binding, at, scope):
+            if self._other_arm(binding, at, scope, read, position):
                 continue  # `if ...: m = wrap(m)` `else: m0 = m`: the `if` arm has not run
             reaching.append(binding)
-            if not self._conditional(binding, scope, at):
+            if not self._conditional(binding, scope, around_at):
                 break
         reaching.reverse()
         # Inside a loop, a binding later in the same loop reaches the next iteration's use.
-        loops = [a for a in self._ancestors_until(at, scope) if type(a) in (cst.For, cst.While)]
+        loops = [a for a in read if type(a) in (cst.For, cst.While)]
         if loops:
             for binding in bindings:
                 if (index.get(binding.node, -1) > use or id(binding) in own) and any(
@@ -197,35 +207,41 @@ class Scopes(Analysis):
                     reaching.append(binding)
         return reaching
 
-    def _evaluated_before_binding(self, binding: Binding, at: cst.CSTNode) -> bool:
-        """Is `at` read in the value of the assignment that makes `binding`?"""
+    @staticmethod
+    def _evaluated_before_binding(binding: Binding, around_at: Set[int]) -> bool:
+        """Is the read (whose ancestors' ids are `around_at`) in the value of the assignment
+        that makes `binding`?"""
         statement = binding.statement
         if type(statement) not in (cst.Assign, cst.AnnAssign, cst.AugAssign):
             return False
         value = getattr(statement, "value", None)
-        if value is None:
-            return False
-        for ancestor in self.tree.ancestors(at):
-            if ancestor is value:
-                return True
-            if ancestor is statement:
-                return False
-        return False
+        return value is not None and id(value) in around_at
 
     def _ancestors_until(self, node: cst.CSTNode, scope: Scope) -> List[cst.CSTNode]:
-        out = []
-        for ancestor in self.tree.ancestors(node):
-            if ancestor is scope.node:
-                break
-            out.append(ancestor)
+        """The nodes around `node` up to `scope`'s node."""
+        key = (id(node), id(scope.node))
+        out = self._within.get(key)
+        if out is None:
+            out = []
+            for ancestor in self.tree.ancestors(node):
+                if ancestor is scope.node:
+                    break
+                out.append(ancestor)
+            self._within[key] = out
         return out
 
-    def _other_arm(self, binding: Binding, at: cst.CSTNode, scope: Scope) -> bool:
+    def _other_arm(
+        self,
+        binding: Binding,
+        at: cst.CSTNode,
+        scope: Scope,
+        read: List[cst.CSTNode],
+        position: Dict[int, int],
+    ) -> bool:
         """Is `binding` in one arm of an `if` (`if`, `elif`, `else`) and `at` in another, with no
         loop around that `if` in the scope? Then the binding has not run when `at` is
-        evaluated (in a loop it may have, in an earlier iteration)."""
-        read = self._ancestors_until(at, scope)
-        position = {id(a): i for i, a in enumerate(read)}
+        evaluated (in a loop it may have, in an earlier iteration). `read` is what `at` sits
+        in, up to the scope, and `position` each of those nodes' place in it."""
         child: cst.CSTNode = binding.statement or binding.node
         for ancestor in self._ancestors_until(child, scope):
             if id(ancestor) not in position:
@@ -243,13 +259,13 @@ class Scopes(Analysis):
             return not any(type(a) in (cst.For, cst.While) for a in read[i + 1:])
         return False
 
-    def _conditional(self, binding: Binding, scope: Scope, at: cst.CSTNode) -> bool:
-        """May `binding` not have run when `at`, later in the same scope, is evaluated? Only a
-        branch, loop or try between the binding and the block the two share makes it so: a
-        binding earlier in the very loop body that reads it (`z = z.to(device)` then
-        `model(z)`) has run in every iteration that reaches the read."""
+    def _conditional(self, binding: Binding, scope: Scope, enclosing_read: Set[int]) -> bool:
+        """May `binding` not have run when the read (whose ancestors' ids are `enclosing_read`),
+        later in the same scope, is evaluated? Only a branch, loop or try between the binding
+        and the block the two share makes it so: a binding earlier in the very loop body that
+        reads it (`z = z.to(device)` then `model(z)`) has run in every iteration that reaches
+        the read."""
         node = binding.statement or binding.node
-        enclosing_read = {id(a) for a in self.tree.ancestors(at)}
         for ancestor in self.tree.ancestors(node):
             if ancestor is scope.node:
                 return False

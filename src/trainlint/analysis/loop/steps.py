@@ -115,6 +115,10 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self._may_update: Optional[bool] = None
         self._disablers: Optional[Dict[Optional[cst.FunctionDef], List[int]]] = None
         self._post_04: Optional[bool] = None
+        # (node id, depth) -> whether `_volatile_value` found the flag: names rebound through
+        # many conditional assignments (`img = aug(img)` a few hundred times) fan out, and
+        # without it one 21 KB file took more than a minute.
+        self._volatile_memo: Dict[Tuple[int, int], bool] = {}
 
     # -- recognising calls --------------------------------------------------------------------
 
@@ -788,8 +792,15 @@ class TrainingSteps(AutogradGraphs, Analysis):
     def _volatile_value(self, value: Optional[cst.BaseExpression], depth: int) -> bool:
         # Deep enough for an input rebound through an op and chains of methods:
         # `points = gather(points.transpose(1, 2).contiguous(), idx).transpose(1, 2)`.
-        if depth > 10:
+        if depth > 10 or value is None:
             return False
+        key = (id(value), depth)
+        found = self._volatile_memo.get(key)
+        if found is None:
+            found = self._volatile_memo[key] = self._volatile_here(value, depth)
+        return found
+
+    def _volatile_here(self, value: cst.BaseExpression, depth: int) -> bool:
         if type(value) is cst.Name:
             return any(
                 self._volatile_value(bound_value(b), depth + 1)
