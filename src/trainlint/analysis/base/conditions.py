@@ -29,16 +29,16 @@ treat it as ending with `break`. `ends_outer_loop(brk)` recognises a `break` tha
 (`keep_training = False; break`), and nothing else in that `while` sets it again.
 
 `switched_off(ctx, node)` recognises code that no run executes: the body of an `if` whose
-test is a falsy literal (`if False:`, `if 0:`) or a name every binding of which is one
-(`use_gpu = False` ... `if use_gpu:`), or compares `__name__` with a string that is not
+test is a falsy literal (`if False:`, `if 0:`) or compares `__name__` with a string that is not
 `"__main__"` (`if __name__ == 'x__main__':`, a demo block the author turned off), or a `while
-False:` loop. Nothing reported there can happen, and a move written there moves nothing.
+False:` loop. Nothing reported there can happen, and a move written there moves nothing. A
+name bound to `False` (`distributed = False`, `use_gpu = False` at the top of a script) is a
+setting its users flip, not dead code: the code it guards counts.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -730,27 +730,10 @@ def switched_off(ctx, node: cst.CSTNode) -> bool:
     child = node
     for ancestor in ctx.ancestors(node):
         if type(ancestor) in (cst.If, cst.While) and child is ancestor.body:
-            if _never_true(ancestor.test) or _false_flag(ctx, ancestor.test):
+            if _never_true(ancestor.test):
                 return True
         child = ancestor
     return False
-
-
-# Code that can rebind a module's names without an assignment the scopes see.
-_REBINDS_GLOBALS = re.compile(r"\bexec\s*\(|\bglobals\s*\(\s*\)|\bvars\s*\(\s*\)")
-
-
-def _false_flag(ctx, test: cst.BaseExpression) -> bool:
-    """`if use_gpu:` where every binding of `use_gpu` the test sees is a falsy literal
-    (`use_gpu = False` in a notebook, in each cell that sets it): the author switched it off."""
-    if type(test) is not cst.Name or _REBINDS_GLOBALS.search(ctx.source.text):
-        return False  # `exec(open("configurator.py").read())` may set it from a config
-    if any(test.value in scope.globals_ for scope in ctx.scopes.iter_scopes()):
-        return False  # `global use_gpu` in a function that may switch it on
-    bindings = ctx.scopes.lookup(test.value, test)
-    return bool(bindings) and all(
-        b.kind == "assign" and b.value is not None and _never_true(b.value) for b in bindings
-    )
 
 
 def _never_true(test: cst.BaseExpression) -> bool:
