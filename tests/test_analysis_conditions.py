@@ -103,6 +103,7 @@ def test_runs_whenever_past_a_raise_only_when_asked():
         "        else:\n            return 2\n    b()\n",
         "def f(m, d):\n    for x in m:\n        if d:\n            a()\n            return x\n"
         "    b()\n",
+        "def f(m, d):\n    if d:\n        a()\n        with lock:\n            return m\n    b()\n",
     ],
 )
 def test_exclusive(code):

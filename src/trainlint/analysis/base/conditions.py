@@ -47,7 +47,7 @@ from ...walk import own_nodes
 from .calls import int_literal
 from .callgraph import CallGraph
 from .names import dotted_name
-from .nodes import descendants, is_name
+from .nodes import always_leaves_function, descendants, is_name
 from .. import Analysis
 
 # (expression text, relation, constant text); relation "==", "!=", "true", "false"
@@ -549,7 +549,7 @@ class Conditions(Analysis):
             if id(ancestor) in around_b:
                 return False  # reached a block around both without leaving
             if type(ancestor) is cst.If and child is ancestor.body:
-                if _always_returns(ancestor.body):
+                if always_leaves_function(ancestor.body):
                     return True
             child = ancestor
         return False
@@ -800,27 +800,3 @@ def never_empty(scopes, iterable: cst.BaseExpression, depth: int = 0) -> bool:
     if name in _SAME_LENGTH_BUILTINS:
         return bool(values) and never_empty(scopes, values[0], depth + 1)
     return False
-
-
-def _always_returns(block: cst.BaseSuite) -> bool:
-    """Does every path through `block` end in `return` or `raise` (leaving the function, not
-    only a loop)?"""
-    if type(block) is cst.SimpleStatementSuite:
-        return any(type(small) in (cst.Return, cst.Raise) for small in block.body)
-    for statement in block.body:
-        if type(statement) is cst.SimpleStatementLine and any(
-            type(small) in (cst.Return, cst.Raise) for small in statement.body
-        ):
-            return True
-        if type(statement) is cst.If and _if_always_returns(statement):
-            return True
-    return False
-
-
-def _if_always_returns(statement: cst.If) -> bool:
-    orelse = statement.orelse
-    if orelse is None or not _always_returns(statement.body):
-        return False
-    if type(orelse) is cst.If:
-        return _if_always_returns(orelse)
-    return _always_returns(orelse.body)

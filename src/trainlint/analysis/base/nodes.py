@@ -175,37 +175,56 @@ def bound_on_every_path(
     return False
 
 
-def _always_binds(statement: cst.CSTNode, binds: Callable[[cst.CSTNode], bool]) -> bool:
+def always_leaves_function(block: cst.BaseSuite) -> bool:
+    """Does every path through `block` end in `return` or `raise`, leaving the function (a
+    `continue` or `break` leaves only a loop)? `if args.distributed: ...; return DDP(m)`."""
+    return _binds_or_leaves(block, _binds_nothing, exits=_LEAVES_FUNCTION)
+
+
+_LEAVES_FUNCTION = (cst.Return, cst.Raise)
+
+
+def _binds_nothing(small: cst.CSTNode) -> bool:
+    return False
+
+
+def _always_binds(
+    statement: cst.CSTNode, binds: Callable[[cst.CSTNode], bool], exits: Tuple[type, ...] = _EXITS
+) -> bool:
     if type(statement) is cst.SimpleStatementLine:
         return any(binds(small) for small in statement.body)
     if type(statement) is cst.If:
         orelse = statement.orelse
-        if orelse is None or not _binds_or_leaves(statement.body, binds):
+        if orelse is None or not _binds_or_leaves(statement.body, binds, exits=exits):
             return False
         if type(orelse) is cst.If:
-            return _always_binds(orelse, binds)
-        return _binds_or_leaves(orelse.body, binds)
+            return _always_binds(orelse, binds, exits)
+        return _binds_or_leaves(orelse.body, binds, exits=exits)
     if type(statement) is cst.With:
-        return _binds_or_leaves(statement.body, binds)
+        return _binds_or_leaves(statement.body, binds, exits=exits)
     if type(statement) is cst.Try:
-        return _binds_or_leaves(statement.body, binds, leaving=False) and all(
-            _binds_or_leaves(handler.body, binds) for handler in statement.handlers
+        return _binds_or_leaves(statement.body, binds, leaving=False, exits=exits) and all(
+            _binds_or_leaves(handler.body, binds, exits=exits) for handler in statement.handlers
         )
     return False
 
 
 def _binds_or_leaves(
-    block: cst.BaseSuite, binds: Callable[[cst.CSTNode], bool], leaving: bool = True
+    block: cst.BaseSuite,
+    binds: Callable[[cst.CSTNode], bool],
+    leaving: bool = True,
+    exits: Tuple[type, ...] = _EXITS,
 ) -> bool:
     """Does every path through `block` bind (or, when `leaving`, leave the enclosing code with
-    `raise`/`return`/`continue`/`break` first)? (A `raise` in a `try` body may be caught.)"""
+    one of `exits` first: `raise`/`return`/`continue`/`break` unless told otherwise)? (A
+    `raise` in a `try` body may be caught.)"""
     if type(block) is cst.SimpleStatementSuite:  # `if fast: loss = l1(x, y)`
-        return any(binds(small) or (leaving and type(small) in _EXITS) for small in block.body)
+        return any(binds(small) or (leaving and type(small) in exits) for small in block.body)
     for statement in block.body:
-        if _always_binds(statement, binds):
+        if _always_binds(statement, binds, exits):
             return True
         if leaving and type(statement) is cst.SimpleStatementLine and any(
-            type(small) in _EXITS for small in statement.body
+            type(small) in exits for small in statement.body
         ):
             return True
     return False
