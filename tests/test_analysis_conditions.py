@@ -75,6 +75,40 @@ def test_does_not_run_whenever(code):
     assert not runs_whenever(code)
 
 
+def runs_again_before(code: str) -> bool:
+    """Does `b()`, written above `a()` in the first loop's body, run on the next iteration
+    whenever `a()` has run?"""
+    conditions, a, b = _conditions_and_calls(code)
+    loop = next(n for n in conditions.ctx.nodes(cst.For))
+    return conditions.runs_again_before(a, b, loop)
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("for e in r:\n    b()\n    step()\n    a()\n", True),
+        ("for e in r:\n    if args.ft:\n        b()\n    step()\n    if args.ft:\n"
+         "        a()\n", True),
+        ("for e in r:\n    b()\n    if x:\n        a()\n", True),  # fewer tests around b
+        # a test b has that a has not, or on the other side
+        ("for e in r:\n    if args.warm:\n        b()\n    if args.ft:\n        a()\n", False),
+        ("for e in r:\n    if not x:\n        b()\n    if x:\n        a()\n", False),
+        # what the test reads changes inside the loop
+        ("for e in r:\n    if x:\n        b()\n    x = e > 2\n    if x:\n        a()\n", False),
+        # a `continue` above b skips it; b in a loop of its own may run no time
+        ("for e in r:\n    if e:\n        continue\n    b()\n    a()\n", False),
+        ("for e in r:\n    for m in ms:\n        b()\n    a()\n", False),
+        # a in a loop of its own: that loop's next round comes before b
+        ("for e in r:\n    b()\n    for x in xs:\n        step()\n        a()\n", False),
+        # b written after a, or outside the loop
+        ("for e in r:\n    a()\n    b()\n", False),
+        ("b()\nfor e in r:\n    a()\n", False),
+    ],
+)
+def test_runs_again_before(code, expected):
+    assert runs_again_before(code) is expected
+
+
 def test_runs_whenever_past_a_raise_only_when_asked():
     code = "def f(x):\n    a()\n    if x:\n        raise ValueError\n    b()\n"
     conditions, a, b = _conditions_and_calls(code)

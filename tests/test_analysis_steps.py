@@ -57,6 +57,13 @@ def kinds(steps, loop):
         ("model.eval()", ("eval", "model")),
         ("model.train(False)", ("eval", "model")),
         ("model.train()", ("train", "model")),
+        ("p.grad = p.grad / world_size", None),
+        ("p.grad = accelerator.reduce(p.grad, reduction='mean')", None),
+        ("p.grad = torch.zeros_like(p)", ("zero", "p")),
+        ("model = model.to(device)", None),
+        ("model = DDP(model)", None),
+        ("model = pretrain(model, loader)", None),
+        ("loss = criterion(out, y)", None),
         ("net = Net().eval()", ("eval", "net")),
     ],
 )
@@ -67,6 +74,59 @@ def test_events(line, expected):
         assert found == []
     else:
         assert found == [expected]
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("model = build_model(args)", [("fresh", "model")]),
+        ("self.model = Net(cfg)", [("fresh", "self.model")]),
+        ("model = model.to(device)", []),
+        ("model = pretrain(model, loader)", []),
+        ("other = build_model(args)", []),  # nothing sets the mode of `other`
+    ],
+)
+def test_a_module_rebound_to_a_new_object_is_fresh(line, expected):
+    ctx, steps = steps_for(
+        f"for seed in seeds:\n    {line}\n    model.eval()\n    self.model.module.train()\n"
+    )
+    found = [k for k in kinds(steps, first_loop(ctx, steps)) if k[0] == "fresh"]
+    assert found == expected
+
+
+def test_an_optimizer_handed_to_a_helper_holds_what_the_caller_built_it_over():
+    ctx, steps = steps_for("""
+        import torch
+
+        def train_step(loader, net, sampler, opt):
+            for x in loader:
+                sampler.eval()
+                loss = net(x, sampler()).mean()
+                loss.backward()
+                opt.step()
+
+        def train_both(loader, net, sampler, opt):
+            for x in loader:
+                opt.step()
+
+        shared = Net()
+        controller = Controller()
+        optimizer = torch.optim.SGD(shared.parameters(), lr=0.1)
+        both = torch.optim.SGD(list(shared.parameters()) + list(controller.parameters()))
+        for epoch in range(3):
+            train_step(loader, shared, controller, optimizer)
+            train_both(loader, shared, controller, both)
+            train_both(loader, shared, controller, make_optimizer(shared))
+        """)
+    functions = {f.name.value: f for f in ctx.module.body if type(f) is cst.FunctionDef}
+    step = next(
+        e for e in state_events(steps.flow(steps.all_loops()[0])) if e.kind == "step"
+    )
+    # `net` is what the caller's `shared` arrives in; `shared` is also a global it could read
+    assert steps.stepped_modules("opt", step.node) == {"net", "shared"}
+    inner = functions["train_both"].body.body[0]
+    call = next(n for n in ctx.tree.descendants(inner) if type(n) is cst.Call)
+    assert steps.stepped_modules("opt", call) is None  # one caller hands in an unknown one
 
 
 def test_step_bound_to_an_optimizer_constructor_whatever_its_name():
@@ -502,3 +562,19 @@ def test_a_name_rebound_many_times_is_followed_once_per_binding_and_depth():
     call = next(c for c in ctx.nodes(cst.Call) if dotted(c.func) == "net")
     assert not steps._volatile_input(call)
     assert calls < 5_000
+
+
+def test_a_mode_call_guarded_by_isinstance_module_is_on_the_path_taken():
+    ctx, steps = steps_for("""
+        import torch
+        from torch import nn
+
+        for epoch in range(3):
+            if isinstance(net, nn.Module):
+                net.train()
+            if isinstance(net, torch.nn.Module):
+                pass
+            else:
+                net.eval()  # only a plain function would get here: no module to set
+        """)
+    assert kinds(steps, first_loop(ctx, steps)) == [("train", "net")]

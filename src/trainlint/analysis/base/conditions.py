@@ -409,9 +409,7 @@ class Conditions(Analysis):
         if not 0 <= at_a < at_b or scope is not self._scope(b):
             return False
         around_a = {id(n) for n in self.ctx.ancestors(a)}
-        sides_a = {}
-        for branch, test, holds in self.branch_tests(a):
-            sides_a[(" ".join(self.ctx.code(test).split()), holds)] = branch
+        sides_a = self._sides(a)
         for ancestor in self.ctx.ancestors(b):
             if ancestor is scope or id(ancestor) in around_a:
                 break
@@ -420,15 +418,8 @@ class Conditions(Analysis):
         for branch, test, holds in self.branch_tests(b):
             if id(branch) in around_a:
                 continue
-            if any(type(n) is cst.Call for n in descendants(test)) or type(test) is cst.Call:
+            if not self._tested_alike(test, holds, sides_a, a, b):
                 return False
-            if (" ".join(self.ctx.code(test).split()), holds) not in sides_a:
-                return False
-            for node in [test, *descendants(test)]:
-                if type(node) in (cst.Name, cst.Attribute) and self._reassigned(
-                    self.ctx.code(node), a, b
-                ):
-                    return False
         for node in descendants(scope):
             if type(node) in (cst.Return, cst.Raise, cst.Break, cst.Continue):
                 if past_raise and type(node) is cst.Raise:
@@ -436,6 +427,78 @@ class Conditions(Analysis):
                 if at_a < index.get(node, -1) < at_b:
                     return False
         return True
+
+    def runs_again_before(self, a: cst.CSTNode, b: cst.CSTNode, loop: cst.CSTNode) -> bool:
+        """Does `b`, written before `a` in `loop`'s body, run on the loop's next iteration
+        whenever `a` has run? Every `if` around `b` inside the loop tests the same text (no call
+        in it) on the same side as an `if` around `a`, nothing it reads is assigned anywhere in
+        the loop, `b` sits in no loop, `try` or `match` of its own there, `a` in no loop of its
+        own (whose next round would come first), and nothing from the top of the body up to `b`
+        can leave or skip it: `if args.train_backbone:
+        backbone.train()` at the top of each epoch, `if args.train_backbone: backbone.eval()`
+        before its validation."""
+        body = getattr(loop, "body", None)
+        if body is None:
+            return False
+        index = self.ctx.tree.index
+        start, at_a, at_b = index.get(body, -1), index.get(a, -1), index.get(b, -1)
+        if not 0 <= start < at_b < at_a or self._scope(a) is not self._scope(b):
+            return False
+        for ancestor in self.ctx.ancestors(a):
+            if ancestor is body:
+                break
+            if type(ancestor) in (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return False  # a nested loop runs `a` again before the next iteration of this one
+        else:
+            return False
+        for ancestor in self.ctx.ancestors(b):
+            if ancestor is body:
+                break
+            if type(ancestor) in (cst.For, cst.While, cst.Try, cst.TryStar, cst.Match,
+                                  cst.FunctionDef, cst.ClassDef, cst.Lambda):
+                return False
+        else:
+            return False
+        inside = list(descendants(loop))
+        last = inside[-1] if inside else loop
+        sides_a = self._sides(a)
+        for branch, test, holds in self.branch_tests(b):
+            if not any(ancestor is body for ancestor in self.ctx.ancestors(branch)):
+                break  # outside the loop: the same on every iteration
+            if not self._tested_alike(test, holds, sides_a, loop, last):
+                return False
+        return not any(
+            type(node) in (cst.Return, cst.Raise, cst.Break, cst.Continue)
+            and start < index.get(node, -1) < at_b
+            for node in inside
+        )
+
+    def _sides(self, node: cst.CSTNode) -> Set[Tuple[str, bool]]:
+        """The tests of the `if`s around `node` (as text) with the side it sits on."""
+        return {
+            (" ".join(self.ctx.code(test).split()), holds)
+            for _, test, holds in self.branch_tests(node)
+        }
+
+    def _tested_alike(
+        self,
+        test: cst.BaseExpression,
+        holds: bool,
+        sides: Set[Tuple[str, bool]],
+        start: cst.CSTNode,
+        end: cst.CSTNode,
+    ) -> bool:
+        """Is this test of an `if` around one site also around the other on the same side
+        (`sides`), with no call in it and nothing it reads assigned between `start` and `end`?"""
+        if any(type(n) is cst.Call for n in descendants(test)) or type(test) is cst.Call:
+            return False
+        if (" ".join(self.ctx.code(test).split()), holds) not in sides:
+            return False
+        return not any(
+            type(node) in (cst.Name, cst.Attribute)
+            and self._reassigned(self.ctx.code(node), start, end)
+            for node in [test, *descendants(test)]
+        )
 
     def guards(self, node: cst.CSTNode) -> List[Tuple[cst.CSTNode, Set[Atom]]]:
         """The `if`s around `node` (innermost first) with what holds inside the branch taken."""

@@ -25,7 +25,7 @@ import libcst as cst
 class Event:
     """Something a call or assignment does to the training state."""
 
-    kind: str  # backward, step, zero, eval, train, forward
+    kind: str  # backward, step, zero, eval, train, restore, forward, fresh (a new object bound)
     node: cst.CSTNode  # the call or assignment
     receiver: Optional[str]  # optimizer / module text in the analysed block's terms
     site: cst.CSTNode  # the node in the analysed block that leads here (a helper call or node)

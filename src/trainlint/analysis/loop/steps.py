@@ -55,7 +55,7 @@ from ..base.conditions import Conditions, is_constant, never_empty
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..base.nodes import follows_exit, positional_params, target_names
+from ..base.nodes import follows_exit, names_in, positional_params, target_names
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import (
     EVAL_FUNCTION,
@@ -106,6 +106,7 @@ class TrainingSteps(AutogradGraphs, Analysis):
         self.loops: Loops = ctx.analysis(Loops)
         self.conditions: Conditions = ctx.analysis(Conditions)
         self._flows: Dict[cst.CSTNode, object] = {}
+        self._mode_texts: Optional[Set[str]] = None
         self._optimizer_cache: Dict[Tuple[str, int], bool] = {}
         self._module_like: Optional[Set[str]] = None
         self._trained: Optional[Set[str]] = None
@@ -196,15 +197,22 @@ class TrainingSteps(AutogradGraphs, Analysis):
         leaf = (dotted_name(call.func) or "").split(".")[-1]
         return "Scheduler" in leaf or leaf.endswith("LR") or "schedule" in leaf
 
-    def stepped_modules(self, optimizer: str, at: cst.CSTNode) -> Optional[Set[str]]:
+    def stepped_modules(
+        self, optimizer: str, at: cst.CSTNode, depth: int = 0
+    ) -> Optional[Set[str]]:
         """The modules whose parameters an optimizer (its dotted text, a name looked up where
         `at` is) holds, when every assignment to it shows all it holds: `.parameters()` of
         modules, param-group dicts, lists, `list(...)`, `chain(...)`, `+`, a comprehension
         over `.parameters()`, and single tensors of the file (`Adam([latent])` with `latent =
-        torch.ones(...).cuda()`: no module's). None when something it holds is not readable
-        (`Adam(params)`) or the optimizer is not built here."""
+        torch.ones(...).cuda()`: no module's). An optimizer that is a parameter of a function
+        holds what every same-file caller hands in, named in the function's own terms. None
+        when something it holds is not readable (`Adam(params)`) or the optimizer is not built
+        here."""
         values: List[Optional[cst.BaseExpression]]
         if "." not in optimizer:
+            bindings = self.scopes.lookup(optimizer, at)
+            if bindings and all(b.kind == "param" for b in bindings):
+                return self._stepped_by_callers(optimizer, bindings[0], depth)
             values = [
                 bound_value(b) if b.kind == "assign" else None
                 for b in self.scopes.lookup(optimizer, at)
@@ -223,6 +231,38 @@ class TrainingSteps(AutogradGraphs, Analysis):
             if params is None or not self._held_parameters(params, found, 0):
                 return None
         return found if values else None
+
+    def _stepped_by_callers(self, optimizer: str, param, depth: int) -> Optional[Set[str]]:
+        """`def train(loader, model, controller, optimizer)`, called with an optimizer over
+        `model.parameters()`: inside `train`, it holds `model` (the parameter the caller's
+        `model` arrives in), not `controller`. None when a caller hands in an optimizer whose
+        holdings are unknown, passes none, or there is no caller in the file."""
+        function = param.statement
+        if type(function) is not cst.FunctionDef or depth > 2:
+            return None
+        callers = self.callers(function)
+        if not callers:
+            return None
+        found: Set[str] = set()
+        for call in callers:
+            passed = self._parameter_map(call, function, None)
+            handed = passed.get(optimizer)
+            if handed is None:
+                return None
+            held = self.stepped_modules(handed, call, depth + 1)
+            if held is None:
+                return None
+            for module in held:
+                for name, text in passed.items():
+                    if module == text or module.startswith(text + "."):
+                        found.add(name + module[len(text):])
+                root = module.split(".")[0]
+                if all(
+                    b.scope is not None and b.scope.kind == "module"
+                    for b in self.scopes.lookup(root, function.body)
+                ):
+                    found.add(module)  # a global the function reads under the same name
+        return found
 
     def _held_parameters(self, expr: cst.BaseExpression, found: Set[str], depth: int) -> bool:
         """Add the modules whose parameters `expr` (an optimizer's params) holds to `found`;
@@ -344,13 +384,64 @@ class TrainingSteps(AutogradGraphs, Analysis):
             )
             for target in targets:
                 if type(target) is cst.Attribute and target.attr.value == "grad":
+                    if node.value is not None and self._reads(node.value, target):
+                        # `p.grad = accelerator.reduce(p.grad)`, `p.grad = p.grad / n`: the
+                        # same gradient averaged or scaled, not cleared
+                        return None
                     return self._grad_reset(node, target.value, mapping, site, via)
+            if len(targets) == 1 and node.value is not None:
+                return self._fresh_binding(node, targets[0], node.value, mapping, site, via)
             return None
         if type(node) is cst.Del:
             target = node.target
             if type(target) is cst.Attribute and target.attr.value == "grad":
                 return self._grad_reset(node, target.value, mapping, site, via)
         return None
+
+    def _module_instance_test(self, test: cst.BaseExpression) -> bool:
+        """`isinstance(x, nn.Module)` (or `torch.nn.Module`)."""
+        return (
+            type(test) is cst.Call
+            and type(test.func) is cst.Name
+            and test.func.value == "isinstance"
+            and len(test.args) == 2
+            and self.names.is_(test.args[1].value, "torch.nn.Module")
+        )
+
+    def _mode_receivers(self) -> Set[str]:
+        """The texts the file calls `.eval()` or `.train()` on, and what holds them
+        (`model` for `model.module.eval()`): only their rebinding matters."""
+        if self._mode_texts is None:
+            found: Set[str] = set()
+            for call in self.ctx.nodes(cst.Call):
+                if type(call.func) is cst.Attribute and call.func.attr.value in ("eval", "train"):
+                    parts = (dotted_name(call.func.value) or "").split(".")
+                    found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+            found.discard("")
+            self._mode_texts = found
+        return self._mode_texts
+
+    def _reads(self, value: cst.BaseExpression, target: cst.BaseExpression) -> bool:
+        """Does `value` read `target` (the same dotted text somewhere in it)?"""
+        text = dotted_name(target)
+        return text is not None and any(
+            type(node) in (cst.Name, cst.Attribute) and dotted_name(node) == text
+            for node in [value, *self.ctx.tree.descendants(value)]
+        )
+
+    def _fresh_binding(self, node, target, value, mapping, site, via) -> Optional[Event]:
+        """`model = build_model(args)`: the name now holds an object built by a call that was
+        not handed the old one, so no mode set on the old object carries over (a loop over
+        seeds that builds its model anew each time). `model = model.to(device)`,
+        `model = DDP(model)` and `model = train(model, ...)` hand the old object in: the same
+        module, or one that holds it, keeps its mode."""
+        name = dotted_name(target)
+        if name is None or type(value) is not cst.Call or name not in self._mode_receivers():
+            return None
+        root = name.split(".")[0]
+        if root in names_in(value):
+            return None
+        return Event("fresh", node, self._map(target, mapping), site, via)
 
     def _grad_reset(self, node, param, mapping, site, via) -> Event:
         """`p.grad = None` / `p.grad.zero_()`: every parameter's gradient when it runs in a loop
@@ -564,6 +655,11 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 site if site is not None else stmt,
                 lambda text: self._rename(text, mapping),
             )
+            if settled is None and self._module_instance_test(stmt.test):
+                # `if isinstance(net, nn.Module): net.train()` (d2l's helpers also take plain
+                # functions as nets): an object that is no module has no mode, no parameters
+                # and no gradients for these events, so only the module's path is followed
+                settled = True
             orelse = _EMPTY
             if settled is not True:
                 if type(stmt.orelse) is cst.If:

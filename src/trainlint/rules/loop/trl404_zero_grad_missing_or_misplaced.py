@@ -21,6 +21,8 @@ class ZeroGradMissingOrMisplaced(Rule):
     Reports a training loop that calls `backward()` and an optimizer `step()` but never resets
     the gradients (`optimizer.zero_grad()`, `model.zero_grad()`, `p.grad = None`), and a
     `zero_grad()` that runs after `backward()` and before `step()` in the same iteration.
+    Assigning a gradient from itself (`param.grad = accelerator.reduce(param.grad)`, averaging
+    across processes by hand) keeps it: only a new value (`None`, zeros) is a reset.
 
     The loop is read as a whole: statements inside `if`/`with`/`try`, helper functions of the
     same file, and the wrap-around to the next iteration. A `zero_grad()` inside

@@ -20,6 +20,7 @@ from ...analysis.loop.modes import (
     returned_in_eval_mode,
 )
 from ...analysis.loop.steps import TrainingSteps
+from ...analysis.parallel.parallel import module_root
 from ...analysis.project.hierarchy import (
     Hierarchy,
     class_question_facts,
@@ -185,6 +186,20 @@ class EvalModeMissing(Rule):
     mode that only picks where a loss is logged guards nothing and changes no finding. An
     epoch helper that validates in the middle of its own batch loop is reported once, at that
     validation call, and not again at the call of the helper in the loop around it.
+    A loop over seeds that builds its model anew at the top of each run (`model =
+    build_model(args)`, a call not handed the old model) starts each run with a module in
+    train mode, whatever mode the last run left its model in. An optimizer handed to a helper
+    holds what its callers built it over (`train(loader, model, controller, optimizer)` with
+    `optimizer` over `model.parameters()`: the controller, put in eval mode to sample from, is
+    not trained by that step). The restore may also be written further down the loop's own
+    body under the same test (`else: net.eval()` ... `else: net.requires_grad_(True).train()`),
+    or at the top of the next iteration under the same test as the `eval()` (`if
+    args.train_backbone: backbone.train()` before the training steps, the same `if` before its
+    `eval()`), with nothing the test reads assigned in the loop. An `eval()` that comes with
+    `requires_grad_(False)` of the same module, run whenever the `eval()` is, with nothing
+    switching its gradients back on later, freezes the module (a text encoder whose training
+    stops at a given step): it is not trained again. Mode calls under `isinstance(net,
+    nn.Module)` (d2l's helpers, which also take plain functions) run for a module.
 
     The mode matters when the forward records the graph, so a model left in eval mode is
     reported only when a later forward runs it (`model(x)`, `model.forward(x)`, or a call that
@@ -563,8 +578,14 @@ class EvalModeMissing(Rule):
             if not steps.has_backward(loop):
                 continue
             found: List[Tuple[str, Event]] = []
-            chosen = self._eval_chosen_for_training(flow) | self._eval_chosen_by_branch(flow)
-            restored = self._eval_undone_under_the_same_guard(flow)
+            chosen = (
+                self._eval_chosen_for_training(flow)
+                | self._eval_chosen_by_branch(flow)
+                | self._eval_with_a_freeze(loop, flow)
+            )
+            restored = self._eval_undone_under_the_same_guard(flow) | self._eval_undone_next_time(
+                loop, flow
+            )
 
             # A state is the set of (module, its eval event, how far it got): the modules left
             # in eval mode, whether a forward has run one of them since (_RAN), and whether a
@@ -593,6 +614,11 @@ class EvalModeMissing(Rule):
                 if event.kind == "train" and event.receiver is not None:
                     receiver = _strip(event.receiver)
                     return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
+                if event.kind == "fresh" and event.receiver is not None:
+                    # `model = build_model(args)` at the top of each seed: a new module, in
+                    # train mode, replaces the one left in eval mode
+                    receiver = _strip(event.receiver)
+                    return (frozenset(s for s in state if not _covers(receiver, s[0])),)
                 if event.kind == "in_train_mode" and event.receiver is not None:
                     # `if model.training: loss.backward()` after `model.eval()`: this branch
                     # does not run on this path
@@ -671,8 +697,9 @@ class EvalModeMissing(Rule):
 
     def _eval_undone_under_the_same_guard(self, flow) -> Set[Event]:
         """`if self.decoder is not None: self.decoder.eval()` ... `if self.decoder is not None:
-        self.decoder.train()` at the end of the same validation helper: the `train()` runs
-        whenever the `eval()` did, so the helper leaves that module as it found it. So does a
+        self.decoder.train()` at the end of the same validation helper (or further down the
+        loop's own body, `else: net.eval()` ... `else: net.requires_grad_(True).train()`): the
+        `train()` runs whenever the `eval()` did, so the module is left as it was found. So does a
         helper that saves the mode before its `eval()` and puts it back at its end (`training =
         self.model.training` ... `if training: self.model.train()`). A `raise` between them
         ends the run as well (`raise ValueError("loss is nan")` inside the validation)."""
@@ -686,7 +713,8 @@ class EvalModeMissing(Rule):
             for other in events:
                 if not (
                     other.kind in ("train", "restore")
-                    and other.site is event.site  # the same call of the helper
+                    # the same call of the helper, or both written in the loop itself
+                    and (other.site is event.site or not event.via)
                     and other.via == event.via
                     and other.receiver is not None
                     and _same_module(other.receiver, event.receiver)
@@ -702,6 +730,90 @@ class EvalModeMissing(Rule):
                     undone.add(event)
                     break
         return undone
+
+    def _eval_undone_next_time(self, loop, flow) -> Set[Event]:
+        """`if args.train_backbone: backbone.train()` at the top of each epoch and `if
+        args.train_backbone: backbone.eval()` before its validation: the next epoch's `train()`
+        runs whenever the `eval()` did, before any training step of that epoch."""
+        events = list(events_of(flow))
+        conditions: Conditions = self.ctx.analysis(Conditions)
+        index = self.ctx.tree.index
+        backward_at = [index.get(e.site, -1) for e in events if e.kind == "backward"]
+        undone: Set[Event] = set()
+        for event in events:
+            if event.kind != "eval" or event.via or event.receiver is None:
+                continue
+            for other in events:
+                if (
+                    other.kind == "train"
+                    and not other.via
+                    and _same_module(other.receiver, event.receiver)
+                    and all(index.get(other.node, -1) < at for at in backward_at)
+                    and conditions.runs_again_before(event.node, other.node, loop)
+                ):
+                    undone.add(event)
+                    break
+        return undone
+
+    def _eval_with_a_freeze(self, loop, flow) -> Set[Event]:
+        """`text_encoder.train(False)` next to `text_encoder.requires_grad_(False)` when a
+        fine-tuning script stops training the text encoder: the module is frozen, not
+        evaluated, and a module nothing unfreezes is not trained again whatever its mode. The
+        freeze must run whenever the `eval()` does (the same guards, nothing leaving between)."""
+        events = list(events_of(flow))
+        conditions: Conditions = self.ctx.analysis(Conditions)
+        frozen = self.steps.frozen_modules()
+        chosen: Set[Event] = set()
+        for event in events:
+            if event.kind != "eval" or event.receiver is None:
+                continue
+            call = event.node
+            if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
+                continue
+            module = dotted_name(module_root(call.func.value))
+            if module is None or self._unfrozen_after(module, loop):
+                continue
+            for text, sites in frozen.items():
+                if text != module:
+                    continue
+                if any(
+                    conditions.runs_whenever(event.node, site)
+                    or conditions.runs_whenever(site, event.node)
+                    for site in sites
+                ):
+                    chosen.add(event)
+        return chosen
+
+    def _unfrozen_after(self, module: str, loop) -> bool:
+        """Can gradients of `module` be switched back on once the loop runs: a
+        `requires_grad_()` / `requires_grad_(True)` of it, or any `p.requires_grad = True`, in
+        the loop, after it, or in another function? (The setup before the loop in the same
+        function, `text_encoder.requires_grad_(train_text_encoder)`, only sets the start.)"""
+        index = self.ctx.tree.index
+        start = index.get(loop, -1)
+        home = self.steps.scopes.enclosing_function(loop)
+
+        def may_run_later(node) -> bool:
+            return (
+                index.get(node, -1) > start
+                or self.steps.scopes.enclosing_function(node) is not home
+            )
+
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                if dotted_name(module_root(func.value)) != module or not may_run_later(call):
+                    continue
+                arg = call.args[0].value if call.args else None
+                if not (type(arg) is cst.Name and arg.value == "False"):
+                    return True
+        for assign in self.ctx.nodes(cst.Assign):
+            target = assign.targets[0].target
+            if type(target) is cst.Attribute and target.attr.value == "requires_grad":
+                if not (type(assign.value) is cst.Name and assign.value.value == "False"):
+                    if may_run_later(assign):
+                        return True  # a loop that unfreezes some parameters: not followed
+        return False
 
     def _eval_chosen_by_branch(self, flow) -> Set[Event]:
         """`if phase == "train": model.train() else: model.eval()`: an `eval()` in one branch
