@@ -23,6 +23,10 @@ _SYNC_FUNCTIONS = (
 _BLOCKING_READS = ("item", "tolist", "cpu")
 # Storing the copy is not reading it.
 _STORES = ("append", "extend", "put", "put_nowait", "add")
+# Handing the copy to autograd to keep for the backward is not reading it either: the backward
+# reads it later (an activation-offloading checkpoint copies it back to the GPU, which the
+# stream orders after the copy to the host).
+_KEPT_FOR_BACKWARD = ("save_for_backward",)
 
 
 class NonBlockingD2HUnsynced(Rule):
@@ -30,7 +34,9 @@ class NonBlockingD2HUnsynced(Rule):
     Reports `t.to("cpu", non_blocking=True)` whose result is read (printed, converted with
     `.numpy()`/`.tolist()`, compared, accumulated) before anything waits for the GPU
     (`torch.cuda.synchronize()`, `event.synchronize()`, `stream.synchronize()`, or a blocking
-    `.item()`/`.cpu()` of another tensor). Also reports `t.cpu(non_blocking=True)`, which is not
+    `.item()`/`.cpu()` of another tensor). Storing the copy (`outputs.append(copy)`) is not a
+    read, and neither is handing it to `ctx.save_for_backward` (activation offloading copies it
+    back to the GPU in the backward, which the stream orders after it). Also reports `t.cpu(non_blocking=True)`, which is not
     an argument `Tensor.cpu` accepts.
 
     ## Why is this bad
@@ -141,6 +147,8 @@ class NonBlockingD2HUnsynced(Rule):
         if type(parent) is cst.Arg:
             outer = self.ctx.parent(parent)
             if type(outer) is cst.Call and type(outer.func) is cst.Attribute:
+                if outer.func.attr.value in _KEPT_FOR_BACKWARD:
+                    return None
                 if outer.func.attr.value in _STORES and type(outer.func.value) is cst.Name:
                     return self._unsynced_read_of_container(outer, function)
         return call  # used on the spot
@@ -157,6 +165,8 @@ class NonBlockingD2HUnsynced(Rule):
         if type(parent) is cst.Arg and depth < 2:
             outer = self.ctx.parent(parent)
             if type(outer) is cst.Call and type(outer.func) is cst.Attribute:
+                if outer.func.attr.value in _KEPT_FOR_BACKWARD:
+                    return None
                 if outer.func.attr.value in _STORES and type(outer.func.value) is cst.Name:
                     return self._unsynced_read_of_container(outer, function)
         if type(parent) in (cst.Return, cst.Yield):
