@@ -304,6 +304,25 @@ BOTH_UNMOVED = [("images", "model"), ("labels", "loss")]
         # Made by torch in the file, also through a wrapper class of the file.
         ("train(net, DataLoader(dataset, batch_size=8), 'cuda')", BOTH_UNMOVED),
         ("train(net, Mixed(DataLoader(dataset)), 'cuda')", BOTH_UNMOVED),
+        # A DataLoader made here around a dataset the file is only handed (a parameter no
+        # call of the file passes one for, also split on the way): what it holds is decided
+        # elsewhere.
+        ("def run(net, data):\n        train(net, DataLoader(data), 'cuda')", []),
+        (
+            "from torch.utils.data import random_split\n"
+            "    def run(net, data):\n"
+            "        part, rest = random_split(data, [8, 2])\n"
+            "        train(net, DataLoader(part), 'cuda')",
+            [],
+        ),
+        # ... unless a call of the file hands it a dataset made here.
+        (
+            "from torch.utils.data import TensorDataset\n"
+            "    def run(net, data):\n"
+            "        train(net, DataLoader(data), 'cuda')\n"
+            "    run(net, TensorDataset(x, y))",
+            BOTH_UNMOVED,
+        ),
     ],
 )
 def test_a_loop_that_moves_nothing_needs_a_loader_the_file_makes(call, expected):
@@ -326,12 +345,13 @@ def test_dict_batches_and_keys():
 
 def test_device_movers_option_names_more_helpers():
     code = """
+        import torch
         import torch.nn.functional as F
         from torch.utils.data import DataLoader
 
-        def train(model, dataset, shipper, device):
+        def train(model, path, shipper, device):
             model.to(device)
-            for batch in DataLoader(dataset, batch_size=8):
+            for batch in DataLoader(torch.load(path), batch_size=8):
                 shipper.ship(batch)
                 loss = F.cross_entropy(model(batch["x"]), batch["y"])
     """
@@ -343,13 +363,14 @@ def test_device_movers_option_names_more_helpers():
 # -- configuration, project phase, flake8 ----------------------------------------------------
 
 CONFIGURED = """\
+import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 
-def train(model, dataset, shipper, device):
+def train(model, path, shipper, device):
     model.to(device)
-    for batch in DataLoader(dataset, batch_size=8):
+    for batch in DataLoader(torch.load(path), batch_size=8):
         shipper.ship(batch)
         loss = F.cross_entropy(model(batch["x"]), batch["y"])
 """

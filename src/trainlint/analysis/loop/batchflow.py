@@ -12,7 +12,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, cast
 import libcst as cst
 
 from ..base.callgraph import CallGraph
-from ..base.calls import keyword
+from ..base.calls import argument, keyword
 from ..base.conditions import Conditions
 from ..base.frameworks import Frameworks, loaders_prepared_by_framework
 from ..base.names import TORCH_PACKAGES, Names, dotted_name, may_be_project
@@ -38,6 +38,10 @@ from .modes import dynamic_model_class, file_model_classes, model_classes, model
 from .steps import TrainingSteps
 from .structure import BatchSource, Loops, following_statements
 from .. import Analysis
+
+
+# torch.utils.data wrappers whose items are those of the dataset they are handed
+_DATASET_WRAPPERS = ("DataLoader", "random_split", "Subset", "ConcatDataset")
 
 
 class BatchFlow(Analysis):
@@ -161,10 +165,16 @@ class BatchFlow(Analysis):
         on the CPU, and is followed whatever made the loader. None when the file shows a maker:
         a torch call (`DataLoader(...)`, `torch.split`), or a function or class of the file."""
         start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
+        outside: Set[int] = set()  # the calls that make a dataset handed in from outside
         for call in self._loader_chain(start):
+            if id(call) in outside:
+                continue
+            qualified = self.names.qualified(call.func)
+            if self._batches_a_dataset_from_outside(call, qualified):
+                outside.update(id(c) for c in self._loader_chain(call.args[0].value))
+                continue
             if self._local_definition(call.func) is not None:
                 return None
-            qualified = self.names.qualified(call.func)
             if any(q.split(".")[0] in TORCH_PACKAGES for q in qualified):
                 return None
         text = self.ctx.code(start)
@@ -174,6 +184,74 @@ class BatchFlow(Analysis):
             f"nothing of the batch is moved and nothing in the file makes `{text}`: "
             "its batches may already be on the device"
         )
+
+    def _batches_a_dataset_from_outside(self, call: cst.Call, qualified) -> bool:
+        """`DataLoader(train_set)` where `train_set` only ever arrives as a parameter that no
+        call of this file passes a dataset for, perhaps split on the way (a training utility
+        that the project's model wrappers call with a `TensorDataset` of tensors they moved to
+        the device): the loader is made here, but what its batches hold, and where, is decided
+        outside the file."""
+        if not any(
+            q.split(".")[0] in TORCH_PACKAGES and q.endswith(".DataLoader") for q in qualified
+        ):
+            return False
+        if not call.args or call.args[0].keyword is not None:
+            return False
+        return self._handed_in_from_outside(call, 0)
+
+    def _handed_in_from_outside(self, expr: cst.CSTNode, depth: int) -> bool:
+        """Is the data `expr` holds handed in from outside the file: parameters no call of the
+        file passes anything else for, through names, tuples, torch's dataset wrappers
+        (`DataLoader`, `random_split`, `Subset`, `ConcatDataset`: their first argument) and
+        functions of the file that return only such values (`split_dataset(dataset, 0.2)`)?"""
+        if depth > 12:
+            return False
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            parts = [e.value for e in expr.elements]
+            return bool(parts) and all(self._handed_in_from_outside(p, depth + 1) for p in parts)
+        if type(expr) is cst.Call:
+            qualified = self.names.qualified(expr.func)
+            if any(
+                q.split(".")[0] in TORCH_PACKAGES and q.split(".")[-1] in _DATASET_WRAPPERS
+                for q in qualified
+            ):
+                data = argument(expr, 0, "dataset")
+                if data is None:
+                    data = argument(expr, 0, "datasets")
+                return data is not None and self._handed_in_from_outside(data, depth + 1)
+            local = self._local_definition(expr.func)
+            if type(local) is cst.FunctionDef:
+                returns = [
+                    node.value for node in own_nodes(local)
+                    if type(node) is cst.Return and node.value is not None
+                ]
+                return bool(returns) and all(
+                    self._handed_in_from_outside(r, depth + 1) for r in returns
+                )
+            return False
+        if type(expr) is not cst.Name:
+            return False
+        bindings = self.scopes.lookup(expr.value, expr)
+        if not bindings:
+            return False
+        callgraph = self.loops.callgraph
+        for binding in bindings:
+            if binding.kind == "param" and type(binding.statement) is cst.FunctionDef:
+                function = binding.statement
+                for caller in [*callgraph.callers(function), *callgraph.constructions(function)]:
+                    passed = callgraph.argument_for(caller, function, expr.value)
+                    if passed is None or not self._handed_in_from_outside(passed, depth + 1):
+                        return False
+            elif binding.kind in ("assign", "annassign") and binding.value is not None:
+                if not self._handed_in_from_outside(binding.value, depth + 1):
+                    return False
+            elif binding.kind == "unpack" and type(binding.statement) is cst.Assign:
+                # train_set, val_set = split_dataset(dataset, val_size)
+                if not self._handed_in_from_outside(binding.statement.value, depth + 1):
+                    return False
+            else:
+                return False
+        return True
 
     # -- moves on branches that exclude each other --------------------------------------------
 

@@ -223,7 +223,10 @@ class BatchNotOnDevice(Rule):
     conditions with the same text are taken to have the same value within one iteration.
     A loop that moves nothing of its batch, over a loader made in another file, is quiet even
     when that loader does deliver CPU batches: the file cannot show where they are, and such a
-    loop fails on its first batch. Under `trainlint check` over the whole project the loader's
+    loop fails on its first batch. So is one over a `DataLoader` the file makes around a dataset
+    it is only handed (a parameter no call of the file passes a dataset for, perhaps split
+    on the way by `random_split` or a helper of the file): a training utility whose callers in
+    other files build that dataset from tensors already on the device. Under `trainlint check` over the whole project the loader's
     maker is not followed into the other file either.
 
     ## Fix safety
