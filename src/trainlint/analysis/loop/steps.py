@@ -256,10 +256,9 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 for name, text in passed.items():
                     if module == text or module.startswith(text + "."):
                         found.add(name + module[len(text):])
-                root = module.split(".")[0]
-                if all(
-                    b.scope is not None and b.scope.kind == "module"
-                    for b in self.scopes.lookup(root, function.body)
+                bindings = self.scopes.lookup(module.split(".")[0], function.body)
+                if bindings and all(
+                    b.scope is not None and b.scope.kind == "module" for b in bindings
                 ):
                     found.add(module)  # a global the function reads under the same name
         return found
