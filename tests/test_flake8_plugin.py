@@ -135,13 +135,14 @@ def test_entry_point_is_registered():
 
 def test_flake8_reads_rule_options_from_the_configuration(tmp_path):
     (tmp_path / "train.py").write_text(
+        "import torch\n"
         "import torch.nn as nn\n"
         "import torch.nn.functional as F\n"
         "from torch.utils.data import DataLoader\n\n"
         'wrapped = nn.DataParallel(nn.Linear(4, 2)).to("cuda:1")\n\n\n'
-        "def train(model, dataset, shipper, device):\n"
+        "def train(model, path, shipper, device):\n"
         "    model.to(device)\n"
-        "    for batch in DataLoader(dataset, batch_size=8):\n"
+        "    for batch in DataLoader(torch.load(path), batch_size=8):\n"
         "        shipper.ship(batch)\n"
         '        loss = F.cross_entropy(model(batch["x"]), batch["y"])\n'
     )
