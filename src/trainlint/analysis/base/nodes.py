@@ -8,6 +8,7 @@ from typing import Callable, Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...walk import children
+from .names import dotted_name
 
 
 def descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -34,6 +35,19 @@ def self_and_descendants(ctx, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 def names_in(node: cst.CSTNode) -> Set[str]:
     """The identifiers written anywhere under `node`, `node` included."""
     return {n.value for n in subtree(node) if type(n) is cst.Name}
+
+
+def mentions(value: cst.CSTNode, text: str) -> bool:
+    """Is `text` (a name or dotted attribute chain) written somewhere in `value`, `value`
+    included? `self.sums.get(k, 0) + v` mentions "self.sums"; `reduce(p.grad)` mentions
+    "p.grad"."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if dotted_name(node) == text:
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def target_names(target: cst.CSTNode) -> Set[str]:

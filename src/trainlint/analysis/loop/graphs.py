@@ -14,7 +14,9 @@ behind the loop rules about graphs kept alive (TRL401 totals, TRL402 states, TRL
 - `carried_graph_names(loop)`: values fed back into what computes them and so carried, with
   their graph, into the next iteration;
 - `frozen_modules()` / `frozen_at(module, node)`: modules whose every parameter the file sets to
-  need no gradient (before `node`, in its function), which record no graph of their own.
+  need no gradient (before `node`, in its function), which record no graph of their own;
+  `unfrozen_after(module, loop)`: whether their gradients can be switched back on once the
+  loop runs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..base.dataflow import events_of
 from ..base.names import dotted_name, dotted_targets
 from ..base.nodes import enclosing_class, is_name
 from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
+from ..parallel.parallel import module_root
 from .stepexprs import is_loss_key, name_leaves
 
 # Calls that make (or may return) tensors that require grad, or modules.
@@ -403,6 +406,37 @@ class AutogradGraphs:
                 found.setdefault(module, []).append(loop)
         self._frozen_modules = found
         return found
+
+    def unfrozen_after(self, module: str, loop: cst.CSTNode) -> bool:
+        """Can gradients of `module` be switched back on once the loop runs: a
+        `requires_grad_()` / `requires_grad_(True)` of it, or any `p.requires_grad = True`, in
+        the loop, after it, or in another function? (The setup before the loop in the same
+        function, `text_encoder.requires_grad_(train_text_encoder)`, only sets the start.)"""
+        index = self.ctx.tree.index
+        start = index.get(loop, -1)
+        home = self.scopes.enclosing_function(loop)
+
+        def may_run_later(node) -> bool:
+            return (
+                index.get(node, -1) > start
+                or self.scopes.enclosing_function(node) is not home
+            )
+
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                if dotted_name(module_root(func.value)) != module or not may_run_later(call):
+                    continue
+                arg = call.args[0].value if call.args else None
+                if not (type(arg) is cst.Name and arg.value == "False"):
+                    return True
+        for assign in self.ctx.nodes(cst.Assign):
+            target = assign.targets[0].target
+            if type(target) is cst.Attribute and target.attr.value == "requires_grad":
+                if not (type(assign.value) is cst.Name and assign.value.value == "False"):
+                    if may_run_later(assign):
+                        return True  # a loop that unfreezes some parameters: not followed
+        return False
 
     def frozen_at(self, module: str, node: cst.CSTNode, same: Callable[[str, str], bool]) -> bool:
         """Has a freeze of `module` (or of a module `same` takes for it) run before `node` in

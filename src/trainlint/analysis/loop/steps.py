@@ -55,7 +55,7 @@ from ..base.conditions import Conditions, is_constant, never_empty
 from ..base.dataflow import Alt, Ev, Event, Exit, Helper, Repeat, Seq, events_of, own_events
 from ..base.frameworks import Frameworks
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
-from ..base.nodes import follows_exit, names_in, positional_params, target_names
+from ..base.nodes import follows_exit, mentions, names_in, positional_params, target_names
 from ..base.scopes import Scopes, bound_value
 from ..base.vocabulary import (
     EVAL_FUNCTION,
@@ -383,7 +383,8 @@ class TrainingSteps(AutogradGraphs, Analysis):
             )
             for target in targets:
                 if type(target) is cst.Attribute and target.attr.value == "grad":
-                    if node.value is not None and self._reads(node.value, target):
+                    text = dotted_name(target)
+                    if node.value is not None and text and mentions(node.value, text):
                         # `p.grad = accelerator.reduce(p.grad)`, `p.grad = p.grad / n`: the
                         # same gradient averaged or scaled, not cleared
                         return None
@@ -419,14 +420,6 @@ class TrainingSteps(AutogradGraphs, Analysis):
             found.discard("")
             self._mode_texts = found
         return self._mode_texts
-
-    def _reads(self, value: cst.BaseExpression, target: cst.BaseExpression) -> bool:
-        """Does `value` read `target` (the same dotted text somewhere in it)?"""
-        text = dotted_name(target)
-        return text is not None and any(
-            type(node) in (cst.Name, cst.Attribute) and dotted_name(node) == text
-            for node in [value, *self.ctx.tree.descendants(value)]
-        )
 
     def _fresh_binding(self, node, target, value, mapping, site, via) -> Optional[Event]:
         """`model = build_model(args)`: the name now holds an object built by a call that was

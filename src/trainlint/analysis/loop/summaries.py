@@ -34,9 +34,10 @@ from typing import Any, Dict, List, Optional, Set
 
 import libcst as cst
 
-from ...walk import children, own_nodes
+from ...walk import own_nodes
 from .. import Analysis
 from ..base.names import dotted_name
+from ..base.nodes import mentions
 from ..base.scopes import Scopes
 from .steps import TrainingSteps
 from .stepexprs import name_leaves
@@ -305,7 +306,7 @@ class FunctionSummaries(Analysis):
                 root = _root(target)
                 if self._lasting(root, params) is None:
                     continue
-                if root is None or not _mentions_root(node.value, root):
+                if root is None or not mentions(node.value, root):
                     continue  # a plain store keeps one value, it does not grow
                 value = node.value
             elif (
@@ -412,17 +413,6 @@ def _root(target: Optional[cst.CSTNode]) -> Optional[str]:
     while type(target) is cst.Subscript:
         target = target.value
     return dotted_name(target) if target is not None else None
-
-
-def _mentions_root(value: cst.CSTNode, root: str) -> bool:
-    """`self.sums.get(k, 0) + v` mentions "self.sums"."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if dotted_name(node) == root:
-            return True
-        stack.extend(children(node))
-    return False
 
 
 class LoopGraphs:

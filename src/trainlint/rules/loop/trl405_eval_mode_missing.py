@@ -771,7 +771,7 @@ class EvalModeMissing(Rule):
             if type(call) is not cst.Call or type(call.func) is not cst.Attribute:
                 continue
             module = dotted_name(module_root(call.func.value))
-            if module is None or self._unfrozen_after(module, loop):
+            if module is None or self.steps.unfrozen_after(module, loop):
                 continue
             for text, sites in frozen.items():
                 if text != module:
@@ -783,37 +783,6 @@ class EvalModeMissing(Rule):
                 ):
                     chosen.add(event)
         return chosen
-
-    def _unfrozen_after(self, module: str, loop) -> bool:
-        """Can gradients of `module` be switched back on once the loop runs: a
-        `requires_grad_()` / `requires_grad_(True)` of it, or any `p.requires_grad = True`, in
-        the loop, after it, or in another function? (The setup before the loop in the same
-        function, `text_encoder.requires_grad_(train_text_encoder)`, only sets the start.)"""
-        index = self.ctx.tree.index
-        start = index.get(loop, -1)
-        home = self.steps.scopes.enclosing_function(loop)
-
-        def may_run_later(node) -> bool:
-            return (
-                index.get(node, -1) > start
-                or self.steps.scopes.enclosing_function(node) is not home
-            )
-
-        for call in self.ctx.nodes(cst.Call):
-            func = call.func
-            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
-                if dotted_name(module_root(func.value)) != module or not may_run_later(call):
-                    continue
-                arg = call.args[0].value if call.args else None
-                if not (type(arg) is cst.Name and arg.value == "False"):
-                    return True
-        for assign in self.ctx.nodes(cst.Assign):
-            target = assign.targets[0].target
-            if type(target) is cst.Attribute and target.attr.value == "requires_grad":
-                if not (type(assign.value) is cst.Name and assign.value.value == "False"):
-                    if may_run_later(assign):
-                        return True  # a loop that unfreezes some parameters: not followed
-        return False
 
     def _eval_chosen_by_branch(self, flow) -> Set[Event]:
         """`if phase == "train": model.train() else: model.eval()`: an `eval()` in one branch
