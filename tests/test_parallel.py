@@ -3,19 +3,23 @@ of a serial run; small runs start no pool; a dying worker or Ctrl-C never loses 
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
 import shutil
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from fixture_support import FIXTURES, REPO, RULE_FIXTURES
 from test_cli import Exploding
 from trainlint import cli, runner, workers
 from trainlint.config import load_settings
+from trainlint.diagnostics import Severity
 from trainlint.rules import rule_names
+from trainlint.rules.base import Rule
 
 
 @pytest.fixture
@@ -101,6 +105,51 @@ def test_a_rule_crash_in_a_worker_is_reported_as_in_a_serial_run(
     assert serial[0] == 2
     assert serial[2].count("internal error in rule TRL999: ValueError: boom") > 20
     assert "TRL201" in serial[1]
+
+
+class HeapWatcher(Rule):
+    """Test rule: reports, on every module, which process checked it and whether the garbage
+    collector of that process leaves frozen objects alone."""
+
+    code = "TRL999"
+    name = "heap-watcher"
+    severity = Severity.ERROR
+
+    def visit_Module(self, node: cst.Module) -> None:
+        frozen = "frozen" if gc.get_freeze_count() else "collected"
+        self.report(node, f"pid {os.getpid()}: inherited objects {frozen}")
+
+
+def test_forked_workers_leave_the_heap_they_inherit_to_this_process(
+    many_files, register_rule, capsys, pools
+):
+    """A forked worker's full collection would walk (and copy) every object it inherited: in a
+    process with a large heap that is seconds of each worker's first file's budget. The workers
+    see this process's objects frozen; this process has them back once the workers started."""
+    if workers._context().get_start_method() != "fork":
+        pytest.skip("workers are not forked here")
+    register_rule(HeapWatcher)
+    assert gc.get_freeze_count() == 0
+    args = ["--output-format", "concise", "--select", "TRL999", "."]
+    code, out, err = run_main(capsys, "-j2", *args)
+    assert pools == [2] and err == ""
+    reports = [line.split(": TRL999 error: ")[1] for line in out.splitlines() if "TRL999" in line]
+    assert reports and all(report.endswith("inherited objects frozen") for report in reports)
+    assert f"pid {os.getpid()}:" not in out
+    assert gc.get_freeze_count() == 0
+
+
+def test_objects_a_host_froze_stay_frozen(many_files, register_rule, capsys, pools):
+    if workers._context().get_start_method() != "fork":
+        pytest.skip("workers are not forked here")
+    register_rule(HeapWatcher)
+    gc.freeze()
+    try:
+        run_main(capsys, "-j2", "--output-format", "concise", "--select", "TRL999", ".")
+        assert pools == [2]
+        assert gc.get_freeze_count() > 0  # (objects freed since are no longer counted)
+    finally:
+        gc.unfreeze()
 
 
 # A worker that dies (killed, or ended by the time budget's watchdog): tests/test_time_budget.py.

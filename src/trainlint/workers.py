@@ -24,17 +24,19 @@ each file, so after a pool breaks:
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import signal
 import sys
 import threading
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import (
     IO,
     TYPE_CHECKING,
     Any,
     Callable,
     Generator,
+    Iterator,
     List,
     MutableSequence,
     Optional,
@@ -175,9 +177,10 @@ def _in_pool(
     order = sorted(indices, key=lambda i: -len(data[i]))
     size = max(1, min(MAX_CHUNK, len(order) // (jobs * CHUNKS_PER_WORKER)))
     chunks = [order[start : start + size] for start in range(0, len(order), size)]
+    context = _context()
     executor = ProcessPoolExecutor(
         max_workers=min(jobs, len(chunks)),
-        mp_context=_context(),
+        mp_context=context,
         initializer=_start_worker,
         initargs=(
             selection,
@@ -186,12 +189,14 @@ def _in_pool(
         ),
     )
     try:
-        futures = {
-            executor.submit(
-                _check_chunk, [(i, sources[i].path, data[i]) for i in chunk]
-            ): chunk
-            for chunk in chunks
-        }
+        # The first submit starts the workers (all of them, when they are forked).
+        with _frozen_heap(context.get_start_method() == "fork"):
+            futures = {
+                executor.submit(
+                    _check_chunk, [(i, sources[i].path, data[i]) for i in chunk]
+                ): chunk
+                for chunk in chunks
+            }
         for future in as_completed(futures):
             try:
                 results = future.result()
@@ -202,6 +207,25 @@ def _in_pool(
         _stop(executor)
         raise
     executor.shutdown()
+
+
+@contextmanager
+def _frozen_heap(forking: bool) -> Iterator[None]:
+    """While workers are forked: every object of this process out of the garbage collector's
+    reach (gc.freeze). A forked worker's first full collection would otherwise walk every object
+    it inherited, and write to each one: in a process with a large heap (a language server, a
+    host application, a test run) that is seconds of work charged to the first files' budget,
+    and a private copy of pages the worker only needed to read. The workers keep them frozen
+    (what they inherit lives as long as they do); this process takes them back once they have
+    started. A process that froze objects itself is left as it is."""
+    if not forking or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _context():
