@@ -133,3 +133,44 @@ def test_joined_patterns_answer_like_each_pattern():
         for rel in rels:
             expected = any(path_matches(rel, pattern) for pattern in chosen)
             assert settings.excludes_relative(rel) is expected, (chosen, rel)
+
+
+# An AppleDouble header: magic, version 2, filler, then entries (a Finder-info entry here).
+APPLEDOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00" + b"Mac OS X        " + b"\x00\x02" + b"\x00" * 24
+
+
+def test_macos_metadata_beside_a_script_is_not_python(tmp_path, monkeypatch):
+    """`._train.py` from an archive made on a Mac is binary metadata: a walk skips it (it used
+    to be a TRL001 "source contains a NUL byte" per file). A file that only has such a name is
+    checked, and so is metadata named on the command line, unless `--force-exclude` asks for the
+    walk's skipping."""
+    (tmp_path / "train.py").write_text("import torch\n")
+    (tmp_path / "._train.py").write_bytes(APPLEDOUBLE)
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "nb" / "._lesson.ipynb").write_bytes(APPLEDOUBLE)
+    (tmp_path / "._helpers.py").write_text("import torch\n")  # Python, whatever its name
+    settings = Settings(root=tmp_path, respect_gitignore=False)
+    monkeypatch.chdir(tmp_path)
+    found = sorted(display for _, display in discover([Path(".")], settings).files)
+    assert found == ["._helpers.py", "train.py"]
+    given = [display for _, display in discover([Path("._train.py")], settings).files]
+    assert given == ["._train.py"]
+    # pre-commit names every staged file and asks for what a walk would skip to be skipped
+    forced = Settings(root=tmp_path, respect_gitignore=False, force_exclude=True)
+    named = [Path("._train.py"), Path("._helpers.py"), Path("train.py")]
+    assert [display for _, display in discover(named, forced).files] == [
+        "._helpers.py",
+        "train.py",
+    ]
+
+
+def test_macos_metadata_is_no_finding_of_a_run(tmp_path, monkeypatch, capsys):
+    from trainlint import cli
+
+    (tmp_path / "train.py").write_text("import torch\n")
+    (tmp_path / "._train.py").write_bytes(APPLEDOUBLE)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["check", "--no-cache", "--isolated", "--output-format", "concise", "."])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert "._train.py" not in out

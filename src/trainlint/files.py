@@ -5,8 +5,11 @@ excluded folders (`exclude`/`extend-exclude`, whose defaults cover .git, virtual
 dist, __pycache__, node_modules, .ipynb_checkpoints, ...), any folder that is a virtual
 environment (it holds `pyvenv.cfg`), and whatever `.gitignore` files ignore (`respect-gitignore`,
 on by default; see gitignore.py). Symlinked folders are not followed, so a symlink loop cannot
-hang a run. Paths given explicitly are always checked, unless `--force-exclude` asks for excludes
-to apply to them too (as pre-commit needs).
+hang a run. A file named `._<name>` whose bytes begin with the AppleDouble magic number is the
+metadata macOS writes beside `<name>` where the file system cannot hold it (archives made on a
+Mac, network shares, USB drives): not Python, whatever its suffix, so a walk skips it (and so
+does `--force-exclude` when one is named). Paths given explicitly are always checked, unless
+`--force-exclude` asks for excludes to apply to them too (as pre-commit needs).
 
 Nothing on disk stops discovery: a folder that cannot be listed, a path that cannot be examined
 and a symlink that loops are each one line in `errors` (named by their path), and the walk goes
@@ -106,8 +109,11 @@ def _discover_given(
         found.errors.append(f"{given}: {SYMLINK_LOOP}")
         return
     if path.is_file():
-        if settings.force_exclude and settings.is_excluded(path):
-            return
+        if settings.force_exclude and (
+            settings.is_excluded(path)
+            or (path.name.startswith("._") and _is_appledouble(str(path)))
+        ):
+            return  # pre-commit hands over every staged file: skip what a walk would
         add(path)
         return
     if not path.is_dir():
@@ -149,6 +155,8 @@ def _discover_given(
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, False, top):
                     continue
+                if name.startswith("._") and _is_appledouble(real):
+                    continue
             except OSError as exc:
                 found.errors.append(f"{display_path(file)}: {exc.strerror or exc}")
                 continue
@@ -159,6 +167,18 @@ def _discover_given(
 
 
 SYMLINK_LOOP = "a symlink loop (the link leads back to itself); not checked"
+# The first bytes of an AppleDouble file (RFC 1740): a Mac file's resource fork and attributes.
+APPLEDOUBLE_MAGIC = b"\x00\x05\x16\x07"
+
+
+def _is_appledouble(path: str) -> bool:
+    """Whether the file at `path` is AppleDouble metadata (read: its first four bytes). A file
+    that cannot be read is left to the check, which reports why."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(APPLEDOUBLE_MAGIC)) == APPLEDOUBLE_MAGIC
+    except OSError:
+        return False
 
 
 def _symlink_loop(path: str) -> bool:
