@@ -76,6 +76,9 @@ class Device:
     # Source text of a non-literal index (`args.gpu` in f"cuda:{args.gpu}"), so that two places
     # that use the same expression can be recognised as the same device.
     index_text: Optional[str] = field(default=None, compare=False)
+    # Known only as a parameter's default (`def get_batch(reader, device="cpu")`): the device
+    # of a call that leaves the argument out; a caller may pass any other.
+    default: bool = field(default=False, compare=False)
 
     @property
     def user_chosen(self) -> bool:
@@ -325,7 +328,7 @@ class Devices(Analysis):
                 dev = self._device(default, seen) if default is not None else None
                 if dev is not None and dev.kind != "unknown":
                     # A default like device="cuda:1" may be overridden by callers.
-                    found.append(Device(dev.kind, dev.index, dev.origin))
+                    found.append(Device(dev.kind, dev.index, dev.origin, default=True))
                 elif _looks_user(name.value):
                     found.append(Device("unknown", None, "user"))
                 else:

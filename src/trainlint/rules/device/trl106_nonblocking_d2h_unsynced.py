@@ -36,8 +36,11 @@ class NonBlockingD2HUnsynced(Rule):
     (`torch.cuda.synchronize()`, `event.synchronize()`, `stream.synchronize()`, or a blocking
     `.item()`/`.cpu()` of another tensor). Storing the copy (`outputs.append(copy)`) is not a
     read, and neither is handing it to `ctx.save_for_backward` (activation offloading copies it
-    back to the GPU in the backward, which the stream orders after it). Also reports `t.cpu(non_blocking=True)`, which is not
-    an argument `Tensor.cpu` accepts.
+    back to the GPU in the backward, which the stream orders after it), and neither is returning
+    it, alone or in a tuple (`return preds, labels`: the caller may synchronize first). A
+    `device` parameter whose default is "cpu" is not taken for the destination: callers pass
+    their own device, and a copy to a GPU is what `non_blocking=True` is for. Also reports
+    `t.cpu(non_blocking=True)`, which is not an argument `Tensor.cpu` accepts.
 
     ## Why is this bad
     A non-blocking copy from the GPU to the host only *queues* the copy: `.to` returns at once
@@ -130,14 +133,16 @@ class NonBlockingD2HUnsynced(Rule):
         if self.devices is None:
             self.devices = self.ctx.analysis(Devices)
         device = self.devices.device_of(target)
-        return device is not None and device.kind == "cpu"
+        # A parameter's default is the destination only of calls that leave it out: callers
+        # passing their training device (`get_batch(reader, device=cfg.device)`) copy to it.
+        return device is not None and device.kind == "cpu" and not device.default
 
     # -- is it read before a synchronize ------------------------------------------------------
 
     def _first_unsynced_read(self, call: cst.Call) -> Optional[cst.CSTNode]:
         parent = self.ctx.parent(call)
         function = self.ctx.scopes.enclosing_function(call)
-        if type(parent) in (cst.Return, cst.Yield):
+        if self._handed_back(call):
             return None  # the caller reads it; it may synchronize first
         if type(parent) is cst.Assign and parent.value is call and len(parent.targets) == 1:
             target = parent.targets[0].target
@@ -169,7 +174,7 @@ class NonBlockingD2HUnsynced(Rule):
                     return None
                 if outer.func.attr.value in _STORES and type(outer.func.value) is cst.Name:
                     return self._unsynced_read_of_container(outer, function)
-        if type(parent) in (cst.Return, cst.Yield):
+        if self._handed_back(first):
             return None
         return first
 
@@ -191,10 +196,21 @@ class NonBlockingD2HUnsynced(Rule):
                 return None  # rebound: a new container
             if self._synchronized_between(store, name, function, None):
                 return None
-            if type(self.ctx.parent(name)) in (cst.Return, cst.Yield):
+            if self._handed_back(name):
                 return None
             return name
         return None
+
+    def _handed_back(self, node: cst.CSTNode) -> bool:
+        """Is `node` returned or yielded to the caller, alone or in a tuple or list
+        (`return x, y`)? The caller reads it, and may synchronize first."""
+        parent = self.ctx.parent(node)
+        while parent is not None and type(parent) is cst.Element:
+            container = self.ctx.parent(parent)
+            if container is None or type(container) not in (cst.Tuple, cst.List):
+                return False
+            parent = self.ctx.parent(container)
+        return type(parent) in (cst.Return, cst.Yield)
 
     def _synchronized_between(self, start, end, function, own: Optional[str]) -> bool:
         index = self.ctx.tree.index
