@@ -681,7 +681,12 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 body = self.flow(stmt)  # a nested loop's own flow: built once, shared
             else:
                 body = self._block(stmt.body, *args)
-            once = never_empty(self.scopes, stmt.iter)
+            # A loop that backpropagates is the training itself: a run that trains (the run the
+            # script is written for) goes through it at least once, so the path that skips it
+            # (`range(cfg.acc_steps)` with no step, an empty loader) is not one to report on.
+            once = never_empty(self.scopes, stmt.iter) or any(
+                event.kind == "backward" for event in events_of(body)
+            )
             items = [self._expr(stmt.iter, *args), Repeat(body, stmt, at_least_once=once)]
             if stmt.orelse is not None:
                 items.append(self._block(stmt.orelse.body, *args))

@@ -69,7 +69,10 @@ class ZeroGradMissingOrMisplaced(Rule):
     another file: the step still applies the rest), and framework-managed code
     (Lightning, Accelerate, DeepSpeed engines, HF Trainer, ignite) where the library does it; nor
     a script or notebook that uses no PyTorch at all (a course's NumPy framework whose
-    `mlp.backward(dLdA)` assigns each layer's gradient afresh).
+    `mlp.backward(dLdA)` assigns each layer's gradient afresh). A loop that backpropagates is
+    taken to run at least once, as it does in any run that trains: a Hessian refresh that
+    backpropagates and clears after the step is not reported for the path on which the next
+    iteration's `for micro in range(cfg.accumulation_steps):` would run no micro-batch.
 
     A model whose own `forward` resets its gradients (`self.zero_grad()` at the top of
     `forward`, as a 2018 BiLSTM-CRF tagger does, or in a method `forward` calls) resets them on
