@@ -111,7 +111,7 @@ def _discover_given(
     if path.is_file():
         if settings.force_exclude and (
             settings.is_excluded(path)
-            or (path.name.startswith("._") and _is_appledouble(str(path)))
+            or _is_appledouble(str(path))
         ):
             return  # pre-commit hands over every staged file: skip what a walk would
         add(path)
@@ -155,7 +155,7 @@ def _discover_given(
                     continue
                 if gitignore is not None and gitignore.ignored(absolute / name, False, top):
                     continue
-                if name.startswith("._") and _is_appledouble(real):
+                if _is_appledouble(real):
                     continue
             except OSError as exc:
                 found.errors.append(f"{display_path(file)}: {exc.strerror or exc}")
@@ -172,8 +172,11 @@ APPLEDOUBLE_MAGIC = b"\x00\x05\x16\x07"
 
 
 def _is_appledouble(path: str) -> bool:
-    """Whether the file at `path` is AppleDouble metadata (read: its first four bytes). A file
-    that cannot be read is left to the check, which reports why."""
+    """Whether the file at `path` is AppleDouble metadata: named `._<name>`, and its first four
+    bytes (read only for such names) are the magic number. A file that cannot be read is left to
+    the check, which reports why."""
+    if not os.path.basename(path).startswith("._"):
+        return False
     try:
         with open(path, "rb") as handle:
             return handle.read(len(APPLEDOUBLE_MAGIC)) == APPLEDOUBLE_MAGIC
