@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from ...walk import own_nodes
 from ..base.names import LOCAL_PREFIX, Names
 from .. import Analysis
 
@@ -413,22 +414,12 @@ def _returns_its_argument(function: cst.FunctionDef) -> bool:
     name = params.params[0].name.value
     returns = [
         node
-        for node in _walk_own(function.body)
+        for node in own_nodes(function.body)
         if isinstance(node, cst.Return)
     ]
     return bool(returns) and all(
         isinstance(r.value, cst.Name) and r.value.value == name for r in returns
     )
-
-
-def _walk_own(node: cst.CSTNode):
-    """The nodes under `node`, nested functions, lambdas and classes left out."""
-    todo = list(node.children)
-    while todo:
-        current = todo.pop()
-        yield current
-        if not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            todo.extend(current.children)
 
 
 def _callee(decorator: cst.CSTNode) -> cst.CSTNode:
