@@ -769,6 +769,8 @@ class BatchFlow(Analysis):
         if not LOSS_CALLEE.search(dotted.split(".")[-1]):
             return self._bound_to_loss_class(func)
         root = dotted.split(".")[0]
+        if self._built_by_a_factory(func, call):
+            return False
         if root in ("self", "cls"):
             functions_named = self.loops.callgraph.functions_named
             if type(func) is cst.Attribute and functions_named(func.attr.value):
@@ -787,6 +789,32 @@ class BatchFlow(Analysis):
                 local = self._local_definition(binding.value.func)
                 if type(local) is cst.ClassDef and self.moves.moves_in(local):
                     return False  # a criterion of this file that moves its targets itself
+        return True
+
+    def _built_by_a_factory(self, func: cst.BaseExpression, call: cst.Call) -> bool:
+        """`self.loss = utils.get_class(conf.loss_class)(**conf.loss)`: every value the callee
+        may hold is an instance of a class that a call returns (a class picked while the script
+        runs), not of a loss class anyone can name. Its `forward` may take dicts and place what
+        it reads itself: its name alone does not make it a torch criterion."""
+        values = self.ctx.analysis(Parallel).bound_values(func, call)
+        if not values:
+            return False
+        for value in values:
+            if type(value) is not cst.Call or type(value.func) is not cst.Call:
+                return False
+            maker = value.func
+            if any(q.endswith("Loss") for q in self.names.qualified(maker.func)):
+                return False
+            if (
+                type(maker.func) is cst.Name
+                and maker.func.value == "getattr"
+                and maker.args
+                and any(
+                    q.split(".")[0] in TORCH_PACKAGES
+                    for q in self.names.qualified(maker.args[0].value)
+                )
+            ):
+                return False  # `getattr(nn, args.loss)()`: whichever it is, a torch criterion
         return True
 
     def takes_cpu_targets(self, call: cst.Call) -> bool:

@@ -577,10 +577,11 @@ class BatchWalker:
             index = next((i for i, a in enumerate(call.args) if a is arg), -1)
             if index >= 0 and not arg.star and self.a.moved_by_forward(call, index):
                 continue  # `forward` starts with `x = x.to("cuda")`: the model places it
-            if arg.star == "**" and (v.moved_keys or v.rebound_keys):
-                # `data["pixel_values"] = data["pixel_values"].to(device)`, then `model(**data)`:
-                # the items it moves by key are moved; which other keys the batch holds is
-                # unknown here (a collator's or tokenizer's output)
+            if arg.star != "*" and (v.moved_keys or v.rebound_keys):
+                # `data["pixel_values"] = data["pixel_values"].to(device)`, then `model(**data)`
+                # or `model(data)`: the items it moves by key are moved; which other keys the
+                # batch holds, and which of them the model reads, is unknown here (a
+                # collator's or dataset's dict)
                 continue
             if arg.star != "**" and v.name in self.structured:
                 # the model gets the whole structured batch, or an item the loop takes tensors

@@ -12,6 +12,7 @@ import libcst as cst
 from ..base.calls import argument, has_star_args, literal_truth
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
+from ..base.vocabulary import EVAL_LOADER
 from .structure import Loops, is_method_call
 from .. import Analysis
 from ..base.nodes import enclosing_class, positional_params
@@ -377,7 +378,11 @@ class LoaderFlow(Analysis):
         `_switched_off`)."""
         if use.kind == "call":
             leaf = (dotted_name(use.site.func) or "").split(".")[-1].lower()  # type: ignore
-            return "train" in leaf or leaf.startswith("fit")
+            if not ("train" in leaf or leaf.startswith("fit")):
+                return False
+            # `Trainer(cfg, train_loader, test_loader)`, `fit(model, val_dataloaders=dl)`: a
+            # trainer is handed its held-out data too, which it does not train on
+            return not self._handed_as_held_out(use)
         if type(use.site) is cst.For:
             body = use.site.body
         else:
@@ -390,6 +395,19 @@ class LoaderFlow(Analysis):
             and not (not chain and self._switched_off(call, use.site, loader_refs))
             for call, chain in self.loops.calls_in(body, 3)
         )
+
+    @staticmethod
+    def _handed_as_held_out(use: LoaderUse) -> bool:
+        """Is the loader handed to the call under a name for evaluation data: the keyword it is
+        passed as (`val_dataloaders=`), or its own name there (`test_loader`, `self.val_dl`)?"""
+        arg = next(
+            (a for a in use.site.args if a.value is use.reference),  # type: ignore
+            None,
+        )
+        words = [dotted_name(use.reference) or ""]
+        if arg is not None and arg.keyword is not None:
+            words.append(arg.keyword.value)
+        return any(EVAL_LOADER.search(word) for word in words)
 
     def _switched_off(
         self, call: cst.Call, site: cst.CSTNode, loader_refs: Sequence[cst.CSTNode]

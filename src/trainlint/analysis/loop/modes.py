@@ -164,9 +164,9 @@ def model_constructors(
 ) -> Optional[List[cst.Call]]:
     """The calls that build what `name` holds at `at`, through moves (`Net().to(device)`) and
     DataParallel/DDP wrappers, following `model = nn.DataParallel(model)` back to the earlier
-    binding, and a function's parameter to the arguments of the file's calls of it
-    (`test(net, loader)` called as `test(lenet, testloader)`); None when some binding is not
-    such a call (unknown)."""
+    binding, `model = given` to what `given` holds there, and a function's parameter to the
+    arguments of the file's calls of it (`test(net, loader)` called as `test(lenet,
+    testloader)`); None when some binding is not such a call (unknown)."""
     if not name or "." in name:
         return None
     found: List[cst.Call] = []
@@ -190,9 +190,12 @@ def model_constructors(
                         found.append(given)  # `train(net, loader, nn.CTCLoss())`
                 continue
             value = _unwrapped(binding.value) if binding.kind == "assign" else None
-            if type(value) is cst.Name and value.value == held:
-                # `model = nn.DataParallel(model)`: what it held before says what it holds
-                places.append((held, binding.statement if binding.statement is not None else value))
+            if type(value) is cst.Name:
+                # `model = nn.DataParallel(model)`: what it held before says what it holds; and
+                # `model = model_or_path` (another name): what that one holds there
+                places.append(
+                    (value.value, binding.statement if binding.statement is not None else value)
+                )
                 continue
             if type(value) is not cst.Call:
                 return None

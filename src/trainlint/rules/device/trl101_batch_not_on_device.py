@@ -53,7 +53,10 @@ class BatchNotOnDevice(Rule):
       nothing about where the model or the batch is);
     - a loss: a criterion object (named like one, or bound to an instance of a `...Loss` class
       such as `dice = smp.losses.DiceLoss(...)`), `nn.XxxLoss()(...)` or `F.*loss*` whose other
-      argument is a model output or a moved tensor;
+      argument is a model output or a moved tensor (not one built only from a class a call
+      returns, `self.loss = get_class(conf.loss_class)(...)`: a class picked while the script
+      runs, whose `forward` may take dicts and place what it reads; `getattr(nn, name)()` is
+      still a torch criterion);
     - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
 
     Moves are followed per path. An item moved on any path counts as moved, except where the
@@ -136,15 +139,18 @@ class BatchNotOnDevice(Rule):
     from `range(...)` or the counter of `enumerate(...)`, or `labels[0]` (indexed down to one
     element it is a zero-dim tensor, which PyTorch lets meet CUDA tensors like a Python number;
     `labels[mask]` keeps a dimension, also with `mask` from `enumerate(masks)`); a whole batch
-    handed over with `model(**data)` after the loop moved items of it by key
+    handed over with `model(**data)` or `model(data)` after the loop moved items of it by key
     (`data["pixel_values"] = data["pixel_values"].to(device)`: which other keys a collator's
-    output holds is not visible, while a keyed item passed on unmoved is still reported); an item
+    or dataset's dict holds, and which the model reads, is not visible, while a keyed item
+    passed on unmoved is still reported); an item
     handed to a method through an object (`trainer.detector.predict(image)`, `agent.act(state)`):
     from outside its class such a call runs a submodule only when a class of the file assigns
     that attribute a network (`self.encoder = nn.Sequential(...)`, so `model.encoder(images)` is
     followed), and a method may prepare and move its input itself; an item handed to a model
     whose class, defined in the same file, moves that argument in its own `forward` (`x =
-    x.to("cuda")` at its top: the model places what it gets; also through a method or a
+    x.to("cuda")` at its top, or `ids, x, y = batch` then `x = x.to(gpu)`: the model places
+    what it gets; the model is followed through other names, `model = model_or_path` to what
+    the file's calls pass for it; also through a method or a
     submodule of a class of that file, `self.encoder(sentences)` whose embedding tokenises the
     strings and moves the tensor it builds, while a mask that joins the moved value only after
     the move is still reported), never reads it (`forward(self, x, lengths=None)` that

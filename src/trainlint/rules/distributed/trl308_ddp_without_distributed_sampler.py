@@ -50,7 +50,11 @@ class DdpWithoutDistributedSampler(Rule):
     (`batch_size=None`: a streaming dataset that hands out whole batches, and may shard by
     rank itself, as wenet's and webdataset's pipelines do), loaders handed only to calls of a
     shared epoch function that turn its backward off (`run_epoch(..., val_loader, is_train=False)` when the backward sits under
-    `if is_train:`; a literal, or the parameter's literal default), and framework-managed code
+    `if is_train:`; a literal, or the parameter's literal default), loaders handed to a
+    function or class defined elsewhere whose name says it trains (`Trainer(cfg, train_loader,
+    test_loader)`, `fit(..., val_dataloaders=dl)`) under a name for evaluation data, their own
+    or the keyword's (such a call is taken to train on the loaders it gets only when nothing
+    says they are held out), and framework-managed code
     (Accelerate, Lightning, ... shard the loaders they prepare).
 
     ## Example
