@@ -99,6 +99,10 @@ class BatchFlow(Analysis):
                 flow.quiet = unseen
                 flow.findings = []
                 return flow
+            if flow.helper is None:
+                # `DataLoader(StockDataset(...))` with the class from another file: it may
+                # build its items on the device; the project phase reads it
+                flow.helper = self._project_dataset(source)
         self._exclusive_moves(source, flow, body, walker)
         self._drop_unreachable(flow, body)
         # `if CUDA: ... else: correct += (predicted == labels).sum()`: the CPU run's side.
@@ -184,6 +188,34 @@ class BatchFlow(Analysis):
             f"nothing of the batch is moved and nothing in the file makes `{text}`: "
             "its batches may already be on the device"
         )
+
+    def _project_dataset(self, source: BatchSource) -> Optional[Tuple[str, int]]:
+        """The class or function of another project file that builds the dataset a loop's
+        torch DataLoader batches (`DataLoader(dataset)` with `dataset =
+        StockDataset(ticker)` from `stock_dataset.py`), as a helper that may move the batch:
+        a loop that moves no item of its batch says nothing about where the items are made,
+        and that file's code does (`torch.FloatTensor(windows).to("cuda")` in `__init__`).
+        None when the loader loads in worker processes, which cannot use CUDA."""
+        start = source.node.iter if isinstance(source.node, cst.For) else source.node.value
+        for call in self._loader_chain(start):
+            qualified = self.names.qualified(call.func)
+            if not any(
+                q.split(".")[0] in TORCH_PACKAGES and q.endswith(".DataLoader") for q in qualified
+            ):
+                continue
+            if _in_worker_processes(call):
+                return None  # forked workers cannot touch CUDA: the items come on the CPU
+            dataset = argument(call, 0, "dataset")
+            for value in self._loader_chain(dataset) if dataset is not None else ():
+                if self._local_definition(value.func) is not None:
+                    continue
+                qualified = self.names.qualified(value.func)
+                if not qualified or not all(may_be_project(q) for q in qualified):
+                    continue  # torch's or a library's (also one a star import may shadow)
+                helper = self.project_helper(value.func)
+                if helper is not None and not helper.startswith("<"):
+                    return helper, -1
+        return None
 
     def _batches_a_dataset_from_outside(self, call: cst.Call, qualified) -> bool:
         """`DataLoader(train_set)` where `train_set` only ever arrives as a parameter that no

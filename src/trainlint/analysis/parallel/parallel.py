@@ -28,7 +28,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 import libcst as cst
 
 from ..base.callgraph import CallGraph
-from ..base.calls import string_value
+from ..base.calls import argument, string_literal, string_value
 from ..base.identity import RETURNS_RECEIVER, returned_module, same_module
 from ..base.names import Names, dotted_name
 from ..base.nodes import is_self_attr, self_and_descendants
@@ -500,6 +500,17 @@ class Parallel(Analysis):
             for call in self.ctx.nodes(cst.Call)
             if self.names.is_(call.func, INIT_PROCESS_GROUP)
         ]
+
+    def mpi_launched(self) -> bool:
+        """Does every process group of the file use the MPI backend (`init_process_group(
+        backend="mpi")`)? MPI takes each process's rank and the world size from its own
+        launcher (`mpirun`, `srun --mpi`), which passes no `--local_rank` and sets no
+        `LOCAL_RANK`: such a script is not run by torch's launchers."""
+        inits = self.process_group_inits()
+        return bool(inits) and all(
+            (string_literal(argument(call, 0, "backend")) or "").lower() == "mpi"
+            for call in inits
+        )
 
     def spawned_functions(self) -> Set[cst.FunctionDef]:
         """Functions handed to `torch.multiprocessing.spawn(fn, ...)`: their first parameter

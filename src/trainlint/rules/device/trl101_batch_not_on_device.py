@@ -132,7 +132,10 @@ class BatchNotOnDevice(Rule):
     on the device, and the file cannot tell which (a loader the file makes with `DataLoader(...)`
     or a class or function of its own, also through a wrapper class, `MixUpLoader(DataLoader(...),
     0.4)`, or that a call of the file passes in, is followed; so is a loop that moves some items
-    and leaves others); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
+    and leaves others; a torch DataLoader the file makes over a dataset that a class or
+    function of another project file builds, `DataLoader(PriceWindows("msft"))`, without worker
+    processes, is left to the project phase, which reports only when that code moves nothing:
+    a dataset may build its items on the GPU when it is made); an item the loop takes tensors out of, handed to a model whole (a DGL graph batch
     whose `batch_graphs.ndata["feat"]` is moved: an object holding tensors, not a tensor);
     labels compared only after `.cpu()`/`.item()`/`.numpy()` of the output;
     an item indexed by integers in arithmetic or a comparison, `pred[j] == labels[j]` with `j`
@@ -533,10 +536,14 @@ class BatchNotOnDevice(Rule):
 
     def facts(self) -> Optional[Dict[str, Any]]:
         moves = self.ctx.analysis(Moves)
+        # Each function -> the parameters it moves; each class -> [-1] when any of its code
+        # moves something (a dataset that builds its items on the device), else [].
         movers: Dict[str, List[int]] = {}
         for statement in self.ctx.module.body:
             if type(statement) is cst.FunctionDef:
                 movers[statement.name.value] = sorted(moves.moved_params(statement))
+            elif type(statement) is cst.ClassDef:
+                movers[statement.name.value] = [-1] if moves.moves_in(statement) else []
         deferred = []
         unknown_model = []
         if self._deferred or self._unknown_model:

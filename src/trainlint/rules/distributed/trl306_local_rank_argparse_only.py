@@ -40,7 +40,9 @@ class LocalRankArgparseOnly(Rule):
       `error: unrecognized arguments: --local-rank=0`.
 
     DeepSpeed scripts are not reported (the `deepspeed` launcher passes `--local_rank` and sets
-    `LOCAL_RANK`), nor files that read `LOCAL_RANK` themselves or import a project file that
+    `LOCAL_RANK`), nor files whose process groups all use the MPI backend
+    (`init_process_group(backend="mpi")`: `mpirun` or `srun --mpi` starts the processes and
+    MPI gives each its rank, so no torch launcher passes the flag), nor files that read `LOCAL_RANK` themselves or import a project file that
     does (`init_distributed()` of dist_utils.py, also through a helper of that file that looks
     each launcher's name up in turn: `env2int(["OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"])`;
     under flake8, which sees one file, an imported project file may, so such a file is not
@@ -132,6 +134,8 @@ class LocalRankArgparseOnly(Rule):
             return
         if self.parallel.reads_env("LOCAL_RANK") or self.frameworks.uses("deepspeed"):
             return
+        if self.parallel.mpi_launched():
+            return  # mpirun / srun start the processes: torch's launchers never run it
         if self._rank_from_a_spawner():
             return
         handoffs: Optional[List[str]] = None
