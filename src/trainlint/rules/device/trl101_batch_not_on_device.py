@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.base.calls import keyword
+from ...analysis.base.calls import keyword, string_literal
+from ...analysis.base.names import dotted_name
 from ...analysis.base.nodes import own_method, positional_params
 from ...analysis.device.host_side import HostSide
 from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
@@ -25,6 +26,7 @@ from ...analysis.project.hierarchy import (
 )
 from ...analysis.project.modules import Modules, attributes_from_init
 from ...diagnostics import Diagnostic, Severity
+from ...walk import own_nodes
 from ..base import PendingFix, PendingReport, Rule
 
 _SAME_DEVICE = '"Expected all tensors to be on the same device"'
@@ -188,7 +190,10 @@ class BatchNotOnDevice(Rule):
     function from the other file and reports only if it does not move its argument; the same
     holds for a model of a class imported from the project, and for both at once (a batch
     collated by another file's function, handed to a model of another file's class, is reported
-    only when neither places the item). Under flake8, which sees one file at
+    only when neither places the item). So does a file whose every move takes its device from
+    one function of another project file (`.to(get_device())`): when that function returns only
+    `"cpu"` (a GPU switch commented out), nothing of the file leaves the CPU and nothing is
+    reported. Under flake8, which sees one file at
     a time, and when the other file is not part of the run, those findings are not reported
     (never a guess). Names configured with `device-movers` in
     `[tool.trainlint]` are read by `trainlint`; flake8 runs with the built-in names only.
@@ -258,8 +263,10 @@ class BatchNotOnDevice(Rule):
         super().__init__(ctx)
         self._deferred: List[Tuple[Tuple[str, int], PendingReport, Optional[Dict[str, Any]]]] = []
         self._unknown_model: List[PendingReport] = []
-        # candidate key -> the imported model class whose `forward` decides (project phase)
+        # candidate key -> the imported model class whose `forward` decides (project phase), or
+        # {"device_only": True}: only the device function of another file decides
         self._forward_questions: Dict[str, Dict[str, Any]] = {}
+        self._device_source: Optional[Tuple[Optional[str]]] = None
 
     # -- the per-file phase -------------------------------------------------------------------
 
@@ -328,6 +335,13 @@ class BatchNotOnDevice(Rule):
             )
             self._unknown_model.append(pending)
             return
+        if helper is None and self._device_function() is not None:
+            # Every move of the file goes to `get_device()` of another project file, which may
+            # return "cpu": the project phase reads it before anything is reported.
+            key = f"device{len(self._forward_questions)}"
+            self._forward_questions[key] = {"device_only": True}
+            self.candidate(key, finding.use, message, fix=fix, related=related, help=help_text)
+            return
         if helper is None:
             self.report(finding.use, message, fix=fix, related=related, help=help_text)
             return
@@ -337,6 +351,23 @@ class BatchNotOnDevice(Rule):
         # A batch from another file's collate, handed to a model of another file's class:
         # reported only when neither the helper nor the model's `forward` places the item.
         self._deferred.append((helper, pending, forward_question))
+
+    def _device_function(self) -> Optional[str]:
+        """The project function every move of the file takes its device from, when there is
+        one (`.to(get_device())` with `get_device` imported from `infras/utils.py`, and no
+        `.cuda()`): what it returns decides whether anything leaves the CPU. None otherwise."""
+        if self._device_source is None:
+            found: Set[str] = set()
+            flow = self.ctx.analysis(BatchFlow)
+            for move in self.ctx.analysis(Moves).moves_in(self.ctx.module):
+                device = move.device
+                helper = flow.project_helper(device.func) if type(device) is cst.Call else None
+                if helper is None or helper.startswith("<"):
+                    found = set()
+                    break
+                found.add(helper)
+            self._device_source = (found.pop() if len(found) == 1 else None,)
+        return self._device_source[0]
 
     def _model_of_unknown_placement(self, finding: Unmoved) -> bool:
         if finding.kind != "model" or type(finding.sink) is not cst.Call:
@@ -567,6 +598,8 @@ class BatchNotOnDevice(Rule):
             "unknown_model": unknown_model,
             "wraps_inputs": self._wraps_inputs_here(),
             "deferred": self._forward_questions,
+            "device_function": self._device_function(),
+            "cpu_functions": _cpu_functions(self.ctx.module),
         }
         if self._forward_questions or self.ctx.nodes(cst.ClassDef):
             facts.update(resolution_facts(self.ctx, self._class_facts(moves)))
@@ -599,12 +632,28 @@ class BatchNotOnDevice(Rule):
     def check_project(cls, project) -> Iterable[Diagnostic]:
         facts = project.facts(cls.code)
         out: List[Diagnostic] = []
+        modules = _module_index(project)
+        # Files whose every move goes to a device function of the project that returns only
+        # "cpu": nothing of theirs leaves the CPU, so no batch item meets a device there.
+        on_cpu = {
+            display
+            for display, data in facts.items()
+            if _returns_only_cpu(data.get("device_function"), display, facts, project, modules)
+        }
         wraps_inputs = any(f.get("wraps_inputs") for f in facts.values())
         if not wraps_inputs:
-            for data in facts.values():
-                out.extend(Diagnostic.from_dict(d) for d in data.get("unknown_model", []))
+            for display, data in facts.items():
+                if display not in on_cpu:
+                    out.extend(Diagnostic.from_dict(d) for d in data.get("unknown_model", []))
         for hierarchy, display, path, key, entry in deferred_candidates(project, cls.code):
             if entry is None or (entry.get("unknown_model") and wraps_inputs):
+                continue
+            if display in on_cpu:
+                continue
+            if entry.get("device_only"):
+                diagnostic = project.candidate(display, cls.code, key)
+                if diagnostic is not None:
+                    out.append(diagnostic)
                 continue
             wrapped = entry.get("wrapped_init", [])
             verdicts = [
@@ -618,9 +667,10 @@ class BatchNotOnDevice(Rule):
                     out.append(diagnostic)
         if not any(f.get("helper_deferred") for f in facts.values()):
             return out
-        modules = _module_index(project)
         joint: Optional[Hierarchy] = None
         for display, data in facts.items():
+            if display in on_cpu:
+                continue
             importer = project.paths.get(display)
             for entry in data.get("helper_deferred", []):
                 target = _helper_file(entry["helper"], importer, project, modules)
@@ -740,6 +790,40 @@ def _kept_from(family: Family, attribute: str, wrapped: List[Any]) -> bool:
             where = class_facts["from_init"].get(attribute)
             return where is not None and (where[0] in wrapped or where[1] in wrapped)
     return False
+
+
+def _cpu_functions(module: cst.Module) -> List[str]:
+    """The module-level functions whose every `return` gives the CPU device: `"cpu"` or
+    `torch.device("cpu")` (`def get_device(): return 'cpu'`, a GPU switch commented out)."""
+    found = []
+    for statement in module.body:
+        if type(statement) is not cst.FunctionDef:
+            continue
+        returns = [n for n in own_nodes(statement) if type(n) is cst.Return]
+        if returns and all(_cpu_literal(r.value) for r in returns):
+            found.append(statement.name.value)
+    return found
+
+
+def _cpu_literal(value: Optional[cst.BaseExpression]) -> bool:
+    if type(value) is cst.Call and value.args and dotted_name(value.func) in (
+        "torch.device", "device"
+    ):
+        value = value.args[0].value
+    return (string_literal(value) or "").strip().lower() == "cpu"
+
+
+def _returns_only_cpu(
+    function: Optional[str], display: str, facts, project, modules: Dict[Path, str]
+) -> bool:
+    """Is `function` (a qualified name as imported in the file `display`) a function of a
+    project file of this run whose every return is the CPU device?"""
+    if not function:
+        return False
+    target = _helper_file(function, project.paths.get(display), project, modules)
+    if target is None or target not in facts:
+        return False
+    return function.rsplit(".", 1)[-1] in facts[target].get("cpu_functions", [])
 
 
 def _module_index(project) -> Dict[Path, str]:
