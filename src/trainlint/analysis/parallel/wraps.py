@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
-from ..base.calls import has_star_args, is_false, is_true, keyword, positional
+from ..base.calls import argument, has_star_args, is_false, is_true, keyword, positional
 from ..base.identity import same_module
 from ..base.names import LOCAL_PREFIX, Names, dotted_name
 from ..project.modules import ALL, freezes, frozen_by_loop
@@ -60,6 +60,9 @@ class WrapSite:
     # given. With **kwargs both are "unknown".
     options: Dict[str, str] = field(default_factory=dict)
     settings: Dict[str, Dict[str, object]] = field(default_factory=dict)
+    # A DataParallel given one device (`device_ids=[gpu]`, or the `device_ids` a DDP wrap of
+    # the file is given, which holds at most one): it runs the module itself, no replicas.
+    one_device: bool = False
 
     @property
     def tolerates_unused(self) -> bool:
@@ -72,6 +75,7 @@ class WrapSite:
             "classes": sorted(self.classes),
             "options": self.options,
             "settings": self.settings,
+            "one_device": self.one_device,
         }
 
 
@@ -104,6 +108,9 @@ class Wraps(Analysis):
                         site.options[name] = "config"
                         site.settings[name] = setting
             self.sites.append(site)
+        for site in self.sites:
+            if site.kind == DP_KIND:
+                site.one_device = self._one_device(site.call)
         self.signals = self._signals()
         self.finds_unused = self._finds_unused()
         self.frozen = self._frozen_outside()
@@ -117,6 +124,23 @@ class Wraps(Analysis):
             "unused_settings": self.settings,
             "frozen": sorted(self.frozen),
         }
+
+    def _one_device(self, call: cst.Call) -> bool:
+        """Is this DataParallel given exactly one device: a one-element `device_ids` list, or
+        the same `device_ids` expression as a DistributedDataParallel wrap of the file (DDP
+        takes one device per process; `if distributed: teacher = DataParallel(teacher,
+        device_ids=device_ids); student = DDP(student, device_ids=device_ids)`)? With one
+        device, DataParallel calls the module itself: nothing is replicated."""
+        ids = argument(call, 1, "device_ids")
+        if ids is None:
+            return False
+        if isinstance(ids, (cst.List, cst.Tuple)):
+            return len(ids.elements) == 1 and type(ids.elements[0]) is cst.Element
+        text = self.ctx.code(ids)
+        return any(
+            ddp is not None and self.ctx.code(ddp) == text
+            for ddp in (argument(s.call, 1, "device_ids") for s in self.ddp_sites())
+        )
 
     def ddp_sites(self) -> List[WrapSite]:
         return [site for site in self.sites if site.kind == DDP_KIND]

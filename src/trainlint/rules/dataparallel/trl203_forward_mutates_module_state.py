@@ -61,7 +61,9 @@ class ForwardMutatesModuleState(Rule):
     criterion beside the model and wrap the model (a loss held by a wrapped model the analysis
     names is still an error). Otherwise the rule is quiet: in
     projects without DataParallel, or that use it only around other, known models (whose
-    classes and submodules do not include this one), the writes are harmless
+    classes and submodules do not include this one), or only with one device (`device_ids=[gpu]`,
+    or the `device_ids` a DistributedDataParallel wrap of the same file is given, which holds
+    one device: DataParallel then calls the module itself), the writes are harmless
     (DistributedDataParallel runs one model per process).
 
     ## Why is this bad
@@ -440,12 +442,12 @@ def data_parallel_wraps(
     hierarchy: Hierarchy, evidence: List[Tuple[Path, dict]]
 ) -> List[Tuple[str, Path, List[str]]]:
     """("train.py:57", file, wrapped class names) for every nn.DataParallel wrap of the
-    evidence files."""
+    evidence files that may replicate its module (not one given a single device)."""
     found = []
     for path, facts in evidence:
         rows = facts.get("wrap_rows", [])
         for index, wrap in enumerate(facts.get("wraps", ())):
-            if wrap.get("kind") == DP_KIND:
+            if wrap.get("kind") == DP_KIND and not wrap.get("one_device"):
                 row = rows[index] if index < len(rows) else "?"
                 where = f"{hierarchy.display(path)}:{row}"
                 found.append((where, path, list(wrap.get("classes", ()))))
