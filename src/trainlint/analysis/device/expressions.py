@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from ...walk import own_nodes
 from ..base.calls import string_literal, string_value
 from ..base.conditions import Conditions
 from ..base.names import Names, dotted_name
@@ -156,6 +157,23 @@ class Devices(Analysis):
         if expr is None:
             return None
         return self._device(expr, set())
+
+    def cpu_functions(self) -> List[str]:
+        """The module-level functions whose every `return` gives the CPU device (`def
+        get_device(): return 'cpu'`, with the GPU line commented out): what a file that takes
+        its device from one of them moves stays on the CPU."""
+        found = []
+        for statement in self.ctx.module.body:
+            if type(statement) is not cst.FunctionDef:
+                continue
+            returned = [
+                self.device_of(node.value)
+                for node in own_nodes(statement)
+                if type(node) is cst.Return
+            ]
+            if returned and all(d is not None and d.kind == "cpu" for d in returned):
+                found.append(statement.name.value)
+        return found
 
     def cuda_index(self, expr: cst.BaseExpression) -> Device:
         """What an integer-valued CUDA index (`.cuda(i)`, `set_device(i)`, `device_ids[0]`)

@@ -14,7 +14,7 @@ from ..base.memo import Summaries
 from ..base.identity import KEEPS_PLACEMENT, RETURNS_RECEIVER, returned_module
 from ..base.calls import argument, is_true, keyword
 from ..base.conditions import switched_off
-from ..base.names import Names, dotted_name
+from ..base.names import Names, dotted_name, may_be_project
 from ..base.nodes import (
     call_param_index,
     is_name,
@@ -110,8 +110,28 @@ class Moves(Analysis):
         self._moves: Dict[int, Tuple[cst.Call, Optional[Move]]] = {}
         self._move_calls: Optional[bool] = None
         self._may_move: Optional[bool] = None
+        self._device_function: Optional[Tuple[Optional[str]]] = None  # (answer,) once known
 
     # -- whole file ---------------------------------------------------------------------------
+
+    def device_function(self) -> Optional[str]:
+        """The qualified name of the function of another project file every move of this file
+        takes its device from (`.to(get_device())` with `get_device` imported from
+        `infras/utils.py`, and no `.cuda()`), when there is exactly one: what it returns
+        decides whether anything of the file leaves the CPU. None otherwise."""
+        if self._device_function is None:
+            found: Set[str] = set()
+            for move in self.moves_in(self.ctx.module):
+                device = move.device
+                qualified = self.names.qualified(device.func) if type(device) is cst.Call else ()
+                if not qualified or not all(
+                    may_be_project(q) and not q.startswith("<") for q in qualified
+                ):
+                    found = set()
+                    break
+                found.add(sorted(qualified)[0])
+            self._device_function = (found.pop() if len(found) == 1 else None,)
+        return self._device_function[0]
 
     def has_move_calls(self) -> bool:
         """Can any call of this file be a move? (a `.to`/`.cuda`/`.type_as` method call, or a

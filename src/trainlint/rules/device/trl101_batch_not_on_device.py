@@ -8,9 +8,9 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.base.calls import keyword, string_literal
-from ...analysis.base.names import dotted_name
+from ...analysis.base.calls import keyword
 from ...analysis.base.nodes import own_method, positional_params
+from ...analysis.device.expressions import Devices
 from ...analysis.device.host_side import HostSide
 from ...analysis.device.moves import Moves, UNKNOWN_PLACEMENT
 from ...analysis.loop.batchflow import BatchFlow
@@ -26,7 +26,6 @@ from ...analysis.project.hierarchy import (
 )
 from ...analysis.project.modules import Modules, attributes_from_init
 from ...diagnostics import Diagnostic, Severity
-from ...walk import own_nodes
 from ..base import PendingFix, PendingReport, Rule
 
 _SAME_DEVICE = '"Expected all tensors to be on the same device"'
@@ -266,7 +265,6 @@ class BatchNotOnDevice(Rule):
         # candidate key -> the imported model class whose `forward` decides (project phase), or
         # {"device_only": True}: only the device function of another file decides
         self._forward_questions: Dict[str, Dict[str, Any]] = {}
-        self._device_source: Optional[Tuple[Optional[str]]] = None
 
     # -- the per-file phase -------------------------------------------------------------------
 
@@ -335,7 +333,7 @@ class BatchNotOnDevice(Rule):
             )
             self._unknown_model.append(pending)
             return
-        if helper is None and self._device_function() is not None:
+        if helper is None and self.ctx.analysis(Moves).device_function() is not None:
             # Every move of the file goes to `get_device()` of another project file, which may
             # return "cpu": the project phase reads it before anything is reported.
             key = f"device{len(self._forward_questions)}"
@@ -351,23 +349,6 @@ class BatchNotOnDevice(Rule):
         # A batch from another file's collate, handed to a model of another file's class:
         # reported only when neither the helper nor the model's `forward` places the item.
         self._deferred.append((helper, pending, forward_question))
-
-    def _device_function(self) -> Optional[str]:
-        """The project function every move of the file takes its device from, when there is
-        one (`.to(get_device())` with `get_device` imported from `infras/utils.py`, and no
-        `.cuda()`): what it returns decides whether anything leaves the CPU. None otherwise."""
-        if self._device_source is None:
-            found: Set[str] = set()
-            flow = self.ctx.analysis(BatchFlow)
-            for move in self.ctx.analysis(Moves).moves_in(self.ctx.module):
-                device = move.device
-                helper = flow.project_helper(device.func) if type(device) is cst.Call else None
-                if helper is None or helper.startswith("<"):
-                    found = set()
-                    break
-                found.add(helper)
-            self._device_source = (found.pop() if len(found) == 1 else None,)
-        return self._device_source[0]
 
     def _model_of_unknown_placement(self, finding: Unmoved) -> bool:
         if finding.kind != "model" or type(finding.sink) is not cst.Call:
@@ -598,8 +579,8 @@ class BatchNotOnDevice(Rule):
             "unknown_model": unknown_model,
             "wraps_inputs": self._wraps_inputs_here(),
             "deferred": self._forward_questions,
-            "device_function": self._device_function(),
-            "cpu_functions": _cpu_functions(self.ctx.module),
+            "device_function": self.ctx.analysis(Moves).device_function(),
+            "cpu_functions": self.ctx.analysis(Devices).cpu_functions(),
         }
         if self._forward_questions or self.ctx.nodes(cst.ClassDef):
             facts.update(resolution_facts(self.ctx, self._class_facts(moves)))
@@ -790,27 +771,6 @@ def _kept_from(family: Family, attribute: str, wrapped: List[Any]) -> bool:
             where = class_facts["from_init"].get(attribute)
             return where is not None and (where[0] in wrapped or where[1] in wrapped)
     return False
-
-
-def _cpu_functions(module: cst.Module) -> List[str]:
-    """The module-level functions whose every `return` gives the CPU device: `"cpu"` or
-    `torch.device("cpu")` (`def get_device(): return 'cpu'`, a GPU switch commented out)."""
-    found = []
-    for statement in module.body:
-        if type(statement) is not cst.FunctionDef:
-            continue
-        returns = [n for n in own_nodes(statement) if type(n) is cst.Return]
-        if returns and all(_cpu_literal(r.value) for r in returns):
-            found.append(statement.name.value)
-    return found
-
-
-def _cpu_literal(value: Optional[cst.BaseExpression]) -> bool:
-    if type(value) is cst.Call and value.args and dotted_name(value.func) in (
-        "torch.device", "device"
-    ):
-        value = value.args[0].value
-    return (string_literal(value) or "").strip().lower() == "cpu"
 
 
 def _returns_only_cpu(
