@@ -87,6 +87,7 @@
     python benchmarks/precision.py --sources DIR --split holdout87  # the 87th held-back set
     python benchmarks/precision.py --sources DIR --split holdout88  # the 88th held-back set
     python benchmarks/precision.py --sources DIR --split holdout89  # the 89th held-back set
+    python benchmarks/precision.py --sources DIR --split holdout90  # the 90th held-back set
     python benchmarks/precision.py --sources DIR --json             # the same report as JSON
     python benchmarks/precision.py --sources DIR --unlabelled-out todo.json
     python benchmarks/precision.py --sources DIR --unlabelled-dir todo/   # one file per repo
@@ -355,7 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
         "--split",
-        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 90)), "all"),
+        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 91)), "all"),
         default="dev",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
