@@ -190,15 +190,23 @@ class Scopes(Analysis):
         if not before:
             return bindings  # used before any binding here: a loop or a later call
         reaching: List[Binding] = []
+        last: Optional[Binding] = None  # the binding every path to `at` runs last, if any
         for binding in reversed(before):
             if self._other_arm(binding, at, scope, read, position):
                 continue  # `if ...: m = wrap(m)` `else: m0 = m`: the `if` arm has not run
             reaching.append(binding)
             if not self._conditional(binding, scope, around_at):
+                last = binding
                 break
         reaching.reverse()
-        # Inside a loop, a binding later in the same loop reaches the next iteration's use.
+        # Inside a loop, a binding later in the same loop reaches the next iteration's use,
+        # unless a binding that always runs before the use in that same loop body replaces it
+        # first (`model = nn.DataParallel(model)`, then the use, then `model = model.eval()`:
+        # each iteration's use sees that iteration's wrapper).
         loops = [a for a in read if type(a) in (cst.For, cst.While)]
+        if last is not None:
+            around_last = self._ancestors_until(last.statement or last.node, scope)
+            loops = [loop for loop in loops if not any(loop is a for a in around_last)]
         if loops:
             for binding in bindings:
                 if (index.get(binding.node, -1) > use or id(binding) in own) and any(
