@@ -115,6 +115,7 @@ class Parallel(Analysis):
         if values is None or not values:
             return state
         wrappers = 0
+        cycles = 0
         for value in values:
             kind = None
             peeled = same_module(value, self.names) if value is not None else None
@@ -124,6 +125,11 @@ class Parallel(Analysis):
                     state.sites.append(self._wrap_call_of(peeled))
             elif type(peeled) is cst.Name or type(peeled) is cst.Attribute:
                 inner = self._wrapper_state_inner(peeled)
+                if inner is None:
+                    # `model = model.apply(init)` in a loop, read back by itself: it holds
+                    # what the other bindings give it, and adds nothing of its own
+                    cycles += 1
+                    continue
                 if inner.every:
                     kind = next(iter(inner.kinds))
                 elif inner.some:
@@ -134,18 +140,26 @@ class Parallel(Analysis):
                 wrappers += 1
                 state.kinds.add(kind)
         state.some = state.some or wrappers > 0
-        state.every = wrappers == len(values) and wrappers > 0
+        state.every = wrappers == len(values) - cycles and wrappers > 0
         return state
 
-    def _wrapper_state_inner(self, value: cst.CSTNode) -> WrapState:
+    def _wrapper_state_inner(self, value: cst.CSTNode) -> Optional[WrapState]:
+        """What the name `value` (peeled from a binding's value) holds where that binding
+        reads it; None when that read is already being followed (a loop's `m = m.apply(f)`
+        reaches itself)."""
         depth = getattr(self, "_depth", 0)
         if depth > 3:
             return WrapState()
+        following: Set[int] = getattr(self, "_following", set())
+        if id(value) in following:
+            return None
         self._depth = depth + 1
+        self._following = following | {id(value)}
         try:
             return self.wrapper_state(value, self.evaluation_point(value))
         finally:
             self._depth = depth
+            self._following = following
 
     def evaluation_point(self, node: cst.CSTNode) -> cst.CSTNode:
         """Where the names in `node` are looked up: for the value of `x = f(x)`, the assignment

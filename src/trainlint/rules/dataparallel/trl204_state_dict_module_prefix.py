@@ -43,7 +43,10 @@ class StateDictModulePrefix(Rule):
     it (one naming a file any save of it names, or a path chosen at run time such as
     `torch.load(args.resume)`) puts it back into a wrapper: its known consumers expect the
     prefix. A checkpoint saved as a list, `[model.state_dict(), optimizer.state_dict()]`, is
-    matched by position: `optimizer.load_state_dict(states[1])` reads another entry. A file that
+    matched by position: `optimizer.load_state_dict(states[1])` reads another entry; one saved
+    as an entry of a checkpoint (`{"state_dict": ...}`) is not what a load hands on whole
+    (`model.module.load_state_dict(checkpoint)` in the `except KeyError:` of the resume is a
+    fallback for a bare state dict of another script). A file that
     also loads it into a bare model (an evaluation or export path) is reported, unless every
     load of the file that may read it strips the prefix first
     (`load_state_dict(convert(torch.load(path)))` with a `convert` of the file that drops
@@ -218,6 +221,7 @@ class StateDictModulePrefix(Rule):
             for found in [method_call(load, "load_state_dict")]
             if found is not None and load.args
             and _entry(load.args[0].value) in (key, None)
+            and not (key is not None and self._whole_file(load.args[0].value))
             and self._may_read(names, load.args[0].value)
         ]
         return bool(loads) and all(
@@ -225,6 +229,15 @@ class StateDictModulePrefix(Rule):
             and self.parallel.wrapper_state(receiver, load).every
             for receiver, load in loads
         )
+
+    def _whole_file(self, loaded: cst.CSTNode) -> bool:
+        """Is `loaded` what a load call read, as it is (`torch.load(path)`, or a name bound to
+        it)? A state dict saved as one entry of a checkpoint (`{"state_dict": ...}`) is not
+        what such a load hands to `load_state_dict`: that is a fallback for another format."""
+        if type(loaded) not in (cst.Name, cst.Call):
+            return False
+        source = self._loaded_from(loaded)
+        return type(source) is cst.Call and _is_load(source)
 
     def _loads_strip_prefix(self, call: cst.Call) -> bool:
         """Does every load of this file that may read the checkpoint hand what it reads
