@@ -211,6 +211,23 @@ class Moves(Analysis):
             return Move(node, receiver, "tensor", device, non_blocking)
         return None
 
+    def to_cpu(self, node: cst.CSTNode) -> bool:
+        """Does `node` bring its receiver to the CPU: `x.cpu()`, `x.to("cpu")`,
+        `x.to(device="cpu")`, `x.to(torch.device("cpu"))` (`generator(L).detach().to("cpu")`
+        is a host tensor, whatever the generator ran on)?"""
+        if type(node) is not cst.Call or type(node.func) is not cst.Attribute:
+            return False
+        attr = node.func.attr.value
+        if attr == "cpu":
+            return True
+        if attr != "to":
+            return False
+        device = keyword(node, "device")
+        if device is None:
+            positional = [a.value for a in node.args if a.keyword is None and not a.star]
+            device = positional[0] if positional else None
+        return device is not None and self._is_cpu(device)
+
     def _to_device_arg(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         device = keyword(call, "device")
         if device is None:
@@ -261,7 +278,7 @@ class Moves(Analysis):
                 return True
             func = expr.func
             if type(func) is cst.Attribute:
-                if func.attr.value in _CPU_METHODS:
+                if func.attr.value in _CPU_METHODS or self.to_cpu(expr):
                     return False
                 if self.is_moved(func.value, depth):
                     return True  # x.to(dev).float()

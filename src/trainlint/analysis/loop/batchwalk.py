@@ -463,7 +463,9 @@ class BatchWalker:
                     return self._dict_item(receiver, method, call)
                 return receiver if method in TENSOR_PRESERVING else None
             if receiver is DEVICE:
-                return None if method in NOT_TENSOR_RESULTS else DEVICE
+                if method in NOT_TENSOR_RESULTS or self.moves.to_cpu(call):
+                    return None  # `model(x).detach().to("cpu")`: back on the host
+                return DEVICE
         args = [self.value(a.value, d) for a in call.args]
         if self.a.is_torch_function(call):
             if DEVICE in args:

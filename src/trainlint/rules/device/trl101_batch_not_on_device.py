@@ -58,7 +58,8 @@ class BatchNotOnDevice(Rule):
       returns, `self.loss = get_class(conf.loss_class)(...)`: a class picked while the script
       runs, whose `forward` may take dicts and place what it reads; `getattr(nn, name)()` is
       still a torch criterion);
-    - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one.
+    - arithmetic or a comparison with a model output, `torch.cat`/`torch.stack` with one (not
+      with one brought back, `generator(L.to(device)).detach().to("cpu")`: a host tensor).
 
     Moves are followed per path. An item moved on any path counts as moved, except where the
     moves sit in the arms of one `if`/`elif`/`else` that exclude each other:
