@@ -165,6 +165,13 @@ class Project:
         once per run; nothing is parsed here."""
         return [path for path, text in self._project_texts() if pattern.search(text)]
 
+    def count_matching(self, pattern: re.Pattern) -> Optional[int]:
+        """How often `pattern` matches in the texts of the project's files and notebooks;
+        None without a loader (flake8), where the other files cannot be read."""
+        if self.loader is None:
+            return None
+        return sum(len(pattern.findall(text)) for _, text in self._project_texts())
+
     def importers_of(self, name: str, path: Path) -> Set[Path]:
         """The other project files that may import `name` from the file at `path`: an import
         line names it or the file's module (`from train import fit`, `import train as T`)."""

@@ -124,6 +124,9 @@ class Method:
     super_calls: Set[str] = field(default_factory=set)  # super().<name>()
     # `self.<sub>.<attr>` read as a value ("sub.attr"): what a submodule's forward left on it.
     sub_reads: Set[str] = field(default_factory=set)
+    # `self.<sub>.<method>(...)` ("sub.method"), once per call: a submodule's method run by
+    # this one (a getter of what the submodule's forward left, `self.backbone.get_layers()`).
+    sub_calls: List[str] = field(default_factory=list)
     # The names of the functions a call hands `self` itself to (`self.exits.collect(self)` ->
     # "collect"), once per call: what such a function reads of the module it is given, it
     # reads during this method.
@@ -137,6 +140,7 @@ class Method:
             "branch_calls": sorted(self.branch_calls - self.calls),
             "super_calls": sorted(self.super_calls),
             "sub_reads": sorted(self.sub_reads),
+            "sub_calls": sorted(self.sub_calls),
             "hands_self_to": sorted(self.hands_self_to),
         }
 
@@ -386,6 +390,10 @@ class Modules(Analysis):
                 cls.escapes.add("")
             if name in cls.methods or initialising:
                 return  # a method, or a module called while building (shape inference)
+        if type(parent) is cst.Attribute and parent.value is node:
+            holder = self.ctx.parent(parent)
+            if type(holder) is cst.Call and holder.func is parent:
+                method.sub_calls.append(f"{name}.{parent.attr.value}")
         if initialising and not self._hands_on(node):
             return
         if self._data_dependent(node):

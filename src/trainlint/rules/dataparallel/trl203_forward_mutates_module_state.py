@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -109,7 +110,11 @@ class ForwardMutatesModuleState(Rule):
     methods read it in a later call is not seen, a known problem): read by a method of the class
     or its relatives, or by a module holding it as a submodule in a method outside what its
     forward runs (`def attention_map(self): return self.encoder.last_attention`; a read in the
-    holder's forward right after calling the submodule reads the replica's own copy), or read on
+    holder's forward right after calling the submodule reads the replica's own copy, also
+    through a getter of the submodule, `self.backbone.get_layers()`, when every call of the
+    getter in the project's texts is one a holder makes in what its forward runs or in its
+    `__init__`; under flake8 the other files cannot be counted, and the getter counts as read
+    after the call), or read on
     a model object in the project where it may be the wrapped module: through the
     wrapper's `.module` (`model.module.list_att`), or in a file that wraps a model itself or
     builds the class by name (a plain `model.list_att` in a demo that does neither reads a model
@@ -481,8 +486,35 @@ def _read_after_the_call(hierarchy: Hierarchy, family: Family, attr: str) -> boo
             if name in reach or attr in afresh.get(name, ()):
                 continue
             if attr in method.get("reads", ()) or attr in method.get("branch_reads", ()):
+                if _run_only_inside_holders(hierarchy, name):
+                    continue
                 return True
     return False
+
+
+def _run_only_inside_holders(hierarchy: Hierarchy, method: str) -> bool:
+    """Is the method (a getter, `get_layers()` returning `self.layers`) called only by modules
+    that hold this one, from their `__init__` (before any forward) or from what a call of them
+    runs (`self.backbone(x)`, then `self.backbone.get_layers()`)? There a replica reads its own
+    submodule's copy, set in the same call. Every call in the project's texts must be one of
+    those the facts record; one more (a script calling it after the forward) reads the original."""
+    suffix = f".{method}"
+    sites = 0
+    for _, facts in hierarchy.known_files():
+        reach = facts.get("call_reach", {})
+        for name, cls in (facts.get("classes") or {}).items():
+            reached = set(reach.get(name, ()))
+            for method_name, info in (cls.get("methods") or {}).items():
+                calls = [c for c in info.get("sub_calls", ()) if c.endswith(suffix)]
+                if not calls:
+                    continue
+                if method_name != "__init__" and method_name not in reached:
+                    return False
+                sites += len(calls)
+    if not sites:
+        return False
+    in_texts = hierarchy.project.count_matching(re.compile(rf"\.{re.escape(method)}\s*\("))
+    return in_texts == sites
 
 
 def _read_by_a_holder_after_the_call(hierarchy: Hierarchy, attr: str) -> bool:
