@@ -61,6 +61,8 @@ _MAX_NESTED_CLASSES = 6  # classes of the file built inside one another, followe
 _CONTAINERS = ("Sequential", "ModuleList")
 _MOVES = ("to", "cuda", "cpu", "float", "double", "half")
 _WRAPPERS = ("DataParallel", "DistributedDataParallel", "DDP")
+# Calls that build a new module from another: they hold a copy, not the module they are given.
+_COPIES = frozenset({"deepcopy", "copy", "AveragedModel", "ModelEmaV2", "ModelEMA", "EMA"})
 _MAX_REBINDINGS = 8  # `model = wrap(model)` links followed back to the class that built it
 # Builtins a model class calls that build no layer and switch no mode.
 _PLAIN_BUILTINS = frozenset(
@@ -203,6 +205,30 @@ def model_constructors(
     if places:
         return None  # rebound more often than followed: unknown
     return found
+
+
+def holds_module(steps: "TrainingSteps", holder: str, module: str, at: cst.CSTNode) -> bool:
+    """Was `module` (a name) handed, as itself, to the constructor of what `holder` holds at `at`
+    (`d_net = Distiller(t_net, s_net)`, `nn.Sequential(backbone, head)`, `nn.ModuleList([g,
+    d])`)? A module keeps what it is given as submodules, so `holder.train()` puts `module` in
+    training mode too. A class of another file is taken to keep it (what it does with its
+    arguments is not visible); a copy (`copy.deepcopy(model)`, `AveragedModel(model)`) is a
+    new module and holds nothing of the original."""
+    if not module.isidentifier() or not holder or module == holder:
+        return False
+    constructors = model_constructors(steps, holder, at)
+    for call in constructors or ():
+        leaf = (dotted_name(call.func) or "").split(".")[-1]
+        if leaf in _COPIES:
+            continue
+        for arg in call.args:
+            value = arg.value
+            given: List[cst.BaseExpression] = [value]
+            if isinstance(value, (cst.List, cst.Tuple)):
+                given = [element.value for element in value.elements]
+            if any(type(v) is cst.Name and v.value == module for v in given):
+                return True
+    return False
 
 
 def _passed_for(

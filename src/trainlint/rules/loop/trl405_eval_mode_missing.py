@@ -13,6 +13,7 @@ from ...analysis.base.identity import aliases
 from ...analysis.base.names import dotted_name
 from ...analysis.loop.modes import (
     eval_mode_returners,
+    holds_module,
     imported_model_class,
     mode_free_classes,
     mode_free_model,
@@ -195,7 +196,10 @@ class EvalModeMissing(Rule):
     body under the same test (`else: net.eval()` ... `else: net.requires_grad_(True).train()`),
     or at the top of the next iteration under the same test as the `eval()` (`if
     args.train_backbone: backbone.train()` before the training steps, the same `if` before its
-    `eval()`), with nothing the test reads assigned in the loop. An `eval()` that comes with
+    `eval()`), with nothing the test reads assigned in the loop, or through a module built
+    from the evaluated one (`d_net = Distiller(t_net, s_net)`, then `d_net.train()` at the
+    top of each epoch: a module keeps what it is given as submodules, and a class of another
+    file is taken to; a copy, `copy.deepcopy(model)`, does not). An `eval()` that comes with
     `requires_grad_(False)` of the same module, run whenever the `eval()` is, with nothing
     switching its gradients back on later, freezes the module (a text encoder whose training
     stops at a given step): it is not trained again. Mode calls under `isinstance(net,
@@ -570,6 +574,7 @@ class EvalModeMissing(Rule):
         trained = steps.trained_models()
         if not trained:
             return
+        self._held: Dict[Tuple[str, str, cst.CSTNode], bool] = {}
         left_in_eval: List[Tuple[str, Event]] = []
         for loop in steps.all_loops():
             if steps.enclosing_loops(loop) or self.steps.library_owned(loop):
@@ -612,8 +617,16 @@ class EvalModeMissing(Rule):
                         return (state | {(receiver, event, _SET)},)
                     return (state,)
                 if event.kind == "train" and event.receiver is not None:
+                    # `d_net.train()` with `d_net = Distiller(t_net, s_net)`: the distiller's
+                    # mode switch reaches the student it holds
                     receiver = _strip(event.receiver)
-                    return (frozenset(s for s in state if not _same_module(s[0], receiver)),)
+                    return (
+                        frozenset(
+                            s for s in state
+                            if not _same_module(s[0], receiver)
+                            and not self._holds(receiver, s[0], event.node)
+                        ),
+                    )
                 if event.kind == "fresh" and event.receiver is not None:
                     # `model = build_model(args)` at the top of each seed: a new module, in
                     # train mode, replaces the one left in eval mode
@@ -674,6 +687,14 @@ class EvalModeMissing(Rule):
             self._report_restore(
                 receiver, event, imported_model_class(self.steps, receiver, event.site)
             )
+
+    def _holds(self, holder: str, module: str, at: cst.CSTNode) -> bool:
+        key = (holder, module, at)
+        if key not in self._held:
+            self._held[key] = holds_module(
+                self.steps, _strip(_unparam(holder)), _strip(_unparam(module)), at
+            )
+        return self._held[key]
 
     def _eval_chosen_for_training(self, flow) -> Set[Event]:
         """`model.eval()` written in a helper before a backward in the same helper: MoCo's
