@@ -678,6 +678,10 @@ class EvalModeMissing(Rule):
         for _, event in left_in_eval:
             nearest[event.node] = min(nearest.get(event.node, len(event.via)), len(event.via))
         reported: Set[cst.CSTNode] = set()
+        # The states are sets: when one site leaves several modules in eval mode, the one named
+        # is chosen by name, not by the order a set happened to hand them over in.
+        index = self.ctx.tree.index
+        left_in_eval.sort(key=lambda pair: (index.get(pair[1].site, -1), pair[0]))
         for receiver, event in left_in_eval:
             if event.site in reported or len(event.via) > nearest[event.node]:
                 continue
