@@ -67,6 +67,7 @@ class Project:
     _import_words: Optional[Dict[str, List[Path]]] = field(default=None, repr=False)
     _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
     _display_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
+    _match_counts: Dict[str, int] = field(default_factory=dict, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -170,7 +171,13 @@ class Project:
         None without a loader (flake8), where the other files cannot be read."""
         if self.loader is None:
             return None
-        return sum(len(pattern.findall(text)) for _, text in self._project_texts())
+        # Asked once per finding that depends on it: the project's texts are scanned once per
+        # pattern.
+        count = self._match_counts.get(pattern.pattern)
+        if count is None:
+            count = sum(len(pattern.findall(text)) for _, text in self._project_texts())
+            self._match_counts[pattern.pattern] = count
+        return count
 
     def importers_of(self, name: str, path: Path) -> Set[Path]:
         """The other project files that may import `name` from the file at `path`: an import
