@@ -2,92 +2,7 @@
 
     python benchmarks/precision.py --sources DIR                    # the dev split
     python benchmarks/precision.py --sources DIR --split holdout    # the final check
-    python benchmarks/precision.py --sources DIR --split holdout2   # the second held-back set
-    python benchmarks/precision.py --sources DIR --split holdout3   # the third held-back set
-    python benchmarks/precision.py --sources DIR --split holdout4   # the fourth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout5   # the fifth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout6   # the sixth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout7   # the seventh held-back set
-    python benchmarks/precision.py --sources DIR --split holdout8   # the eighth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout9   # the ninth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout10  # the tenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout11  # the eleventh held-back set
-    python benchmarks/precision.py --sources DIR --split holdout12  # the twelfth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout13  # the thirteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout14  # the fourteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout15  # the fifteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout16  # the sixteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout17  # the seventeenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout18  # the eighteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout19  # the nineteenth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout20  # the twentieth held-back set
-    python benchmarks/precision.py --sources DIR --split holdout21  # the 21st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout22  # the 22nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout23  # the 23rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout24  # the 24th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout25  # the 25th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout29  # the 29th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout30  # the 30th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout31  # the 31st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout32  # the 32nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout33  # the 33rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout34  # the 34th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout35  # the 35th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout36  # the 36th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout37  # the 37th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout38  # the 38th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout39  # the 39th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout40  # the 40th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout41  # the 41st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout42  # the 42nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout43  # the 43rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout44  # the 44th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout45  # the 45th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout46  # the 46th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout47  # the 47th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout48  # the 48th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout49  # the 49th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout50  # the 50th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout51  # the 51st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout52  # the 52nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout53  # the 53rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout54  # the 54th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout55  # the 55th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout56  # the 56th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout57  # the 57th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout58  # the 58th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout59  # the 59th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout60  # the 60th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout61  # the 61st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout62  # the 62nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout63  # the 63rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout64  # the 64th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout65  # the 65th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout66  # the 66th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout67  # the 67th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout68  # the 68th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout69  # the 69th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout70  # the 70th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout71  # the 71st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout72  # the 72nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout73  # the 73rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout74  # the 74th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout75  # the 75th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout76  # the 76th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout77  # the 77th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout78  # the 78th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout79  # the 79th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout80  # the 80th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout81  # the 81st held-back set
-    python benchmarks/precision.py --sources DIR --split holdout82  # the 82nd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout83  # the 83rd held-back set
-    python benchmarks/precision.py --sources DIR --split holdout84  # the 84th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout85  # the 85th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout86  # the 86th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout87  # the 87th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout88  # the 88th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout89  # the 89th held-back set
-    python benchmarks/precision.py --sources DIR --split holdout90  # the 90th held-back set
+    python benchmarks/precision.py --sources DIR --split holdout2   # a later held-back set (holdoutN)
     python benchmarks/precision.py --sources DIR --json             # the same report as JSON
     python benchmarks/precision.py --sources DIR --unlabelled-out todo.json
     python benchmarks/precision.py --sources DIR --unlabelled-dir todo/   # one file per repo
@@ -128,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -163,6 +79,13 @@ class Finding:
 
 def headline(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else ""
+
+
+def split_name(text: str) -> str:
+    """An argparse type: the splits repos.toml can name (a held-back set is pinned as holdoutN)."""
+    if text in ("dev", "holdout", "all") or re.fullmatch(r"holdout([2-9]|[1-9][0-9]+)", text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: expected dev, holdout, holdoutN (N >= 2) or all")
 
 
 def load_repos(path: Path, split: str) -> List[dict]:
@@ -356,8 +279,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of <owner>+<name> checkouts")
     parser.add_argument(
         "--split",
-        choices=("dev", "holdout", *(f"holdout{n}" for n in range(2, 91)), "all"),
+        type=split_name,
         default="dev",
+        help="dev, holdout, holdoutN (a later held-back set, N >= 2) or all",
     )
     parser.add_argument("--select", help="passed on to trainlint (codes or prefixes, or ALL)")
     parser.add_argument("--preview", action="store_true", help="passed on to trainlint")
@@ -385,6 +309,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.sources is None:
         parser.error("--sources is required (unless --merge)")
     repos = load_repos(args.repos, args.split)
+    if not repos:
+        print(f"{args.repos} has no repository in the split {args.split!r}", file=sys.stderr)
+        return 2
     problems = [(repo["name"], pin_problem(checkout_dir(args.sources, repo["name"]),
                                            repo["commit"])) for repo in repos]
     problems = [(name, why) for name, why in problems if why]

@@ -211,6 +211,18 @@ def test_a_git_checkout_at_another_commit_is_refused(corpus, tmp_path, capsys):
     assert "pinned at " + "0" * 40 in capsys.readouterr().err
 
 
+def test_a_split_is_dev_holdout_holdoutN_or_all_and_an_empty_one_is_refused(corpus, capsys):
+    _, args = corpus
+    for good in ("dev", "holdout", "holdout2", "holdout91", "all"):
+        assert precision_tool.split_name(good) == good
+    for bad in ("holdout1", "holdout0", "holdout02", "heldout", "holdout2a"):
+        with pytest.raises(SystemExit):
+            precision_tool.main([*args, "--split", bad])
+        assert "expected dev, holdout, holdoutN" in capsys.readouterr().err
+    assert precision_tool.main([*args, "--split", "holdout7"]) == 2
+    assert "has no repository in the split 'holdout7'" in capsys.readouterr().err
+
+
 def test_the_corpus_split_is_the_seeded_draw():
     draw_split = load("draw_split", REPO / "benchmarks" / "precision" / "draw_split.py")
     assert draw_split.main(["--check"]) == 0
