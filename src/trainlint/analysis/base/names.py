@@ -28,6 +28,10 @@ from .. import Analysis
 CANONICAL = {
     "torch.nn.parallel.DataParallel": "torch.nn.DataParallel",
     "torch.nn.parallel.data_parallel.DataParallel": "torch.nn.DataParallel",
+    # PyTorch Geometric's subclass: it replicates the module and scatters a list of graphs to
+    # the GPUs (from `device_ids[0]`) as torch's wrapper scatters tensors.
+    "torch_geometric.nn.DataParallel": "torch.nn.DataParallel",
+    "torch_geometric.nn.data_parallel.DataParallel": "torch.nn.DataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel": (
         "torch.nn.parallel.DistributedDataParallel"
     ),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -645,6 +645,9 @@ class Moves(Analysis):
             receiver = move.receiver
             if type(receiver) is cst.Call and self.names.is_(receiver.func, _DP, _DDP, *_FSDP):
                 return {WRAPPED}  # DataParallel(model).to(device): still the wrapper
+            if isinstance(receiver, (cst.Name, cst.Attribute)):
+                # `model = DataParallel(model)` ... `model = model.to(device)`: still the wrapper
+                return _moved_keeping_wrappers(self.placement(receiver, depth + 1))
             return {MOVED}
         if type(value) is cst.Call:
             func = value.func
@@ -707,7 +710,7 @@ class Moves(Analysis):
                         found.discard(UNPLACED)
                         found.add(MOVED)
                 elif position > latest:  # model = Net(); model.to(device)
-                    return {kind}
+                    return _moved_keeping_wrappers(found) if kind == MOVED else {kind}
         return found
 
     def _param_placement(self, binding, depth: int) -> Set[str]:
@@ -908,10 +911,20 @@ class Moves(Analysis):
                 for index, param in enumerate(params)
                 if any(is_name(t.target, param) for t in node.targets)
             ]
-            if bound and self._value_placement(node.value, 1) == {MOVED}:
+            if bound and _on_device(self._value_placement(node.value, 1)):
                 moved.update(bound)
         memo[function] = moved
         return moved
+
+
+def _moved_keeping_wrappers(placement: Iterable[str]) -> Set[str]:
+    """Where a module is after `.to(device)` / `.cuda()`: on the device, and still the
+    DataParallel / DDP wrapper on the paths where it was one."""
+    return {WRAPPED if p == WRAPPED else MOVED for p in placement} or {MOVED}
+
+
+def _on_device(placement: Set[str]) -> bool:
+    return bool(placement) and placement <= {MOVED, WRAPPED}
 
 
 def _same_module_again(binding, name: str) -> bool:
