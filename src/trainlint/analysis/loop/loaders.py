@@ -52,6 +52,10 @@ _NOT_ITERATING = {
 }
 
 
+# Builtins whose result is one pass's iterator: `next()` on it continues that pass.
+_MAKES_ITERATOR = {"iter", "enumerate"}
+
+
 class LoaderFlow(Analysis):
     """Where the value of an expression (a DataLoader, a sampler) goes in this file.
 
@@ -477,7 +481,7 @@ class LoaderFlow(Analysis):
         made = self.objects_made_from(site, loader_refs)
         owner = enclosing_class(self.ctx, site)
         if not made or owner is None:
-            return self.loops_around(site)
+            return self._loops_through_callers(self._iterator_made_at(site), 3)
         objects = {id(ref) for call in made for ref in self.references(call)}
 
         def through(function: cst.FunctionDef, caller: cst.Call) -> bool:
@@ -489,6 +493,28 @@ class LoaderFlow(Analysis):
             return any(a is owner for a in self.ctx.ancestors(caller))
 
         return self._loops_through_callers([site, *made], 4, through)
+
+    def _iterator_made_at(self, site: cst.CSTNode) -> List[cst.CSTNode]:
+        """Where the batches drawn at `site` start: a `next(it)` draws from the pass begun
+        where `it = iter(loader)` was bound (every binding that reaches the draw, one restarting
+        the loader on StopIteration included), so only loops around those bindings start the
+        loader over, not the `while` that draws a pass batch by batch. Any other draw (a `for`,
+        `next(iter(loader))`) starts where it is."""
+        if type(site) is not cst.Call or (dotted_name(site.func) or "") != "next":
+            return [site]
+        arg = site.args[0].value if site.args else None
+        if type(arg) is not cst.Name:
+            return [site]
+        bindings = self.scopes.lookup(arg.value, site)
+        if not bindings or not all(
+            binding.kind == "assign"
+            and type(binding.value) is cst.Call
+            and (dotted_name(binding.value.func) or "") in _MAKES_ITERATOR
+            and binding.statement is not None
+            for binding in bindings
+        ):
+            return [site]
+        return [binding.statement for binding in bindings]  # type: ignore[misc]
 
     def objects_made_from(
         self, site: cst.CSTNode, loader_refs: Sequence[cst.CSTNode]
