@@ -190,7 +190,9 @@ class DeviceTensors(Analysis):
     # -- factories ----------------------------------------------------------------------------
 
     def factory_without_device(self, call: cst.Call) -> bool:
-        """`torch.zeros(...)`-like with no `device=`, creating a non-scalar CPU tensor."""
+        """`torch.zeros(...)`-like with no `device=`, creating a non-scalar CPU tensor. One
+        with `out=` writes into the tensor it is given (`torch.arange(n,
+        out=torch.cuda.LongTensor(n))`) and returns it, wherever that tensor lives."""
         qualified = self.names.qualified(call.func)
         leaf = None
         for name in qualified:
@@ -200,7 +202,9 @@ class DeviceTensors(Analysis):
             return False
         if any(arg.star == "**" for arg in call.args):
             return False
-        if any(arg.keyword is not None and arg.keyword.value == "device" for arg in call.args):
+        if any(
+            arg.keyword is not None and arg.keyword.value in ("device", "out") for arg in call.args
+        ):
             return False
         first = call.args[0].value if call.args and call.args[0].keyword is None else None
         if leaf == "tensor":

@@ -299,6 +299,16 @@ class NewTensorOffDevice(Rule):
         else:
             return False
         holder = self.ctx.parent(expr)
+        # `Variable(w.cuda())` (pre-0.4 code) is the moved tensor itself
+        while type(holder) is cst.Arg and holder.value is expr:
+            wrapper = self.ctx.parent(holder)
+            if not (
+                type(wrapper) is cst.Call
+                and wrapper.args[0] is holder
+                and self.ctx.names.is_(wrapper.func, "torch.autograd.Variable")
+            ):
+                break
+            expr, holder = wrapper, self.ctx.parent(wrapper)
         if type(holder) is cst.IfExp:
             # `x = x.cuda() if use_cuda else x`: moved wherever the device is used
             other = holder.orelse if holder.body is expr else holder.body
