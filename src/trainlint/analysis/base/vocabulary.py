@@ -157,6 +157,17 @@ MODEL_WORDS = frozenset(
     }
 )
 
+# Reads of a tensor whose result holds no autograd graph: its value as Python numbers or NumPy
+# (`.item()`, `.tolist()`, `.numpy()`), the detached tensor (`.detach()`, `.data`), or a fact
+# about it (`.numel()`, `.size()`, `.dim()`, `.shape`, `.dtype`, `.device`).
+GRAPHLESS_READS = frozenset(
+    {
+        "item", "tolist", "numpy", "detach", "detach_", "data",
+        "numel", "nelement", "size", "dim", "ndimension", "shape", "ndim",
+        "dtype", "device", "is_cuda", "get_device", "element_size",
+    }
+)
+
 # Context managers and decorators under which autograd records nothing.
 NO_GRAD_CONTEXTS = (
     "torch.no_grad",

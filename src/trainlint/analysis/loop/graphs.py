@@ -31,7 +31,7 @@ from ..base.calls import keyword
 from ..base.dataflow import events_of
 from ..base.names import dotted_name, dotted_targets
 from ..base.nodes import enclosing_class, is_name
-from ..base.vocabulary import LOSS_FUNCTIONS, LOSS_NAME
+from ..base.vocabulary import GRAPHLESS_READS, LOSS_FUNCTIONS, LOSS_NAME
 from ..parallel.parallel import module_root
 from .stepexprs import is_loss_key, name_leaves
 
@@ -65,8 +65,6 @@ _MODULE_OR_AUTOGRAD_METHODS = frozenset(
 _GRAD_SOURCE_LIBRARIES = ("torchvision.models", "torchvision.ops")
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 
-# Detaching reads: what they return holds no autograd graph.
-_DETACHING_ATTRS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
 _DETACHING_CALLS = {"float", "int", "bool", "round", "len", "str", "repr"}
 # Builtins whose result is one of their arguments, or arithmetic on them: it holds a graph only
 # when an argument does.
@@ -698,11 +696,11 @@ class AutogradGraphs:
         return found
 
     def _detaching(self, node: cst.CSTNode) -> bool:
-        if type(node) is cst.Attribute and node.attr.value in _DETACHING_ATTRS:
+        if type(node) is cst.Attribute and node.attr.value in GRAPHLESS_READS:
             return True
         if type(node) is cst.Call:
             func = node.func
-            if type(func) is cst.Attribute and func.attr.value in _DETACHING_ATTRS:
+            if type(func) is cst.Attribute and func.attr.value in GRAPHLESS_READS:
                 return True
             if type(func) is cst.Name and func.value in _DETACHING_CALLS:
                 return True

@@ -16,10 +16,7 @@ import libcst as cst
 from .. import Analysis
 from ..base.names import Names, dotted_name
 from ..base.scopes import Scopes
-from ..base.vocabulary import is_functional_loss
-
-# Reads that leave the graph behind: `x.item()`, `x.detach()`, `x.data` (not a container read).
-_DETACHING_READS = {"item", "detach", "data", "tolist", "numpy", "detach_"}
+from ..base.vocabulary import GRAPHLESS_READS, is_functional_loss
 
 
 class GraphTensors(Analysis):
@@ -38,7 +35,7 @@ class GraphTensors(Analysis):
         return (
             type(parent) is cst.Attribute
             and parent.value is leaf
-            and parent.attr.value not in _DETACHING_READS
+            and parent.attr.value not in GRAPHLESS_READS
         )
 
     def known(self, expr: cst.CSTNode, backpropagated: Set[str], _depth: int = 3) -> bool:

@@ -39,6 +39,7 @@ from .. import Analysis
 from ..base.names import dotted_name
 from ..base.nodes import mentions
 from ..base.scopes import Scopes
+from ..base.vocabulary import GRAPHLESS_READS
 from .steps import TrainingSteps
 from .stepexprs import name_leaves
 
@@ -375,7 +376,6 @@ class FunctionSummaries(Analysis):
         return None
 
 
-_DETACHING_METHODS = {"item", "tolist", "detach", "numpy"}
 _DETACHING_FUNCTIONS = {"float", "int", "bool", "round", "len", "str"}
 
 
@@ -391,7 +391,7 @@ def _plain(value: Optional[cst.CSTNode]) -> bool:
         return True
     if type(value) is cst.Call:
         func = value.func
-        if type(func) is cst.Attribute and func.attr.value in _DETACHING_METHODS:
+        if type(func) is cst.Attribute and func.attr.value in GRAPHLESS_READS:
             return True
         return type(func) is cst.Name and func.value in _DETACHING_FUNCTIONS
     if type(value) is cst.Dict:

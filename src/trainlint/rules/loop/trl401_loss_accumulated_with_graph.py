@@ -10,6 +10,7 @@ import libcst as cst
 from ...analysis.base.dataflow import events_of
 from ...analysis.base.names import dotted_name, dotted_targets
 from ...analysis.base.nodes import bound_on_every_path
+from ...analysis.base.vocabulary import GRAPHLESS_READS
 from ...analysis.loop.graphtensors import GraphTensors
 from ...analysis.loop.stepexprs import name_leaves
 from ...analysis.loop.steps import TrainingSteps
@@ -898,7 +899,7 @@ def _mentions(expr, target: str, detached_ok: bool = True) -> bool:
         if dotted_name(node) == target:
             return True
         if type(node) is cst.Attribute:
-            if not detached_ok and node.attr.value in ("item", "detach", "data", "tolist"):
+            if not detached_ok and node.attr.value in GRAPHLESS_READS:
                 continue
             stack.append(node.value)
             continue
