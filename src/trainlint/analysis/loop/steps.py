@@ -288,6 +288,13 @@ class TrainingSteps(AutogradGraphs, Analysis):
             )
         if type(expr) in (cst.ListComp, cst.GeneratorExp):
             return self._held_parameters(expr.for_in.iter, found, depth + 1)  # type: ignore
+        if type(expr) is cst.Name:
+            # `d_params = list(D_A.parameters()) + list(D_B.parameters())`; `Adam(d_params)`
+            bindings = self.scopes.lookup(expr.value, expr)
+            values = [bound_value(b) if b.kind == "assign" else None for b in bindings]
+            if not values or any(v is None for v in values) or self._grown_in_place(expr):
+                return False
+            return all(self._held_parameters(v, found, depth + 1) for v in values)  # type: ignore
         if type(expr) is cst.Dict:
             params = [
                 e.value
@@ -308,6 +315,21 @@ class TrainingSteps(AutogradGraphs, Analysis):
                 if not self._held_parameters(value, found, depth + 1):
                     return False
             return True
+        return False
+
+    def _grown_in_place(self, name: cst.Name) -> bool:
+        """Does the file add to the list `name` holds (`params.append(...)`, `.extend(...)`,
+        `.insert(...)`)? Its assignment then does not show all it holds (`params += ...` is a
+        binding of its own, which the lookup already returns)."""
+        for call in self.ctx.nodes(cst.Call):
+            func = call.func
+            if (
+                type(func) is cst.Attribute
+                and func.attr.value in ("append", "extend", "insert")
+                and type(func.value) is cst.Name
+                and func.value.value == name.value
+            ):
+                return True
         return False
 
     def _one_tensor(self, name: cst.Name) -> bool:
