@@ -2,7 +2,7 @@
 
     python benchmarks/precision.py --sources DIR                    # the dev split
     python benchmarks/precision.py --sources DIR --split holdout    # the final check
-    python benchmarks/precision.py --sources DIR --split holdout2   # a later held-back set (holdoutN)
+    python benchmarks/precision.py --sources DIR --split holdout2   # a later held-back set (N >= 2)
     python benchmarks/precision.py --sources DIR --json             # the same report as JSON
     python benchmarks/precision.py --sources DIR --unlabelled-out todo.json
     python benchmarks/precision.py --sources DIR --unlabelled-dir todo/   # one file per repo
