@@ -65,6 +65,7 @@ _MAX_STEPS = 64  # lookups one class name may take through re-exports and star i
 _MAX_NESTING = 12  # resolutions started inside a resolution (through installed packages)
 _UNKNOWN = object()
 _NOT_HERE = object()  # a star-imported module that does not define the name
+_HELPER_IMPORT_DEPTH = 5  # imports from a model file's user to a DDP helper (packages re-export)
 _STAR = "<star>."  # a lookup of a name through `from <file> import *`
 
 
@@ -792,7 +793,9 @@ class Hierarchy:
 
     def evidence(self, path: Path) -> List[Tuple[Path, dict]]:
         """The files that say how `path`'s classes are trained: `path`, the files that import
-        it (transitively), and what those import directly (a `setup_ddp()` helper)."""
+        it (transitively), and the files speaking of DDP that those import, directly or through
+        a few more project imports (a `setup_ddp()` helper; a trainer class the script imports
+        from a package, whose base class, in another package, wraps the model in DDP)."""
         path = Path(os.path.abspath(path))
         if path not in self._evidence:
             users = self.importers(path)
@@ -801,7 +804,7 @@ class Hierarchy:
             # those that speak of DDP are read, in the run or not (same answer either way).
             helpers = self._ddp_files() if self.project.complete else self._run_paths
             for user in users:
-                files |= self.imported_files(user) & helpers
+                files |= set(self.imported_closure(user, _HELPER_IMPORT_DEPTH)) & helpers
             self._evidence[path] = [
                 (file, facts)
                 for file in sorted(files)
