@@ -504,3 +504,26 @@ def test_fix_with_a_warm_cache_writes_the_fix_and_then_finds_nothing(project):
     assert cli.main(["-q", "--fix", "."]) == 0
     assert "model = nn.DataParallel(model.to(device))" in (project / "train.py").read_text()
     assert cli.main(["-q", "."]) == 0
+
+
+def test_a_changed_launch_config_invalidates_the_project_phase(project, tmp_path):
+    """TRL302 reads the project's Accelerate configs (YAML files, outside the run): a kept
+    project result must not outlive an edit to them, nor a config added or removed."""
+    source = RULE_FIXTURES / "TRL302" / "good_accelerate_fsdp_launch_configs"
+    (project / "train.py").write_bytes((source / "train.py").read_bytes())
+    (project / "configs").mkdir()
+    config = project / "configs" / "launch.yaml"
+    config.write_bytes((source / "accelerate_configs" / "fsdp_8gpu.yaml").read_bytes())
+    settings = Settings(root=project, select=["TRL302"])
+
+    def codes():
+        result, _ = run_cached(settings, tmp_path / "c", whole_project=True)
+        return [d.code for d in result.diagnostics]
+
+    assert codes() == []
+    assert codes() == []  # warm
+    config.write_text(config.read_text().replace("FSDP", "MULTI_GPU"))
+    assert codes() == ["TRL302"]
+    config.unlink()
+    (project / "configs" / "other.yaml").write_text("distributed_type: DEEPSPEED\n")
+    assert codes() == []

@@ -155,7 +155,7 @@ def test_cache_get_of_a_fifo_entry_is_a_miss(tmp_path):
     project_entry.parent.mkdir(parents=True)
     os.mkfifo(project_entry)
     with time_limit(10, "project cache lookup"):
-        assert cache.get_project(key, lambda: "") is None
+        assert cache.get_project(key, lambda: "", lambda: "") is None
 
 
 # -- discovery -------------------------------------------------------------------------------

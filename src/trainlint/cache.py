@@ -42,7 +42,7 @@ PROJECT = "project"  # the project phase's findings over a whole project's files
 LIBRARY = "library"  # summaries of installed library files (library.py)
 # Bumped when the layout of an entry changes, so an old entry is a miss rather than misread.
 ENTRY_FORMAT = 1
-PROJECT_FORMAT = 1
+PROJECT_FORMAT = 2  # 2: entries record the digest of the launch configs read
 # The project phase's entries are keyed by the content of every file of the run, so each edit
 # makes a new one and the old ones never serve again once the files have moved on. The newest
 # are kept (an undo, a switch back to another branch, runs over different file lists); older ones
@@ -215,11 +215,15 @@ class Cache:
         return digest.hexdigest()
 
     def get_project(
-        self, key: str, texts_digest: Callable[[], str]
+        self,
+        key: str,
+        texts_digest: Callable[[], str],
+        launch_digest: Callable[[], str],
     ) -> Optional[List[Diagnostic]]:
         """The project phase's findings stored under `key`, if every file it looked at outside
         the run is as it was (it exists or not, its bytes) and, when it read the project's
-        texts (a run over some files), `texts_digest()` of them now is what it was."""
+        texts (a run over some files) or its launch configurations (YAML files),
+        `texts_digest()` / `launch_digest()` of them now is what it was."""
         try:
             stored = json.loads(read_regular_file(self._project_path(key), MAX_ENTRY_SIZE))
             if stored["key"] != key:
@@ -232,6 +236,8 @@ class Cache:
                     return None
             if stored["texts"] is not None and stored["texts"] != texts_digest():
                 return None
+            if stored["launch"] is not None and stored["launch"] != launch_digest():
+                return None
             return [Diagnostic.from_dict(d) for d in stored["diagnostics"]]
         except Exception:  # missing, unreadable, or from another layout
             return None
@@ -243,6 +249,7 @@ class Cache:
         probes: Dict[str, bool],
         reads: Dict[str, Optional[str]],
         texts: Optional[str],
+        launch: Optional[str] = None,
     ) -> None:
         if not self.writable:
             return
@@ -253,6 +260,7 @@ class Cache:
                 "probes": probes,
                 "reads": reads,
                 "texts": texts,
+                "launch": launch,
             },
             separators=(",", ":"),
         ).encode()

@@ -59,10 +59,14 @@ def _is_virtualenv(folder: Path) -> bool:
 
 
 def discover(
-    paths: Sequence[Path], settings: Settings, limit: Optional[int] = None
+    paths: Sequence[Path],
+    settings: Settings,
+    limit: Optional[int] = None,
+    suffixes: Tuple[str, ...] = SOURCE_SUFFIXES,
 ) -> Discovery:
     """The files to check under `paths`; with `limit`, the walk stops once it has found more
-    than `limit` files (`truncated`)."""
+    than `limit` files (`truncated`). `suffixes`: what a walk collects (the project phase
+    also reads launch configurations, `.yaml` files, with the same excludes)."""
     found = Discovery()
     seen = set()
     gitignore = None
@@ -84,7 +88,8 @@ def discover(
             break
         try:
             _discover_given(
-                Path(given), str(given), settings, found, add, gitignore, excluded, limit
+                Path(given), str(given), settings, found, add, gitignore, excluded, limit,
+                suffixes,
             )
         except OSError as exc:  # the path itself cannot be examined (a folder above it is closed)
             found.errors.append(f"{given}: {exc.strerror or exc}")
@@ -101,6 +106,7 @@ def _discover_given(
     gitignore: Optional[GitIgnore],
     excluded: Callable[[Path, str, str], bool],
     limit: Optional[int] = None,
+    suffixes: Tuple[str, ...] = SOURCE_SUFFIXES,
 ) -> None:
     if not path.exists() and not path.is_symlink():
         found.errors.append(f"{given}: no such file or directory")
@@ -140,7 +146,7 @@ def _discover_given(
             keep.append(name)
         dirs[:] = keep
         for name in sorted(names):
-            if not name.endswith(SOURCE_SUFFIXES):
+            if not name.endswith(suffixes):
                 if is_temporary_name(name):
                     found.temporaries.append(folder / name)
                 continue

@@ -68,6 +68,9 @@ class Project:
     _text_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
     _display_by_path: Optional[Dict[Path, str]] = field(default=None, repr=False)
     _match_counts: Dict[str, int] = field(default_factory=dict, repr=False)
+    # The project's YAML files (launch configurations), read on first use like `texts`.
+    launch_configs: Optional[List[Tuple[Path, str]]] = field(default=None, repr=False)
+    read_launch_configs: bool = field(default=False, repr=False)
 
     def facts(self, code: str) -> Dict[str, object]:
         """display path -> the facts rule `code` recorded for that file."""
@@ -219,6 +222,17 @@ class Project:
             self.read_texts = True
         return self.texts
 
+    def launch_config_texts(self) -> List[Tuple[Path, str]]:
+        """(absolute path, text) of the project's YAML files, where launch configurations live
+        (Accelerate's `--config_file`): excludes and .gitignore honoured, read once per run.
+        Empty without a loader (flake8)."""
+        if self.loader is None:
+            return []
+        if self.launch_configs is None:
+            self.launch_configs = read_launch_configs(self.root, self.settings)
+            self.read_launch_configs = True
+        return self.launch_configs
+
     @property
     def complete(self) -> bool:
         """True when files outside the run can be read (the CLI); False under flake8."""
@@ -270,6 +284,26 @@ def read_project_texts(root: Path, settings: Settings) -> List[Tuple[Path, str]]
         text = file_text(path, data)
         if text is not None:
             texts.append((Path(os.path.abspath(path)), text))
+    return texts
+
+
+LAUNCH_CONFIG_SUFFIXES = (".yaml", ".yml")
+# A YAML file larger than this is data (a dataset index, a label map), not a launch config.
+LAUNCH_CONFIG_LIMIT = 256 * 1024
+
+
+def read_launch_configs(root: Path, settings: Settings) -> List[Tuple[Path, str]]:
+    """(absolute path, text) of the YAML files under the root (excludes and .gitignore
+    honoured); unreadable and oversized files are left out."""
+    from .files import discover
+
+    texts: List[Tuple[Path, str]] = []
+    for path, _display in discover([root], settings, suffixes=LAUNCH_CONFIG_SUFFIXES).files:
+        try:
+            data = read_regular_file(path, LAUNCH_CONFIG_LIMIT)
+        except OSError:
+            continue
+        texts.append((Path(os.path.abspath(path)), project_text(data)))
     return texts
 
 

@@ -46,6 +46,7 @@ from .project import (
     Project,
     file_text,
     GUESSED_ROOT_LIMIT,
+    read_launch_configs,
     read_project_texts,
     unmarked_root_too_big,
     run_project_phase,
@@ -488,7 +489,12 @@ class _ProjectPhase:
         if key is not None and cache is not None and not crashes and not crashed:
             # Crashes are never kept (cache.py).
             walked = texts_digest(project.texts or []) if project.read_texts else None
-            cache.put_project(key, found, project.probes, reads, walked)
+            launch = (
+                texts_digest(project.launch_configs or [])
+                if project.read_launch_configs
+                else None
+            )
+            cache.put_project(key, found, project.probes, reads, walked, launch)
         return ProjectFindings(found, crashes)
 
     def _library(self) -> Library:
@@ -511,7 +517,9 @@ class _ProjectPhase:
         assert self.cache is not None
         settings = self.selection.settings
         return self.cache.get_project(
-            key, lambda: texts_digest(read_project_texts(settings.root, settings))
+            key,
+            lambda: texts_digest(read_project_texts(settings.root, settings)),
+            lambda: texts_digest(read_launch_configs(settings.root, settings)),
         )
 
 

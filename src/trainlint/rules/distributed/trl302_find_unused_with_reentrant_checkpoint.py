@@ -12,6 +12,7 @@ import libcst as cst
 
 from ...analysis.base.calls import argument, has_star_args, is_true, keyword
 from ...analysis.project.hierarchy import Hierarchy, import_qualnames
+from ...analysis.project.launch_configs import accelerate_may_build_ddp
 from ...analysis.project.mmconfig import (
     MMConfig,
     Resolved,
@@ -57,6 +58,9 @@ class _Site:
     fix: Optional[PendingFix] = None
     why: str = "no `use_reentrant=False`"  # why it is reentrant
     when: str = ""  # the flag the checkpoint runs under (`self.use_checkpoint`), if any
+    # Accelerate's `DistributedDataParallelKwargs`: it reaches DDP only when the launch config
+    # makes Accelerate build DDP (analysis/project/launch_configs.py)
+    accelerate: bool = False
 
 
 class FindUnusedWithReentrantCheckpoint(Rule):
@@ -87,6 +91,14 @@ class FindUnusedWithReentrantCheckpoint(Rule):
     script outside the run imports it with `find_unused_parameters=True`; a script given
     without the module gets no finding, since the finding belongs at the checkpoint call.
     Under flake8, which sees one file, only that file counts.
+
+    Accelerate's `DistributedDataParallelKwargs` reaches DDP only when Accelerate builds DDP,
+    which its launch config decides (`distributed_type: MULTI_GPU`). A project that ships
+    Accelerate configs (YAML files with a `distributed_type`) and none of them for DDP, only
+    FSDP or DeepSpeed ones, is run with those: the handler's `find_unused_parameters=True`
+    never meets the checkpoint there, and nothing is reported. A project that ships none is
+    run with its user's own configuration, which may be DDP: reported. (Under flake8 the
+    configs cannot be read: reported.)
 
     ## Why is this bad
     With `find_unused_parameters=True`, DDP walks the autograd graph after every forward and
@@ -180,9 +192,12 @@ class FindUnusedWithReentrantCheckpoint(Rule):
         find_unused = list(self._find_unused_sites())
         checkpoints = list(self._reentrant_sites())
         self._record(find_unused, checkpoints)
-        if not find_unused or not checkpoints:
+        # Accelerate's handler alone waits for the project phase, which reads the launch
+        # configs (`_check_code`).
+        direct = [site for site in find_unused if not site.accelerate]
+        if not direct or not checkpoints:
             return
-        first = find_unused[0]
+        first = direct[0]
         for site in checkpoints:
             self.report(
                 site.node,
@@ -211,7 +226,11 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                     continue
                 if is_true(keyword(call, "static_graph")):
                     continue
-                yield _Site(_arg_of(call, "find_unused_parameters"), "find_unused_parameters=True")
+                yield _Site(
+                    _arg_of(call, "find_unused_parameters"),
+                    "find_unused_parameters=True",
+                    accelerate=names.matches_suffix(call.func, "DistributedDataParallelKwargs"),
+                )
             value = keyword(call, "ddp_find_unused_parameters")
             if value is not None and self._true(value):
                 yield _Site(
@@ -374,6 +393,7 @@ class FindUnusedWithReentrantCheckpoint(Rule):
                         "text": site.text,
                         "why": site.why,
                         "when": site.when,
+                        "accelerate": site.accelerate,
                     }
                 )
                 if kind == "checkpoints":
@@ -511,23 +531,41 @@ def _check_code(code: str, project) -> Iterable[Diagnostic]:
     """Reentrant checkpoint calls of a file of the run that a script with
     `find_unused_parameters=True` imports (directly, or through other project modules such as a
     package `__init__.py`), the script in the run or not (analysis/project/hierarchy.py resolves the
-    imports and reads files outside the run). A file that sets both is reported by itself."""
+    imports and reads files outside the run), or that the file sets itself through Accelerate's
+    `DistributedDataParallelKwargs` (a file that sets it on DDP itself is reported by itself).
+    Accelerate's setting counts only when the project's launch configs may make Accelerate build
+    DDP: a project that ships only FSDP or DeepSpeed configs never meets it."""
     hierarchy = Hierarchy(project, code)
+    reaches: Dict[str, bool] = {}
+
+    def reaching(facts: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """The settings of `find_unused_parameters=True` in a file that reach DDP."""
+        sites = (facts or {}).get("find_unused") or []
+        if any(site.get("accelerate") for site in sites) and "accelerate" not in reaches:
+            reaches["accelerate"] = accelerate_may_build_ddp(project)
+        return [s for s in sites if not s.get("accelerate") or reaches["accelerate"]]
+
     for display, data in sorted(project.facts(code).items()):
-        if not isinstance(data, dict) or not data.get("checkpoints") or data["find_unused"]:
+        if not isinstance(data, dict) or not data.get("checkpoints"):
             continue
         path = _path_of(project, display)
-        script = None
-        for importer in sorted(hierarchy.importers(path) - {path}, key=hierarchy.display):
-            if (hierarchy.facts_at(importer) or {}).get("find_unused"):
-                script = importer
-                break
+        script: Optional[Path] = None
+        if data["find_unused"]:
+            if any(not site.get("accelerate") for site in data["find_unused"]):
+                continue  # reported by the file itself (`finish`)
+            own = reaching(data)
+            if not own:
+                continue
+            script, first = path, own[0]
+        else:
+            for importer in sorted(hierarchy.importers(path) - {path}, key=hierarchy.display):
+                found = reaching(hierarchy.facts_at(importer))
+                if found:
+                    script, first = importer, found[0]
+                    break
         if script is None:
             continue
-        script_display = hierarchy.display(script)
-        script_facts = hierarchy.facts_at(script)
-        assert script_facts is not None  # memoised: the facts that chose `script` above
-        first = script_facts["find_unused"][0]
+        script_display = hierarchy.display(script) if script != path else display
         for site in data["checkpoints"]:
             diagnostic = project.candidate(
                 display,
