@@ -16,6 +16,7 @@ from trainlint.analysis.loop.modes import (
     mode_dependent_layer,
     mode_free_classes,
     mode_free_model,
+    model_classes,
     plain_function,
 )
 from trainlint.analysis.loop.steps import TrainingSteps
@@ -614,3 +615,50 @@ def test_a_plain_class_is_judged_by_its_code():
     assert mode_free_classes(ctx.analysis(TrainingSteps)) == ["Net"]
     ctx = context(textwrap.dedent(ctx.source.text).replace("Crop(4)", "Dropper()"))
     assert mode_free_classes(ctx.analysis(TrainingSteps)) == []
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("from m import Net\nmodel = Net().cuda()\n", [{"m.Net"}]),
+        # continuing from a whole pickled model: the class the other binding builds
+        (
+            "import torch\nfrom m import Net\nmodel = Net().cuda()\n"
+            "if resume:\n    model = torch.load(path)\n",
+            [{"m.Net"}],
+        ),
+        ("import torch\nmodel = torch.load(path)\n", None),  # alone: unknown
+        ("from m import build\nmodel = build(cfg)\n", [{"m.build"}]),
+    ],
+)
+def test_model_classes_of_a_name(code, expected):
+    ctx = context(code + "model\n")
+    steps = ctx.analysis(TrainingSteps)
+    use = ctx.module.body[-1].body[0].value
+    found = model_classes(steps, "model", use)
+    assert (found if found is None else [set(names) for names in found]) == expected
+
+
+def test_model_classes_of_a_trainer_attribute():
+    ctx = context(
+        """
+        from nets import Forecaster
+        import torch
+
+        class Trainer:
+            def __init__(self, device):
+                network = Forecaster(order=3)
+                self.network = network.to(device)
+                self.optimizer = torch.optim.Adam(self.network.parameters())
+
+            def step(self, frames):
+                return self.network(frames)
+        """
+    )
+    steps = ctx.analysis(TrainingSteps)
+    step = ctx.module.body[-1].body.body[1]
+    use = step.body.body[0].body[0].value
+    assert model_classes(steps, "self.network", use) is None  # names only, unless asked
+    assert model_classes(steps, "self.network", use, attributes=True) == [
+        frozenset({"nets.Forecaster"})
+    ]

@@ -689,11 +689,12 @@ class BatchFlow(Analysis):
         `forward`, in another file, may place its inputs itself, which only the project phase
         can read. None when a class is this file's, torch's or a known library's, or a binding
         builds no class. A class named through star imports is given as its alternatives,
-        "utils.Net|model.Net"."""
-        target = _module_called(call)
-        if type(target) is not cst.Name:
+        "utils.Net|model.Net". A trainer's `self.network(x)` is built where the class assigns
+        `self.network`."""
+        name = _model_name(_module_called(call))
+        if name is None:
             return None
-        found = model_classes(self.ctx.analysis(TrainingSteps), target.value, call)
+        found = model_classes(self.ctx.analysis(TrainingSteps), name, call, attributes=True)
         if not found:
             return None
         if not all(may_be_project(q) and not q.startswith("<") for q in set().union(*found)):
@@ -707,10 +708,12 @@ class BatchFlow(Analysis):
         or DDP(device_ids) wrapper in every call that builds it (`TSN(n, net)` after `net =
         nn.DataParallel(net).cuda()`: [1]), by position or keyword: a `forward` that hands its
         input to such an attribute has the wrapper scatter it to the GPUs."""
-        target = _module_called(call)
-        if type(target) is not cst.Name:
+        name = _model_name(_module_called(call))
+        if name is None:
             return []
-        built = model_constructors(self.ctx.analysis(TrainingSteps), target.value, call)
+        built = model_constructors(
+            self.ctx.analysis(TrainingSteps), name, call, attributes=True
+        )
         common: Optional[Set[object]] = None
         for constructor in built or ():
             wrapped: Set[object] = set()
@@ -967,6 +970,17 @@ def _in_worker_processes(call: cst.Call) -> bool:
 
 def _is_self(node: cst.CSTNode) -> bool:
     return type(node) is cst.Name and node.value == "self"
+
+
+def _model_name(target: cst.BaseExpression) -> Optional[str]:
+    """`model` or `self.network`: how a model the call runs is named, when the analysis can
+    look its construction up."""
+    if type(target) is cst.Name:
+        return target.value
+    if type(target) is cst.Attribute and type(target.value) is cst.Name:
+        if target.value.value == "self":
+            return f"self.{target.attr.value}"
+    return None
 
 
 def _module_called(call: cst.Call) -> cst.BaseExpression:

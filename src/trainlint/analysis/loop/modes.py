@@ -162,13 +162,17 @@ def mode_free_model(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> bool:
 
 
 def model_constructors(
-    steps: "TrainingSteps", name: str, at: cst.CSTNode
+    steps: "TrainingSteps", name: str, at: cst.CSTNode, attributes: bool = False
 ) -> Optional[List[cst.Call]]:
     """The calls that build what `name` holds at `at`, through moves (`Net().to(device)`) and
     DataParallel/DDP wrappers, following `model = nn.DataParallel(model)` back to the earlier
     binding, `model = given` to what `given` holds there, and a function's parameter to the
     arguments of the file's calls of it (`test(net, loader)` called as `test(lenet,
-    testloader)`); None when some binding is not such a call (unknown)."""
+    testloader)`); None when some binding is not such a call (unknown). With `attributes`,
+    `name` may also be `self.<attr>` in a method: what every assignment to it in the class's
+    methods builds (`self.network = ConvLSTMNet(...).to(device)` in `__init__`)."""
+    if attributes and name.startswith("self.") and name.count(".") == 1:
+        return _attribute_constructors(steps, name[len("self."):], at)
     if not name or "." in name:
         return None
     found: List[cst.Call] = []
@@ -205,6 +209,38 @@ def model_constructors(
     if places:
         return None  # rebound more often than followed: unknown
     return found
+
+
+def _attribute_constructors(
+    steps: "TrainingSteps", attr: str, at: cst.CSTNode
+) -> Optional[List[cst.Call]]:
+    """The calls that build `self.<attr>` in the class of the method `at` is in: every plain
+    assignment to it in the class's own methods, each a constructor or a name that one builds
+    there (`net = Net(); self.net = net`). None when there is none, or one is something else."""
+    owner = next(
+        (a for a in steps.ctx.ancestors(at) if type(a) is cst.ClassDef), None
+    )
+    if owner is None:
+        return None
+    found: List[cst.Call] = []
+    for node in descendants(owner):
+        if type(node) is not cst.Assign or not any(
+            is_self_attr(target.target, attr) for target in node.targets
+        ):
+            continue
+        if next(a for a in steps.ctx.ancestors(node) if type(a) is cst.ClassDef) is not owner:
+            continue  # a nested class's own attribute
+        value = _unwrapped(node.value)
+        if type(value) is cst.Call:
+            found.append(value)
+        elif type(value) is cst.Name:
+            built = model_constructors(steps, value.value, node)
+            if built is None:
+                return None
+            found.extend(built)
+        else:
+            return None
+    return found or None
 
 
 def holds_module(steps: "TrainingSteps", holder: str, module: str, at: cst.CSTNode) -> bool:
@@ -274,14 +310,16 @@ def imported_model_class(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> 
 
 
 def model_classes(
-    steps: "TrainingSteps", name: str, at: cst.CSTNode
+    steps: "TrainingSteps", name: str, at: cst.CSTNode, attributes: bool = False
 ) -> Optional[List[FrozenSet[str]]]:
     """For each different call that builds what `name` holds at `at` (`model_constructors`), the
     qualified names its callee may have: one for `from model import Net`, one per star import
     for a name only star imports can bind (`from utils import *`, `from model import *`:
     "utils.Net", "model.Net"), "<local>.Net" for a class of this file. None when a binding is
-    not such a call (unknown)."""
-    built = model_constructors(steps, name, at)
+    not such a call (unknown). A binding that unpickles a whole module (`model =
+    torch.load(args.model_path)` to continue a run) holds an object of a class built elsewhere,
+    the one the other bindings build: it adds none of its own (alone, it is unknown)."""
+    built = model_constructors(steps, name, at, attributes)
     if not built:
         return None
     found: List[FrozenSet[str]] = []
@@ -291,9 +329,11 @@ def model_classes(
         qualified = steps.names.qualified(value.func)
         if not qualified:
             return None
+        if qualified == frozenset({"torch.load"}):
+            continue
         if qualified not in found:
             found.append(qualified)
-    return found
+    return found or None
 
 
 def file_model_classes(steps: "TrainingSteps", name: str, at: cst.CSTNode) -> List[cst.ClassDef]:
