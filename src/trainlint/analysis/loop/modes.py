@@ -217,9 +217,7 @@ def _attribute_constructors(
     """The calls that build `self.<attr>` in the class of the method `at` is in: every plain
     assignment to it in the class's own methods, each a constructor or a name that one builds
     there (`net = Net(); self.net = net`). None when there is none, or one is something else."""
-    owner = next(
-        (a for a in steps.ctx.ancestors(at) if type(a) is cst.ClassDef), None
-    )
+    owner = next((a for a in steps.ctx.ancestors(at) if type(a) is cst.ClassDef), None)
     if owner is None:
         return None
     found: List[cst.Call] = []
