@@ -26,6 +26,7 @@ It also records what the project phase needs about DDP in general:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set
 
@@ -47,6 +48,24 @@ DP_KIND = "DataParallel"
 # Keywords that make DDP tolerate parameters without gradients.
 TOLERANT_KEYWORDS = ("find_unused_parameters", "ddp_find_unused_parameters", "static_graph")
 LAUNCHER_TEXT = ("torchrun", "torch.distributed.launch", "torch.distributed.run")
+# Source text that may build PyTorch's DDP reducer somewhere in a project: the class's name
+# outside a comment (every import or alias of it spells it out; a commented-out wrap builds
+# nothing), a `DDP` alias, or an import of a framework that wraps the model for the user (HF
+# Trainer, Accelerate, Lightning, DeepSpeed, MM runners, detectron2, fairseq, ignite, ...). A
+# project with none of them may open a process group, but no reducer waits there for a
+# parameter without a gradient.
+REDUCER_LIBRARIES = (
+    "transformers", "accelerate", "lightning", "pytorch_lightning", "lightning_fabric",
+    "deepspeed", "mmcv", "mmengine", r"mm[a-z0-9]+", "detectron2", "fairseq", "ignite",
+    "fastai", "speechbrain", "nemo", "espnet2?", "catalyst", "colossalai", "composer",
+    "torchtnt", "ultralytics", "allennlp", "sentence_transformers", "trl", "flash", "apex",
+)
+REDUCER_TEXT = re.compile(
+    r"^[^#\n]*(?:DistributedDataParallel|\bDDP\b)|^[ \t]*(?:from|import)[ \t]+(?:"
+    + "|".join(REDUCER_LIBRARIES)
+    + r")\b",
+    re.M,
+)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import libcst as cst
 
 from ..base.names import LOCAL_PREFIX
 from ..parallel.settings import ARGPARSE, MM
-from ..parallel.wraps import DDP_KIND, DDP_WRAP_SIGNAL, Wraps
+from ..parallel.wraps import DDP_KIND, DDP_WRAP_SIGNAL, REDUCER_TEXT, Wraps
 from .installed import installed_class, is_library_file, library_absolute
 from .mentions import MODULE_CODE
 from .mmconfig import MMConfigs
@@ -308,6 +308,7 @@ class Hierarchy:
         self._imports: Dict[Path, Set[Path]] = {}
         self._evidence: Dict[Path, List[Tuple[Path, dict]]] = {}
         self._ddp: Optional[Set[Path]] = None
+        self._reducer: Optional[bool] = None
         self._display_by_path: Optional[Dict[Path, str]] = None
         self._module_files: Dict[Tuple[str, Path], Optional[Path]] = {}
         self._file_classes: Dict[Path, List[Tuple[ClassRef, List[object]]]] = {}
@@ -817,17 +818,31 @@ class Hierarchy:
 
     # -- the project's DDP ----------------------------------------------------------------------
 
-    @staticmethod
-    def ddp_signals(evidence: List[Tuple[Path, dict]]) -> List[Tuple[Path, str]]:
+    def ddp_signals(self, evidence: List[Tuple[Path, dict]]) -> List[Tuple[Path, str]]:
         """(file, signal) for every file of the evidence that trains with DDP. A file that
         all-reduces gradients itself and wraps nothing in DDP (`hand_reduced`) does not: its
-        process group and launcher say nothing about PyTorch's reducer."""
+        process group and launcher say nothing about PyTorch's reducer. Nor does any file of
+        a project that nothing in it can wrap in DDP (`may_build_reducer`)."""
+        if not self.may_build_reducer():
+            return []
         return [
             (path, signal)
             for path, facts in evidence
             if not facts.get("hand_reduced") or DDP_WRAP_SIGNAL in facts.get("signals", ())
             for signal in facts.get("signals", ())
         ]
+
+    def may_build_reducer(self) -> bool:
+        """Can anything in the project build PyTorch's DDP reducer: its code names
+        `DistributedDataParallel` or `DDP`, or imports a framework that wraps models in DDP for
+        the user (`REDUCER_TEXT`)? A project that only opens a process group (a distributed
+        sampler, hand-made all-reduces of metrics) and wraps nothing has no reducer to wait for
+        a parameter without a gradient. Under flake8, which sees one file, the answer is yes."""
+        if self._reducer is None:
+            self._reducer = not self.project.complete or bool(
+                self.project.files_matching(REDUCER_TEXT)
+            )
+        return self._reducer
 
     def tolerates_unused(self, evidence: List[Tuple[Path, dict]]) -> Optional[Path]:
         """A file that asks DDP to tolerate unused parameters (`find_unused_parameters=True`,

@@ -80,7 +80,11 @@ class DdpUnusedParameters(Rule):
     import DistributedDataParallel as DDP`, a project class that all-reduces the gradients it
     finds), or that wrap nothing in DDP and average gradients by hand after backward
     (`dist.all_reduce(param.grad.data)`, skipping parameters without one): their process
-    group and ranks are no evidence of PyTorch's reducer.
+    group and ranks are no evidence of PyTorch's reducer. Nor is a process group in a project
+    whose code never names `DistributedDataParallel` (or a `DDP` alias) outside comments and
+    imports no framework that wraps models in DDP for the user (HF Trainer, Accelerate,
+    Lightning, DeepSpeed, the MM runners, detectron2, fairseq, ignite, ...): nothing there
+    builds a reducer.
     Under flake8, which sees one file, only that file is evidence.
 
     ## Example
