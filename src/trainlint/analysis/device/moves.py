@@ -222,20 +222,14 @@ class Moves(Analysis):
             return True
         if attr != "to":
             return False
-        device = keyword(node, "device")
-        if device is None:
-            positional = [a.value for a in node.args if a.keyword is None and not a.star]
-            device = positional[0] if positional else None
+        device = _to_argument(node)
         return device is not None and self._is_cpu(device)
 
     def _to_device_arg(self, call: cst.Call) -> Optional[cst.BaseExpression]:
-        device = keyword(call, "device")
-        if device is None:
-            positional = [a.value for a in call.args if a.keyword is None and not a.star]
-            if not positional:
-                return None  # .to(dtype=...), .to(memory_format=...)
-            device = positional[0]
-        if self._is_dtype(device) or self._is_cpu(device):
+        """The device a `.to(...)` call moves to: None for the CPU, a dtype, or no argument
+        (`.to(dtype=...)`, `.to(memory_format=...)`)."""
+        device = _to_argument(call)
+        if device is None or self._is_dtype(device) or self._is_cpu(device):
             return None
         return device
 
@@ -1007,3 +1001,13 @@ def _binding_pairs(node: cst.CSTNode):
         # `tokens.append(encode(batch[i]))`: the list is filled from what the call is given
         return [({node.func.value.value}, node)]
     return []
+
+
+def _to_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """What `.to(...)` is given first: `device=`, else its first positional argument (a device,
+    a dtype or a tensor to match), else None."""
+    device = keyword(call, "device")
+    if device is None:
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        device = positional[0] if positional else None
+    return device
