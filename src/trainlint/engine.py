@@ -13,9 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 import libcst as cst
 
-from . import budget, noqa, parse_guard
+from . import budget, legacy_async, noqa, parse_guard
 from .context import FileContext
-from .diagnostics import Diagnostic, Edit, FileResult, RuleCrash, Severity, make_diagnostic
+from .diagnostics import (
+    Applicability,
+    Diagnostic,
+    Edit,
+    Fix,
+    FileResult,
+    RuleCrash,
+    Severity,
+    make_diagnostic,
+)
 from .pending import resolve_reports
 from .rules.base import Rule
 from .source import Source
@@ -158,7 +167,7 @@ def _parse(
     verdict = parse_guard.precheck(source.text, max_size=None)  # the size is checked already
     problem = verdict.problem
     if problem is not None:
-        return None, None, lambda: _problem(source, problem)
+        return None, None, lambda: _with_async_renamed(source, _problem(source, problem))
     try:
         # A tree of the text with its f-strings masked is not the file's (pep701.py).
         tree = None if verdict.masked else verdict.tree
@@ -279,7 +288,7 @@ def syntax_error_diagnostic(path: str, message: str, row: int, col: int) -> Diag
 def _python_syntax_error(source: Source, newer_fstrings: bool = True) -> Optional[Diagnostic]:
     verdict = parse_guard.python_parse(source.text, newer_fstrings)
     if verdict.problem is not None:
-        return _problem(source, verdict.problem)
+        return _with_async_renamed(source, _problem(source, verdict.problem))
     if verdict.masked:
         # This Python read the file only with its f-strings masked (pep701.py): libcst, which
         # reads Python 3.12's f-strings, says whether they are well formed.
@@ -322,6 +331,38 @@ def _syntax_error(source: Source, exc: cst.ParserSyntaxError) -> Diagnostic:
             col,
         ),
     )
+
+
+def _with_async_renamed(source: Source, diagnostic: Diagnostic) -> Diagnostic:
+    """A file whose only syntax errors are PyTorch's old `async=` arguments (legacy_async.py)
+    gets a message that says so and the rename to `non_blocking=` as a safe fix. (A notebook's
+    broken cells are not in its analysed text; they are reported without a fix.)"""
+    if source.notebook is not None:
+        return diagnostic
+    edits = legacy_async.renaming(source.text)
+    if edits is None:
+        return diagnostic
+    first = edits[0]
+    diagnostic.row = diagnostic.end_row = diagnostic.text_row = diagnostic.noqa_row = first.row
+    diagnostic.col, diagnostic.end_col = first.col, first.end_col
+    diagnostic.message = (
+        "SyntaxError: `async=` is a reserved word since Python 3.7; "
+        "PyTorch calls this argument `non_blocking=`"
+    )
+    diagnostic.help = (
+        "PyTorch 0.4 renamed the `async` argument of `.cuda()`, `.to()`, `.copy_()` and "
+        "`.type()` to `non_blocking` (the same asynchronous copy from pinned memory), and "
+        "Python 3.7 made `async` a keyword, so this file does not compile on any Python that "
+        "runs today's PyTorch. Rename the argument."
+    )
+    diagnostic.fix = Fix(
+        Applicability.SAFE,
+        f"Rename `async=` to `non_blocking=` ({len(edits)} argument"
+        + ("s" if len(edits) != 1 else "")
+        + ")",
+        tuple(edits),
+    )
+    return diagnostic
 
 
 def _broken_cells(source: Source) -> List[Diagnostic]:

@@ -40,8 +40,15 @@ class SyntaxErrorRule(Rule):
     ```
 
     ## Fix safety
-    There is no fix. trainlint never stops because of a broken file: the other files are still
-    checked and reported.
+    One shape has a safe fix: PyTorch's old `async=` argument (`x.cuda(async=True)`,
+    `x.to(device, async=True)`, `dst.copy_(src, async=True)`, `x.type(T, async=True)`). PyTorch
+    0.4 renamed it `non_blocking=`, with the same meaning, and Python 3.7 made `async` a
+    reserved word, so pre-2019 training code often no longer compiles. When renaming every such
+    argument makes the whole file parse, the finding says so and `--fix` renames them; the file
+    is then analysed like any other. An `async=` given to any other call is left alone, and
+    with it the fix (the file would still not compile). Notebook cells are reported without
+    the fix. Every other syntax error has no fix. trainlint never stops because of a broken
+    file: the other files are still checked and reported.
 
     ## Known problems
     A `.py` file does not say which Python it is for (`requires-python` is not read), so a
@@ -51,4 +58,5 @@ class SyntaxErrorRule(Rule):
     code = "TRL001"
     name = "syntax-error"
     severity = Severity.ERROR
+    fix = "safe"
     markers = ()
